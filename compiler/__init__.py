@@ -1,0 +1,32 @@
+"""FusionLens: a source-to-source tracing compiler for PyTorch.
+
+    import compiler
+
+    @compiler.example                      # a compile target, found by parsing the file
+    def mlp_example():
+        return MLP(1024), (torch.randn(64, 1024),)
+
+    report = compiler.compile(fn, *args)   # -> CompileReport
+    jfn = compiler.jit(fn)                 # a cached, compiled callable
+"""
+
+from compiler.report import CompileReport  # noqa: F401
+
+
+def example(fn):
+    """Mark `fn` as a compile target. `fn()` returns (callable, args) or (callable, args, kwargs).
+
+    The decorator changes nothing at run time; tools find it by parsing the source (ast).
+    """
+    fn.__fusionlens_example__ = True
+    return fn
+
+
+def __getattr__(name):
+    # The compiler proper imports torch; keep `import compiler` cheap for tools that only
+    # need `example` (and for the language server, which must not import torch).
+    from compiler import api
+
+    if name in api.__all__:
+        return getattr(api, name)
+    raise AttributeError(f"module 'compiler' has no attribute {name!r}")

@@ -1,0 +1,207 @@
+"""CompileReport: the one contract between the compiler and every consumer.
+
+Plain dataclasses, JSON in and out. Consumers (CLI, language server, tests) read this and
+nothing else. Bump SCHEMA_VERSION on any incompatible change; docs/report.md documents it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+SCHEMA_VERSION = 1
+
+
+@dataclass
+class SourceLine:
+    file: str
+    line: int
+
+
+@dataclass
+class Frame:
+    file: str
+    line: int
+    function: str
+
+
+@dataclass
+class TensorInfo:
+    name: str
+    shape: list
+    dtype: str
+    device: str
+
+
+@dataclass
+class Timing:
+    """Summary of repeated measurements of one callable, in milliseconds."""
+
+    median_ms: float
+    min_ms: float
+    max_ms: float
+    iqr_ms: float  # interquartile range: the spread
+    repeats: int
+    method: str  # "cuda_events" or "perf_counter"
+    device: str
+
+
+@dataclass
+class RegionTiming:
+    median_ms: Optional[float] = None
+    eager_median_ms: Optional[float] = None  # the same ops run one by one through torch
+    spread_ms: Optional[float] = None
+
+
+@dataclass
+class Boundary:
+    """Why a region ends where it does (filled in by the fusion pass)."""
+
+    reason: str  # short kind: "library call", "unsupported op", "reduction axis", ...
+    detail: str
+    file: Optional[str] = None
+    line: Optional[int] = None
+
+
+@dataclass
+class Region:
+    id: str
+    executor: str
+    ops: list  # symbol names, in execution order
+    source_lines: list  # [SourceLine]
+    code: str
+    inputs: list  # [TensorInfo]
+    outputs: list  # [TensorInfo]
+    timing: Optional[RegionTiming] = None
+    boundary: Optional[Boundary] = None
+    kernels: int = 1  # device kernels this region launches (torch ops: an estimate of 1)
+    note: str = ""  # e.g. why an executor declined it
+
+
+@dataclass
+class OpRecord:
+    """One traced torch-level op: where it came from and where it went."""
+
+    index: int
+    name: str  # symbol name, e.g. "torch.nn.functional.linear"
+    region: Optional[str]  # region id it executes in (None if eliminated)
+    file: str
+    line: int
+    end_line: int
+    col: int
+    end_col: int
+    stack: list  # [Frame], innermost first, user frames only
+    trace: str  # the op's line in the optimised trace
+    prims: list  # names of the prims it decomposed into
+
+
+@dataclass
+class Fallback:
+    op: str
+    reason: str
+    file: Optional[str]
+    line: Optional[int]
+
+
+@dataclass
+class Diagnostic:
+    severity: str  # "error" | "warning" | "information"
+    message: str
+    file: Optional[str] = None
+    line: Optional[int] = None
+    col: Optional[int] = None
+    end_line: Optional[int] = None
+    end_col: Optional[int] = None
+
+
+@dataclass
+class ProgramTimings:
+    device: str
+    compiled: Optional[Timing] = None
+    eager: Optional[Timing] = None
+    torch_compile: Optional[Timing] = None
+    speedup_vs_eager: Optional[float] = None
+    speedup_vs_torch_compile: Optional[float] = None
+
+
+@dataclass
+class Target:
+    name: str
+    file: Optional[str]
+    line: Optional[int]
+    end_line: Optional[int]
+
+
+@dataclass
+class CompileReport:
+    target: Target
+    status: str = "ok"  # "ok" | "error"
+    error: Optional[Diagnostic] = None
+    executors: list = field(default_factory=list)  # requested, in priority order
+    traces: dict = field(default_factory=dict)  # stage name -> Python source
+    regions: list = field(default_factory=list)  # [Region]
+    ops: list = field(default_factory=list)  # [OpRecord]
+    fallbacks: list = field(default_factory=list)  # [Fallback]
+    diagnostics: list = field(default_factory=list)  # [Diagnostic]
+    timings: Optional[ProgramTimings] = None
+    signature: list = field(default_factory=list)  # assumptions the trace specialised on
+    device: str = "cpu"
+    device_name: str = "CPU"
+    versions: dict = field(default_factory=dict)
+    compile_ms: Optional[float] = None
+    schema_version: int = SCHEMA_VERSION
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def to_json(self, indent: Optional[int] = None) -> str:
+        return json.dumps(self.to_dict(), indent=indent)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "CompileReport":
+        return _build(cls, data)
+
+    @classmethod
+    def from_json(cls, text: str) -> "CompileReport":
+        return cls.from_dict(json.loads(text))
+
+    def region(self, region_id: str) -> Region:
+        return next(r for r in self.regions if r.id == region_id)
+
+
+# Field name -> dataclass of the list elements or nested object, for from_dict.
+_NESTED: dict = {
+    "target": Target,
+    "error": Diagnostic,
+    "regions": Region,
+    "ops": OpRecord,
+    "fallbacks": Fallback,
+    "diagnostics": Diagnostic,
+    "timings": ProgramTimings,
+    "source_lines": SourceLine,
+    "inputs": TensorInfo,
+    "outputs": TensorInfo,
+    "timing": RegionTiming,
+    "boundary": Boundary,
+    "stack": Frame,
+    "compiled": Timing,
+    "eager": Timing,
+    "torch_compile": Timing,
+}
+
+
+def _build(cls, data: Any):
+    if data is None:
+        return None
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        if f.name not in data:
+            continue
+        value = data[f.name]
+        nested = _NESTED.get(f.name)
+        if nested is not None and value is not None:
+            value = [_build(nested, v) for v in value] if isinstance(value, list) else _build(nested, value)
+        kwargs[f.name] = value
+    return cls(**kwargs)

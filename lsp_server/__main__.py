@@ -1,0 +1,4 @@
+from lsp_server.server import main
+
+if __name__ == "__main__":
+    main()

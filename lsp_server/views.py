@@ -1,0 +1,325 @@
+"""From CompileReports to what an editor shows: per-line notes, hint labels, hover Markdown,
+lens titles and diagnostics. Pure functions and plain data, no LSP transport here."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Optional
+
+from compiler import report as _report
+from compiler.report import CompileReport
+
+HINT_MAX = 30
+HOVER_CODE_LINES = 60
+
+
+def norm_path(path: Optional[str]) -> Optional[str]:
+    if not path:
+        return None
+    return os.path.normcase(os.path.realpath(path))
+
+
+@dataclasses.dataclass
+class Result:
+    """A finished compile of one target (a report, or a failure without one)."""
+
+    target: str
+    path: str  # normalised path of the file that defines the target
+    key: tuple
+    status: str  # "ok" | "error"
+    message: str
+    report: Optional[CompileReport]
+    snapshots: dict  # normalised path -> the text that was compiled
+    target_line: Optional[int]  # 0-based line of the target's `def` in that text
+    kind: str = "report"  # "report" | "timeout" | "crashed" | "internal" | "startup"
+    seq: int = 0
+    _files: dict = dataclasses.field(default_factory=dict, repr=False)
+
+    def files(self) -> set:
+        if self.report is None:
+            return {self.path}
+        out = {self.path}
+        for op in self.report.ops:
+            if op.file:
+                out.add(norm_path(op.file))
+        for r in self.report.regions:
+            for s in r.source_lines:
+                if s.file:
+                    out.add(norm_path(s.file))
+        return out
+
+    def annotations(self, path: str) -> "FileAnnotations":
+        ann = self._files.get(path)
+        if ann is None:
+            ann = self._files[path] = build_annotations(self, path)
+        return ann
+
+
+@dataclasses.dataclass
+class LineNote:
+    result: Result
+    region: object  # compiler.report.Region
+    ops: list  # OpRecords of this region on this line
+
+
+@dataclasses.dataclass
+class DiagNote:
+    line: int  # 0-based, in the compiled text
+    severity: str  # "error" | "warning" | "information" | "hint"
+    message: str
+    col: Optional[int] = None
+    end_col: Optional[int] = None
+    code: Optional[str] = None
+
+
+@dataclasses.dataclass
+class FileAnnotations:
+    lines: dict  # old 0-based line -> [LineNote]
+    boundaries: dict  # old 0-based line -> [(region, boundary)]
+    region_lines: dict  # region id -> sorted old 0-based lines in this file
+    diags: list  # [DiagNote]
+
+
+def _same(path_a: Optional[str], path_b: str) -> bool:
+    return bool(path_a) and norm_path(path_a) == path_b
+
+
+def build_annotations(result: Result, path: str) -> FileAnnotations:
+    lines: dict = {}
+    boundaries: dict = {}
+    region_lines: dict = {}
+    diags: list = []
+    report = result.report
+    tl = result.target_line if path == result.path else None
+    if report is not None:
+        ops_by_region_line: dict = {}
+        for op in report.ops:
+            if op.region is None or not _same(op.file, path) or not op.line:
+                continue
+            ops_by_region_line.setdefault((op.region, op.line - 1), []).append(op)
+        for region in report.regions:
+            rl = {s.line - 1 for s in region.source_lines if _same(s.file, path) and s.line}
+            rl |= {ln for (rid, ln) in ops_by_region_line if rid == region.id}
+            if not rl:
+                continue
+            region_lines[region.id] = sorted(rl)
+            for ln in sorted(rl):
+                lines.setdefault(ln, []).append(
+                    LineNote(result, region, ops_by_region_line.get((region.id, ln), [])))
+            b = region.boundary
+            if b is not None:
+                bl = b.line - 1 if (b.line and _same(b.file, path)) else (
+                    max(rl) if (not b.file or _same(b.file, path)) else None)
+                if bl is not None:
+                    boundaries.setdefault(bl, []).append((region, b))
+        for fb in report.fallbacks:
+            if _same(fb.file, path) and fb.line:
+                diags.append(DiagNote(fb.line - 1, "information",
+                                      f"`{fb.op}` fell back to eager PyTorch: {fb.reason}",
+                                      code="fallback"))
+            elif tl is not None and not fb.file:
+                diags.append(DiagNote(tl, "information",
+                                      f"{result.target}: `{fb.op}` fell back to eager PyTorch: {fb.reason}",
+                                      code="fallback"))
+        for d in report.diagnostics:
+            if _same(d.file, path) and d.line:
+                diags.append(DiagNote(d.line - 1, d.severity or "information", d.message,
+                                      d.col, d.end_col if d.end_line in (None, d.line) else None))
+            elif tl is not None and not (d.file and d.line):
+                diags.append(DiagNote(tl, d.severity or "information", f"{result.target}: {d.message}"))
+    if result.status == "error":
+        err = report.error if report is not None else None
+        msg = (err.message if err is not None else "") or result.message or "compile failed"
+        at_error = None
+        if err is not None and _same(err.file, path) and err.line:
+            at_error = err.line - 1
+            diags.append(DiagNote(at_error, "error", f"{result.target}: {msg}", err.col and err.col - 1,
+                                  None, code="compile-error"))
+        if tl is not None and at_error != tl:
+            where = ""
+            if err is not None and err.file and err.line:
+                where = f" (at {os.path.basename(err.file)}:{err.line})"
+            diags.append(DiagNote(tl, "error", f"compiling {result.target} failed{where}: {msg}",
+                                  code=result.kind if result.kind != "report" else "compile-error"))
+    return FileAnnotations(lines, boundaries, region_lines, diags)
+
+
+def load_report(data: dict) -> CompileReport:
+    """CompileReport.from_dict, except that a region's `ops` (symbol names) are not built as
+    OpRecords: `_NESTED` in compiler/report.py maps every field called "ops" to OpRecord."""
+    data = dict(data)
+    regions = data.pop("regions", None) or []
+    report = CompileReport.from_dict(data)
+    built = []
+    for r in regions:
+        names = list(r.get("ops") or [])
+        region = _report._build(_report.Region, dict(r, ops=None))
+        region.ops = names
+        built.append(region)
+    report.regions = built
+    return report
+
+
+# --- formatting -------------------------------------------------------------------------
+
+def fmt_ms(ms: Optional[float]) -> str:
+    if ms is None:
+        return "?"
+    if ms >= 100:
+        return f"{ms:.0f} ms"
+    if ms >= 10:
+        return f"{ms:.1f} ms"
+    if ms >= 0.1:
+        return f"{ms:.2f} ms"
+    return f"{ms * 1000:.1f} µs"
+
+
+def shorten(text: str, limit: int = HINT_MAX) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def region_time(region) -> Optional[float]:
+    t = region.timing
+    return t.median_ms if t is not None else None
+
+
+def hint_label(notes: list) -> str:
+    regions = []
+    for n in notes:
+        if n.region not in regions:
+            regions.append(n.region)
+    ids = "+".join(r.id for r in regions)
+    executors = {r.executor for r in regions}
+    label = f"{ids} · {executors.pop() if len(executors) == 1 else 'mixed'}"
+    if len(regions) == 1 and region_time(regions[0]) is not None:
+        label += f" · {fmt_ms(region_time(regions[0]))}"
+    return shorten(label)
+
+
+def boundary_label(items: list) -> str:
+    region, b = items[0]
+    return shorten(f"┆ {region.id} ends: {b.reason}")
+
+
+def timing_text(region) -> str:
+    t = region.timing
+    if t is None or t.median_ms is None:
+        return "not measured"
+    text = fmt_ms(t.median_ms)
+    if t.eager_median_ms:
+        text += f" vs eager {fmt_ms(t.eager_median_ms)}"
+        if t.median_ms:
+            text += f" ({t.eager_median_ms / t.median_ms:.2f}x)"
+    return text
+
+
+def region_tooltip(note: LineNote, region_lines: list) -> str:
+    r = note.region
+    rep = note.result.report
+    parts = [f"**FusionLens** region `{r.id}` of `{note.result.target}` · executor `{r.executor}`",
+             f"time: {timing_text(r)} · {_plural(r.kernels, 'kernel')}"
+             + (f" ({rep.device_name})" if rep is not None and rep.device_name else ""),
+             "ops: " + ", ".join(f"`{o}`" for o in r.ops[:12]) + (" …" if len(r.ops) > 12 else "")]
+    if region_lines:
+        parts.append("lines: " + ", ".join(str(ln + 1) for ln in region_lines))
+    if r.note:
+        parts.append(f"note: {r.note}")
+    return "\n\n".join(parts)
+
+
+def code_block(code: str, limit: int = HOVER_CODE_LINES, more: str = "") -> str:
+    lines = code.rstrip().splitlines()
+    extra = ""
+    if len(lines) > limit:
+        extra = f"\n\n… {len(lines) - limit} more lines{more}"
+        lines = lines[:limit]
+    body = "\n".join(lines).replace("```", "`​``")
+    return f"```python\n{body}\n```{extra}"
+
+
+def hover_markdown(notes: list, boundaries: list, region_lines_of, line: int) -> str:
+    """Markdown for a compiled line. `region_lines_of(result, region_id)` gives the region's
+    current lines (0-based) in this document."""
+    out = []
+    for n in notes:
+        r = n.region
+        rep = n.result.report
+        other = [ln for ln in region_lines_of(n.result, r.id) if ln != line]
+        out.append(f"### FusionLens · region `{r.id}` · `{r.executor}`")
+        dev = f" on {rep.device_name}" if rep is not None and rep.device_name else ""
+        out.append(f"target `{n.result.target}` · {timing_text(r)}{dev} · {_plural(r.kernels, 'kernel')}")
+        if n.ops:
+            out.append("**ops from this line:** " + ", ".join(f"`{o.name}`" for o in n.ops))
+        out.append("**region ops:** " + ", ".join(f"`{o}`" for o in r.ops[:20])
+                   + (f" … ({len(r.ops)} in all)" if len(r.ops) > 20 else ""))
+        out.append("**same region:** " + (", ".join(f"line {ln + 1}" for ln in other) if other
+                                          else "only this line"))
+        for region, b in boundaries:
+            if region is r:
+                out.append(f"**region ends here:** {b.reason}" + (f" — {b.detail}" if b.detail else ""))
+        if r.note:
+            out.append(f"**note:** {r.note}")
+        trace = "\n".join(o.trace for o in n.ops if o.trace)
+        if trace:
+            out.append("**trace from this line:**\n\n" + code_block(trace, 20))
+        if r.code:
+            out.append(f"**kernel code ({r.id}):**\n\n"
+                       + code_block(r.code, more=" — code action “Show kernel code for this region”"))
+        out.append("---")
+    for region, b in boundaries:
+        if not any(n.region is region for n in notes):
+            out.append(f"**region `{region.id}` ends here:** {b.reason}"
+                       + (f" — {b.detail}" if b.detail else ""))
+    while out and out[-1] == "---":
+        out.pop()
+    return "\n\n".join(out)
+
+
+def report_summary(report: CompileReport) -> str:
+    parts = [_plural(len(report.regions), "region"),
+             _plural(sum(int(r.kernels or 0) for r in report.regions), "kernel")]
+    t = report.timings
+    if t is not None and t.compiled is not None:
+        parts.append(fmt_ms(t.compiled.median_ms))
+    if t is not None and t.speedup_vs_eager:
+        parts.append(f"{t.speedup_vs_eager:.1f}x vs eager")
+    return " · ".join(parts)
+
+
+def lens_title(status: str, result: Optional[Result], message: str = "") -> str:
+    if status == "compiling":
+        return "Compiling…"
+    if status == "not allowed":
+        return "Not compiled: execution disabled (fusionlens.allowExecution)"
+    if result is not None:
+        if result.status == "ok" and result.report is not None:
+            return report_summary(result.report)
+        return "Compile failed: " + shorten(result.message or "error", 60) + " · retry"
+    if status == "cancelled":
+        return "Compile & benchmark (cancelled: document changed)"
+    return "Compile & benchmark"
+
+
+def target_hover(name: str, status: str, message: str, result: Optional[Result]) -> str:
+    out = [f"### FusionLens target `{name}`", f"status: **{status}**" + (f" — {message}" if message else "")]
+    if result is not None and result.report is not None:
+        rep = result.report
+        out.append(report_summary(rep) + f" · device {rep.device_name or rep.device}")
+        t = rep.timings
+        if t is not None and t.compiled is not None and t.eager is not None:
+            out.append(f"compiled {fmt_ms(t.compiled.median_ms)} vs eager {fmt_ms(t.eager.median_ms)}"
+                       f" ({t.compiled.method}, {t.compiled.repeats} repeats)")
+        if rep.regions:
+            out.append("\n".join(f"- `{r.id}` {r.executor}: {len(r.ops)} ops, {timing_text(r)}"
+                                 for r in rep.regions))
+        if rep.fallbacks:
+            out.append(f"{len(rep.fallbacks)} op(s) fell back to eager PyTorch")
+    elif result is not None:
+        out.append(f"last compile failed: {result.message}")
+    return "\n\n".join(out)

@@ -1,0 +1,55 @@
+"""A stand-in for compiler.targets.compile_target that never runs user code.
+
+Used through FUSIONLENS_WORKER_COMPILE=fake_compile:compile_target (with tests/lsp on
+PYTHONPATH) by the latency benchmark and by tests of the worker machinery that must not
+depend on the real compiler: it parses the file and turns every call on a line inside a
+function body into an op, grouping consecutive lines into regions of up to three lines.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+
+from compiler.report import (Boundary, CompileReport, Diagnostic, OpRecord, ProgramTimings, Region,
+                             RegionTiming, SourceLine, Target, Timing)
+
+
+def compile_target(path, target_name, executors=None, benchmark=True, repeats=20, device="auto"):
+    path = os.path.abspath(path)
+    with open(path, encoding="utf-8") as f:
+        source = f.read()
+    tree = ast.parse(source, path)
+    target = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == target_name), None)
+    if target is None:
+        return CompileReport(Target(target_name, path, None, None), status="error",
+                             error=Diagnostic("error", f"no target {target_name}", path, 1))
+    lines = sorted({n.lineno for fn in ast.walk(tree) if isinstance(fn, ast.FunctionDef) and fn is not target
+                    for n in ast.walk(fn) if isinstance(n, ast.Call)})
+    src = source.splitlines()
+    groups, cur = [], []
+    for ln in lines:
+        if cur and (ln != cur[-1] + 1 or len(cur) == 3):
+            groups.append(cur)
+            cur = []
+        cur.append(ln)
+    if cur:
+        groups.append(cur)
+    regions, ops = [], []
+    for i, g in enumerate(groups):
+        rid = f"r{i}"
+        names = []
+        for ln in g:
+            name = f"torch.op_{ln}"
+            names.append(name)
+            ops.append(OpRecord(len(ops), name, rid, path, ln, ln, 0, len(src[ln - 1]), [],
+                                f"t{len(ops)} = {name}(...)  # {os.path.basename(path)}:{ln}", ["prims.add"]))
+        regions.append(Region(rid, "torch", names, [SourceLine(path, ln) for ln in g],
+                              "def region_%d(x):\n    return x\n" % i, [], [],
+                              RegionTiming(0.01 * (i + 1), 0.02 * (i + 1), 0.001),
+                              Boundary("demo", "fake compiler groups three lines", path, g[-1])))
+    t = Timing(0.5, 0.4, 0.6, 0.05, repeats, "perf_counter", "cpu")
+    e = Timing(0.9, 0.8, 1.0, 0.05, repeats, "perf_counter", "cpu")
+    return CompileReport(Target(target_name, path, target.lineno, target.end_lineno), executors=["torch"],
+                         traces={"execution": "\n".join(o.trace for o in ops)}, regions=regions, ops=ops,
+                         timings=ProgramTimings("cpu", t, e, None, 1.8, None))

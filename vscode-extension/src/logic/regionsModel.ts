@@ -1,0 +1,197 @@
+// View model of the regions view, built from a `fusionlens/regions` result. No `vscode` import.
+import type { RegionInfo, RegionsResult, TargetInfo } from './protocol';
+import { formatLines, formatMs, formatSpeedup, timeBar, truncate } from './format';
+
+export type Icon = 'pass' | 'error' | 'loading~spin' | 'circle-outline' | 'shield' | 'zap' | 'flame' | 'circuit-board' | 'symbol-event';
+
+export interface RegionRow {
+  kind: 'region';
+  key: string;
+  target: string;
+  regionId: string;
+  label: string;
+  description: string;
+  tooltip: string;
+  icon: Icon;
+  lines: number[];
+}
+
+export interface TargetRow {
+  kind: 'target';
+  key: string;
+  target: string;
+  label: string;
+  description: string;
+  tooltip: string;
+  icon: Icon;
+  line: number;
+  children: RegionRow[];
+}
+
+export interface ViewModel {
+  rows: TargetRow[];
+  /** Shown in place of rows when there is nothing to list. */
+  message: string | undefined;
+}
+
+function boundaryText(b: unknown): string {
+  if (!b) {
+    return '';
+  }
+  if (typeof b === 'string') {
+    return b;
+  }
+  if (typeof b === 'object') {
+    const o = b as Record<string, unknown>;
+    return [o.reason, o.detail].filter((x) => typeof x === 'string' && x).join(': ');
+  }
+  return '';
+}
+
+function targetIcon(status: string): Icon {
+  switch (status) {
+    case 'ok':
+      return 'pass';
+    case 'error':
+      return 'error';
+    case 'compiling':
+      return 'loading~spin';
+    case 'not allowed':
+      return 'shield';
+    default:
+      return 'circle-outline';
+  }
+}
+
+function executorIcon(executor: string): Icon {
+  switch (executor) {
+    case 'triton':
+      return 'flame';
+    case 'nvfuser':
+      return 'zap';
+    case 'torch':
+      return 'circuit-board';
+    default:
+      return 'symbol-event';
+  }
+}
+
+export function regionRow(target: string, r: RegionInfo): RegionRow {
+  const timing =
+    r.timeMs !== null
+      ? `${timeBar(r.timeMs, r.eagerMs)} ${formatMs(r.timeMs)}${r.eagerMs !== null ? ` / ${formatMs(r.eagerMs)} eager` : ''}`
+      : 'not timed';
+  const lines = formatLines(r.lines);
+  const ratio = r.timeMs !== null && r.eagerMs !== null && r.timeMs > 0 ? formatSpeedup(r.eagerMs / r.timeMs) : '';
+  const ops = r.ops.length ? r.ops.join(', ') : '(no ops)';
+  const boundary = boundaryText(r.boundary);
+  const tooltip = [
+    `Region ${r.id} — ${r.executor}`,
+    `Lines: ${lines || '(none in this file)'}`,
+    `Time: ${formatMs(r.timeMs)} compiled, ${formatMs(r.eagerMs)} eager${ratio ? ` (${ratio})` : ''}`,
+    `Ops (${r.ops.length}): ${truncate(ops, 400)}`,
+    boundary ? `Ends because: ${boundary}` : '',
+  ]
+    .filter((x) => x)
+    .join('\n');
+  return {
+    kind: 'region',
+    key: `${target}/${r.id}`,
+    target,
+    regionId: r.id,
+    label: `${r.id} · ${r.executor}`,
+    description: [timing, lines].filter((x) => x).join(' · '),
+    tooltip,
+    icon: executorIcon(r.executor),
+    lines: r.lines,
+  };
+}
+
+export function targetRow(t: TargetInfo): TargetRow {
+  let description: string;
+  switch (t.status) {
+    case 'ok': {
+      const sp = formatSpeedup(t.speedup);
+      const n = t.regions.length;
+      description = [
+        `${n} region${n === 1 ? '' : 's'}`,
+        sp ? `${sp} vs eager` : '',
+        t.compiledMs !== null ? `${formatMs(t.compiledMs)} / ${formatMs(t.eagerMs)} eager` : '',
+      ]
+        .filter((x) => x)
+        .join(' · ');
+      break;
+    }
+    case 'error':
+      description = `failed${t.message ? `: ${truncate(t.message, 60)}` : ''}`;
+      break;
+    case 'not allowed':
+      description = 'not run (execution not allowed)';
+      break;
+    default:
+      description = t.status;
+  }
+  return {
+    kind: 'target',
+    key: t.name,
+    target: t.name,
+    label: t.name,
+    description,
+    tooltip: `${t.name} (line ${t.line + 1}): ${t.status}${t.message ? `\n${t.message}` : ''}`,
+    icon: targetIcon(t.status),
+    line: t.line,
+    children: t.regions.map((r) => regionRow(t.name, r)),
+  };
+}
+
+export function buildViewModel(result: RegionsResult | null | undefined, why?: string): ViewModel {
+  if (!result) {
+    return { rows: [], message: why ?? 'Open a Python file to see its FusionLens regions.' };
+  }
+  if (result.targets.length === 0) {
+    return {
+      rows: [],
+      message: 'No compile targets in this file. Mark one with @compiler.example (a function returning (callable, args)).',
+    };
+  }
+  return { rows: result.targets.map(targetRow), message: undefined };
+}
+
+/** The target the cursor is in: its regions cover the line, else the nearest `def` above it. */
+export function targetAtLine(result: RegionsResult | null | undefined, line: number): TargetInfo | undefined {
+  if (!result || result.targets.length === 0) {
+    return undefined;
+  }
+  if (result.targets.length === 1) {
+    return result.targets[0];
+  }
+  const covering = result.targets.filter((t) => t.regions.some((r) => r.lines.includes(line)));
+  if (covering.length === 1) {
+    return covering[0];
+  }
+  const sorted = [...result.targets].sort((a, b) => a.line - b.line);
+  let best: TargetInfo | undefined;
+  for (const t of sorted) {
+    // The decorator sits one line above the def; count it as part of the target.
+    if (t.line - 1 <= line) {
+      best = t;
+    }
+  }
+  return best;
+}
+
+/** Regions (with their target) whose lines include `line`, best first (smallest region first). */
+export function regionsAtLine(result: RegionsResult | null | undefined, line: number): Array<{ target: TargetInfo; region: RegionInfo }> {
+  if (!result) {
+    return [];
+  }
+  const hits: Array<{ target: TargetInfo; region: RegionInfo }> = [];
+  for (const t of result.targets) {
+    for (const r of t.regions) {
+      if (r.lines.includes(line)) {
+        hits.push({ target: t, region: r });
+      }
+    }
+  }
+  return hits.sort((a, b) => a.region.lines.length - b.region.lines.length);
+}

@@ -1,0 +1,70 @@
+// The "FusionLens Regions" tree view in the explorer.
+import * as vscode from 'vscode';
+import { buildViewModel, RegionRow, TargetRow, ViewModel } from './logic/regionsModel';
+import type { RegionsResult } from './logic/protocol';
+
+type Row = TargetRow | RegionRow;
+
+export class RegionsView implements vscode.TreeDataProvider<Row>, vscode.Disposable {
+  private readonly changed = new vscode.EventEmitter<Row | undefined>();
+  readonly onDidChangeTreeData = this.changed.event;
+  private model: ViewModel = buildViewModel(null);
+  readonly view: vscode.TreeView<Row>;
+  /** What the view currently shows. */
+  result: RegionsResult | null = null;
+  uri: vscode.Uri | undefined;
+
+  constructor() {
+    this.view = vscode.window.createTreeView('fusionlens.regions', { treeDataProvider: this, showCollapseAll: true });
+    this.view.message = this.model.message;
+  }
+
+  show(uri: vscode.Uri | undefined, result: RegionsResult | null, why?: string): void {
+    this.uri = uri;
+    this.result = result;
+    this.model = buildViewModel(result, why);
+    this.view.message = this.model.message;
+    this.view.description = uri ? uri.path.split('/').pop() : undefined;
+    this.changed.fire(undefined);
+  }
+
+  getTreeItem(row: Row): vscode.TreeItem {
+    const item = new vscode.TreeItem(
+      row.label,
+      row.kind === 'target'
+        ? row.children.length
+          ? vscode.TreeItemCollapsibleState.Expanded
+          : vscode.TreeItemCollapsibleState.None
+        : vscode.TreeItemCollapsibleState.None,
+    );
+    item.id = row.key;
+    item.description = row.description;
+    item.tooltip = row.tooltip;
+    item.iconPath = new vscode.ThemeIcon(row.icon);
+    item.contextValue = row.kind === 'target' ? 'fusionlens.target' : 'fusionlens.region';
+    if (this.uri) {
+      const lines = row.kind === 'target' ? [row.line] : row.lines;
+      item.command = { command: 'fusionlens.revealRegion', title: 'Reveal', arguments: [this.uri.toString(), lines] };
+    }
+    return item;
+  }
+
+  getChildren(row?: Row): Row[] {
+    if (!row) {
+      return this.model.rows;
+    }
+    return row.kind === 'target' ? row.children : [];
+  }
+
+  getParent(row: Row): Row | undefined {
+    if (row.kind === 'region') {
+      return this.model.rows.find((t) => t.target === row.target);
+    }
+    return undefined;
+  }
+
+  dispose(): void {
+    this.view.dispose();
+    this.changed.dispose();
+  }
+}

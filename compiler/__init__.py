@@ -22,11 +22,14 @@ def example(fn):
     return fn
 
 
+_API = ("compile", "jit", "last_report", "last_traces", "CompileError")
+
+
 def __getattr__(name):
     # The compiler proper imports torch; keep `import compiler` cheap for tools that only
     # need `example` (and for the language server, which must not import torch).
-    from compiler import api
+    if name in _API:
+        import importlib
 
-    if name in api.__all__:
-        return getattr(api, name)
+        return getattr(importlib.import_module("compiler.api"), name)
     raise AttributeError(f"module 'compiler' has no attribute {name!r}")

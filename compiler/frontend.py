@@ -1,0 +1,298 @@
+"""Frontend: trace a real call into a torch-level Trace, every op with its user provenance.
+
+The callable runs for real on the example inputs under a TorchFunctionMode that records
+each tensor operation it sees (torch functions, Tensor methods and operators,
+torch.nn.functional), mapping tensor objects to SSA Values. Python control flow therefore
+specialises on the example inputs; the trace's signature says what it assumed.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import sys
+from typing import Any, Optional
+
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils import _pytree as pytree
+
+from compiler import provenance
+from compiler.ir import BoundSymbol, NameGen, Symbol, Trace, Value, dtype_name
+from compiler.ops import torch_ops
+
+MAX_OPS = 100_000  # a trace this long almost surely comes from a loop that never ends
+
+# Tensor -> python value: the trace keeps the value it saw and says so.
+_DATA_DEPENDENT = {"__bool__", "item", "tolist", "__int__", "__float__", "__index__", "__complex__",
+                   "numpy", "equal", "allclose", "is_nonzero"}
+
+
+class TraceError(Exception):
+    """Tracing failed; `file`/`line` point at the user's source."""
+
+    def __init__(self, message: str, file: Optional[str] = None, line: Optional[int] = None):
+        super().__init__(message)
+        self.message, self.file, self.line = message, file, line
+
+
+class Note:
+    """A diagnostic noticed while tracing: (severity, message, provenance)."""
+
+    def __init__(self, severity: str, message: str, where: Optional[provenance.Provenance]):
+        self.severity, self.message, self.where = severity, message, where
+
+
+def _sanitize(name: str) -> str:
+    name = re.sub(r"\W", "_", name)
+    return name if name and not name[0].isdigit() else f"_{name}"
+
+
+def _is_inplace(name: str) -> Optional[str]:
+    """The functional method name for an in-place one (add_ -> add, __iadd__ -> __add__)."""
+    if name.startswith("__i") and name.endswith("__") and name not in ("__init__", "__index__", "__int__", "__invert__", "__iter__"):
+        return "__" + name[3:]
+    if name.endswith("_") and not name.endswith("__") and not name.startswith("_"):
+        return name[:-1]
+    return None
+
+
+def _inplace_wrapper(method_name: str):
+    def functional(x, *args, **kwargs):
+        y = x.clone()
+        getattr(y, method_name)(*args, **kwargs)
+        return y
+    functional.__name__ = f"functional_{method_name}"
+    return functional
+
+
+class _Recorder(TorchFunctionMode):
+    def __init__(self, tracer: "Tracer"):
+        super().__init__()
+        self.tracer = tracer
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if getattr(func, "__name__", "") == "__setitem__":  # mutates args[0], returns None
+            self.tracer.record(func, args, kwargs, args[0])
+        elif any(isinstance(leaf, torch.Tensor) for leaf in pytree.tree_leaves(out)):
+            self.tracer.record(func, args, kwargs, out)
+        else:
+            name = getattr(func, "__name__", "")
+            if name in _DATA_DEPENDENT:
+                self.tracer.note_data_dependent(name, args, out)
+        return out
+
+
+class Tracer:
+    def __init__(self, name: str):
+        self.name = name
+        self.names = NameGen("t")
+        self.values: dict = {}  # id(tensor) -> Value
+        self.alive: list = []  # keeps traced tensors alive so their ids stay unique
+        self.inputs: list = []
+        self.known: dict = {}  # id(tensor) -> (role, name) for parameters and buffers
+        self.constants: dict = {}  # input name -> tensor, for parameters/buffers/captured
+        self.bound_symbols: list = []
+        self.notes: list = []
+        self.extra_globals: dict = {}
+        self.taken: set = set()
+
+    # --- values ---------------------------------------------------------------------------
+
+    def _unique(self, base: str) -> str:
+        name, i = base, 1
+        while name in self.taken:
+            name, i = f"{base}_{i}", i + 1
+        self.taken.add(name)
+        self.names.taken.add(name)
+        return name
+
+    def bind_input(self, tensor: torch.Tensor, name: str, role: str) -> Value:
+        v = Value(self._unique(name), tensor.shape, tensor.dtype, tensor.device, role)
+        self.values[id(tensor)] = v
+        self.alive.append(tensor)
+        self.inputs.append(v)
+        if role != "input":
+            self.constants[v.name] = tensor
+        return v
+
+    def to_value(self, x):
+        if not isinstance(x, torch.Tensor):
+            return x
+        v = self.values.get(id(x))
+        if v is not None:
+            return v
+        role, name = self.known.get(id(x), ("const", "c"))
+        if role == "const":
+            name = f"c{sum(1 for i in self.inputs if i.role == 'const')}"
+            self.notes.append(Note("information",
+                                   f"captured tensor constant {name} ({Value('', x.shape, x.dtype, x.device).type_str()}): "
+                                   "it is an input of the compiled program, not specialised",
+                                   provenance.capture()))
+        return self.bind_input(x, name, role)
+
+    def new_output(self, t: torch.Tensor) -> Value:
+        v = Value(self.names.next(), t.shape, t.dtype, t.device)
+        self.values[id(t)] = v  # rebinding: an op that returns (or mutates) a tensor names it anew
+        self.alive.append(t)
+        return v
+
+    # --- recording ------------------------------------------------------------------------
+
+    def record(self, func, args, kwargs, out):
+        if len(self.bound_symbols) >= MAX_OPS:
+            where = provenance.capture()
+            raise TraceError(f"the trace passed {MAX_OPS} ops: does this code loop forever?",
+                             where.file if where else None, where.line if where else None)
+        where = provenance.capture()
+        sym, args2, kwargs2, note = self.symbol_for(func, args, kwargs, where)
+        vargs, vkwargs = pytree.tree_map(self.to_value, (args2, kwargs2))
+        flat, spec = pytree.tree_flatten(out)
+        outs = [self.new_output(t) for t in flat if isinstance(t, torch.Tensor)]
+        single = isinstance(out, torch.Tensor)
+        if not single and len(outs) != len(flat):
+            spec = None if len(outs) == 1 else pytree.tree_flatten(tuple(outs))[1]
+            single = len(outs) == 1
+        self.bound_symbols.append(BoundSymbol(sym, vargs, vkwargs, outs, None if single else spec, where,
+                                              note=note))
+
+    def symbol_for(self, func, args, kwargs, where):
+        """The Symbol for a torch call, with its arguments in that symbol's convention."""
+        name = getattr(func, "__name__", "")
+        if name == "__get__":  # a property such as Tensor.T or Tensor.mT
+            prop = getattr(getattr(func, "__self__", None), "__name__", "")
+            getter = _PROPERTIES.get(prop)
+            if getter is not None:
+                return getter[0], getter[1](args), {}, ""
+            return self.opaque(lambda x, _p=prop: getattr(x, _p), f"Tensor.{prop}", args, kwargs, where)
+        if name == "__setitem__":
+            return self.opaque(_inplace_wrapper(name), "setitem", args, kwargs, where)
+        entry = torch_ops.lookup(func)
+        if entry is None and (functional := _is_inplace(name)):
+            owner = torch.Tensor if hasattr(torch.Tensor, name) else torch
+            fn = getattr(owner, functional, None)
+            entry = torch_ops.lookup(fn) if fn is not None else None
+            if args and isinstance(args[0], torch.Tensor) and args[0]._base is not None:
+                self.notes.append(Note("warning", f"in-place {name} on a view: FusionLens traces it as a new "
+                                       "value, so later reads of the viewed tensor may differ from eager", where))
+            if entry is None:
+                return self.opaque(_inplace_wrapper(name), f"Tensor.{name}", args, kwargs, where)
+        if entry is None:
+            return self.opaque(func, name, args, kwargs, where)
+        sym, adapter = entry
+        if adapter is not None:
+            args, kwargs = adapter(args, kwargs)
+        return sym, args, kwargs, ""
+
+    def opaque(self, func, label, args, kwargs, where):
+        printed = torch_ops.qualified_name(func)
+        if printed is None:
+            printed = self._unique(f"op_{_sanitize(label)}")
+            self.extra_globals[printed] = func
+        sym = Symbol(printed, func, kind="opaque", tags=(torch_ops.LIBRARY,))
+        reason = f"FusionLens has no symbol for {printed}; it runs as one torch call"
+        return sym, args, kwargs, reason
+
+    def note_data_dependent(self, name, args, out):
+        where = provenance.capture()
+        src = args[0] if args and isinstance(args[0], torch.Tensor) else None
+        v = self.values.get(id(src)) if src is not None else None
+        self.notes.append(Note("warning", f"Python control flow read a tensor's value ({v.name if v else 'a tensor'}"
+                               f".{name}() -> {out!r}); the trace is specialised to it and may be wrong "
+                               "for other input values", where))
+
+
+_PROPERTIES = {
+    "T": (torch_ops.SYMBOLS["torch.permute"], lambda a: (a[0], tuple(reversed(range(a[0].ndim))))),
+    "mT": (torch_ops.SYMBOLS["torch.transpose"], lambda a: (a[0], -2, -1)),
+    "data": (torch_ops.SYMBOLS["torch.Tensor.detach"], lambda a: (a[0],)),
+}
+
+
+def _parameter_names(fn) -> dict:
+    """id(tensor) -> (role, name) for a module's parameters and buffers."""
+    module = fn if isinstance(fn, torch.nn.Module) else getattr(fn, "__self__", None)
+    if not isinstance(module, torch.nn.Module):
+        return {}
+    known = {}
+    for name, p in module.named_parameters():
+        known.setdefault(id(p), ("param", "p_" + _sanitize(name)))
+    for name, b in module.named_buffers():
+        known.setdefault(id(b), ("buffer", "b_" + _sanitize(name)))
+    return known
+
+
+def target_name(fn) -> str:
+    if isinstance(fn, torch.nn.Module):
+        return _sanitize(type(fn).__name__)
+    return _sanitize(getattr(fn, "__name__", type(fn).__name__))
+
+
+def _signature_names(fn, args, kwargs) -> list:
+    """(name, value) for each argument, by the callable's own parameter names."""
+    target = fn.forward if isinstance(fn, torch.nn.Module) else fn
+    try:
+        bound = inspect.signature(target).bind(*args, **kwargs)
+    except (TypeError, ValueError):
+        return [(f"arg{i}", a) for i, a in enumerate(args)] + list(kwargs.items())
+    out = []
+    for pname, value in bound.arguments.items():
+        kind = bound.signature.parameters[pname].kind
+        if kind is inspect.Parameter.VAR_POSITIONAL:
+            out += [(f"{pname}{i}", v) for i, v in enumerate(value)]
+        elif kind is inspect.Parameter.VAR_KEYWORD:
+            out += list(value.items())
+        else:
+            out.append((pname, value))
+    return out
+
+
+def describe_input(name: str, x) -> str:
+    if isinstance(x, torch.Tensor):
+        layout = "contiguous" if x.is_contiguous() else f"strides {tuple(x.stride())}"
+        return (f"{name}: {dtype_name(x.dtype)}{list(x.shape)} on {x.device}, {layout}, "
+                f"requires_grad={x.requires_grad}")
+    return f"{name} = {x!r} (specialised)"
+
+
+class TraceResult:
+    def __init__(self, trace: Trace, eager_output: Any, constants: dict, notes: list):
+        self.trace = trace
+        self.eager_output = eager_output
+        self.constants = constants  # input name -> tensor (params, buffers, captured constants)
+        self.notes = notes
+
+
+def trace(fn, args=(), kwargs=None, name: Optional[str] = None) -> TraceResult:
+    """Run `fn(*args, **kwargs)` once, recording it. Errors in user code raise TraceError."""
+    kwargs = kwargs or {}
+    tracer = Tracer(name or target_name(fn))
+    tracer.known = _parameter_names(fn)
+    signature = []
+    for pname, value in _signature_names(fn, args, kwargs):
+        leaves = pytree.tree_leaves(value)
+        for i, leaf in enumerate(leaves):
+            label = pname if len(leaves) == 1 and leaf is value else f"{pname}_{i}"
+            if isinstance(leaf, torch.Tensor):
+                tracer.bind_input(leaf, _sanitize(label), "input")
+            signature.append(describe_input(label, leaf))
+    user_inputs = list(tracer.inputs)
+    try:
+        with torch.no_grad(), _Recorder(tracer):
+            out = fn(*args, **kwargs)
+    except TraceError:
+        raise
+    except Exception as e:
+        from compiler.targets import user_location
+
+        file, line = user_location(e)
+        raise TraceError(f"{type(e).__name__}: {e}", file, line) from e
+    output = pytree.tree_map(tracer.to_value, out)
+    for v in tracer.inputs:
+        if v not in user_inputs:
+            signature.append(describe_input(v.name, tracer.constants[v.name]))
+    t = Trace(tracer.name, tracer.inputs, tracer.bound_symbols, output, "acquired", signature,
+              tracer.extra_globals)
+    return TraceResult(t, out, tracer.constants, tracer.notes)

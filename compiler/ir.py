@@ -1,0 +1,344 @@
+"""The IR: SSA values, symbols, bound symbols and traces, and the trace printer.
+
+A Trace is a straight-line program of BoundSymbols (like torch.fx Nodes): each binds a
+Symbol to argument values and produces fresh output Values, exactly once (SSA). A
+BoundSymbol may carry `subsymbols`, the decomposition it stands for, so one trace can be
+printed at the torch level with its prims nested beneath. The printer emits runnable Python.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import operator
+import os
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+import torch
+from torch.utils import _pytree as pytree
+
+from compiler.provenance import Provenance
+
+DTYPE_SHORT = {
+    torch.float64: "f64", torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16",
+    torch.int64: "i64", torch.int32: "i32", torch.int16: "i16", torch.int8: "i8",
+    torch.uint8: "u8", torch.bool: "b8", torch.complex64: "c64", torch.complex128: "c128",
+}
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+class Value:
+    """An SSA value: a tensor of known shape, dtype and device, named once."""
+
+    __slots__ = ("name", "shape", "dtype", "device", "role")
+
+    def __init__(self, name: str, shape, dtype: torch.dtype, device: torch.device, role: str = ""):
+        self.name = name
+        self.shape = tuple(int(s) for s in shape)
+        self.dtype = dtype
+        self.device = torch.device(device)
+        self.role = role  # "input", "param", "buffer", "const" for trace inputs; "" otherwise
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    def type_str(self) -> str:
+        short = DTYPE_SHORT.get(self.dtype, dtype_name(self.dtype))
+        return f"{short}[{', '.join(map(str, self.shape))}] {self.device.type}"
+
+    def meta(self) -> torch.Tensor:
+        return torch.empty(self.shape, dtype=self.dtype, device="meta")
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+def values_in(tree) -> list:
+    """Every Value in a pytree of arguments, in order (with repeats)."""
+    return [leaf for leaf in pytree.tree_leaves(tree) if isinstance(leaf, Value)]
+
+
+class Symbol:
+    """An operation. `impl` runs it on real tensors; `decomposition`, when present, expresses
+    it in simpler symbols (ultimately prims) by being called on Values inside a trace."""
+
+    def __init__(self, name: str, impl: Callable, *, kind: str = "torch",
+                 decomposition: Optional[Callable] = None, tags=(), meta: Optional[Callable] = None):
+        self.name = name
+        self.impl = impl
+        self.kind = kind  # "prim", "torch", "opaque" or "region"
+        self.decomposition = decomposition
+        self.tags = frozenset(tags)
+        self.meta = meta  # (args, kwargs) -> meta tensors; default: impl on meta tensors
+
+    def __call__(self, *args, **kwargs):
+        ctx = _current()
+        if ctx is None or not values_in((args, kwargs)):
+            return self.impl(*args, **kwargs)
+        return ctx.bind(self, args, kwargs)
+
+    def __repr__(self) -> str:
+        return f"Symbol({self.name})"
+
+
+@dataclass
+class BoundSymbol:
+    sym: Symbol
+    args: tuple
+    kwargs: dict
+    outputs: list  # output Values, flat
+    out_spec: Any = None  # pytree spec of the result; None means a single Value
+    provenance: Optional[Provenance] = None
+    subsymbols: list = field(default_factory=list)
+    note: str = ""  # e.g. why an op is opaque
+
+    @property
+    def output(self) -> Value:
+        return self.outputs[0]
+
+    def inputs(self) -> list:
+        seen, out = set(), []
+        for v in values_in((self.args, self.kwargs)):
+            if v.name not in seen:
+                seen.add(v.name)
+                out.append(v)
+        return out
+
+    def result(self):
+        """The op's result structure with Values as leaves."""
+        return self.outputs[0] if self.out_spec is None else pytree.tree_unflatten(self.outputs, self.out_spec)
+
+    def replace(self, mapping: dict) -> "BoundSymbol":
+        """A copy with input and output Values renamed through `mapping` (name -> Value)."""
+        sub = lambda v: mapping.get(v.name, v) if isinstance(v, Value) else v  # noqa: E731
+        args, kwargs = pytree.tree_map(sub, (self.args, self.kwargs))
+        return BoundSymbol(self.sym, args, kwargs, [sub(o) for o in self.outputs], self.out_spec,
+                           self.provenance, [s.replace(mapping) for s in self.subsymbols], self.note)
+
+
+@dataclass
+class Trace:
+    name: str
+    inputs: list  # trace-input Values, in call order
+    bound_symbols: list
+    output: Any  # pytree of Values (and constants)
+    stage: str = "acquired"
+    signature: list = field(default_factory=list)  # human-readable specialisation assumptions
+    extra_globals: dict = field(default_factory=dict)  # name -> object the program refers to
+
+    def with_(self, stage: str, bound_symbols: list, output=None) -> "Trace":
+        return Trace(self.name, self.inputs, bound_symbols, self.output if output is None else output,
+                     stage, self.signature, dict(self.extra_globals))
+
+    def python(self, nested: bool = False) -> str:
+        return TracePrinter(self, nested).source()
+
+    def python_callable(self) -> Callable:
+        """Compile the printed program; calling it runs the trace."""
+        source = self.python()
+        namespace = program_globals(self.extra_globals)
+        exec(compile(source, f"<fusionlens {self.name}:{self.stage}>", "exec"), namespace)
+        return namespace[self.name]
+
+
+# --- trace construction -------------------------------------------------------------------
+
+class TraceContext:
+    """Collects BoundSymbols while symbols are called on Values; names new values."""
+
+    def __init__(self, names: "NameGen", provenance: Optional[Provenance] = None):
+        self.names = names
+        self.bound_symbols: list = []
+        self.provenance = provenance
+
+    def new_value(self, like: torch.Tensor, device) -> Value:
+        return Value(self.names.next(), like.shape, like.dtype, device)
+
+    def bind(self, sym: Symbol, args: tuple, kwargs: dict):
+        if sym.decomposition is not None:
+            inner = TraceContext(self.names, self.provenance)
+            with _use(inner):
+                result = sym.decomposition(*args, **kwargs)
+            flat, spec = pytree.tree_flatten(result)
+            single = isinstance(result, Value)
+            bsym = BoundSymbol(sym, args, kwargs, [v for v in flat if isinstance(v, Value)],
+                               None if single else spec, self.provenance, inner.bound_symbols)
+            self.bound_symbols.append(bsym)
+            return result
+        metas = run_meta(sym, args, kwargs)
+        device = infer_device(args, kwargs)
+        flat, spec = pytree.tree_flatten(metas)
+        outs = [self.new_value(m, device) for m in flat]
+        single = isinstance(metas, torch.Tensor)
+        bsym = BoundSymbol(sym, args, kwargs, outs, None if single else spec, self.provenance)
+        self.bound_symbols.append(bsym)
+        return bsym.result()
+
+
+class NameGen:
+    def __init__(self, prefix: str = "t", start: int = 0, taken=()):
+        self.prefix, self.count, self.taken = prefix, start, set(taken)
+
+    def next(self) -> str:
+        while True:
+            name = f"{self.prefix}{self.count}"
+            self.count += 1
+            if name not in self.taken:
+                return name
+
+
+_stack: list = []
+
+
+def _current() -> Optional[TraceContext]:
+    return _stack[-1] if _stack else None
+
+
+@contextlib.contextmanager
+def _use(ctx: TraceContext):
+    _stack.append(ctx)
+    try:
+        yield ctx
+    finally:
+        _stack.pop()
+
+
+tracing = _use
+
+
+def run_meta(sym: Symbol, args, kwargs):
+    """Output metadata: the symbol run on meta tensors standing in for the Values."""
+    to_meta = lambda x: x.meta() if isinstance(x, Value) else x  # noqa: E731
+    margs, mkwargs = pytree.tree_map(to_meta, (args, kwargs))
+    if "device" in mkwargs and mkwargs["device"] is not None:
+        mkwargs["device"] = "meta"
+    if sym.meta is not None:
+        return sym.meta(*margs, **mkwargs)
+    return sym.impl(*margs, **mkwargs)
+
+
+def infer_device(args, kwargs) -> torch.device:
+    if kwargs.get("device") is not None:
+        return torch.device(kwargs["device"])
+    for v in values_in((args, kwargs)):
+        if v.ndim > 0 or v.device.type != "cpu":
+            return v.device
+    vals = values_in((args, kwargs))
+    return vals[0].device if vals else torch.device("cpu")
+
+
+# --- printing -----------------------------------------------------------------------------
+
+def program_globals(extra: Optional[dict] = None) -> dict:
+    from compiler.ops import prims
+
+    namespace = {"torch": torch, "prims": prims, "operator": operator, "math": math, "inf": math.inf, "nan": math.nan}
+    if extra:
+        namespace.update(extra)
+    return namespace
+
+
+def format_arg(x) -> str:
+    if isinstance(x, Value):
+        return x.name
+    if isinstance(x, torch.dtype):
+        return str(x)
+    if isinstance(x, torch.device):
+        return f"torch.device({str(x)!r})"
+    if isinstance(x, torch.Size):
+        x = tuple(x)
+    if isinstance(x, float):
+        if math.isinf(x):
+            return "inf" if x > 0 else "-inf"
+        if math.isnan(x):
+            return "nan"
+        return repr(x)
+    if isinstance(x, tuple):
+        inner = ", ".join(format_arg(e) for e in x)
+        return f"({inner},)" if len(x) == 1 else f"({inner})"
+    if isinstance(x, list):
+        return "[" + ", ".join(format_arg(e) for e in x) + "]"
+    if isinstance(x, dict):
+        return "{" + ", ".join(f"{k!r}: {format_arg(v)}" for k, v in x.items()) + "}"
+    if isinstance(x, slice):
+        return f"slice({format_arg(x.start)}, {format_arg(x.stop)}, {format_arg(x.step)})"
+    if x is Ellipsis:
+        return "..."
+    if isinstance(x, torch.memory_format):
+        return str(x)
+    return repr(x)
+
+
+def format_call(bsym: BoundSymbol) -> str:
+    parts = [format_arg(a) for a in bsym.args]
+    parts += [f"{k}={format_arg(v)}" for k, v in bsym.kwargs.items()]
+    call = f"{bsym.sym.name}({', '.join(parts)})"
+    if not bsym.outputs:
+        return call
+    if bsym.out_spec is None:
+        lhs = bsym.outputs[0].name
+    else:
+        lhs = format_arg(pytree.tree_unflatten([v for v in bsym.outputs], bsym.out_spec))
+        lhs = lhs.strip("()[]").rstrip(",")
+        lhs = lhs + "," if len(bsym.outputs) == 1 else lhs
+    return f"{lhs} = {call}"
+
+
+def display_path(file: str) -> str:
+    try:
+        rel = os.path.relpath(file)
+    except ValueError:
+        return file
+    return file if rel.startswith("..") else rel
+
+
+class TracePrinter:
+    def __init__(self, trace: Trace, nested: bool):
+        self.trace, self.nested = trace, nested
+        self.lines: list = []
+        self.last_loc = None
+
+    def source(self) -> str:
+        t = self.trace
+        out = self.lines
+        out.append(f"# FusionLens trace · stage: {t.stage}")
+        out.append("import torch")
+        out.append("import operator")
+        out.append("from compiler.ops import prims")
+        out.append("from math import inf, nan")
+        out.append("")
+        out.append("")
+        out.append("@torch.no_grad()")
+        out.append(f"def {t.name}({', '.join(v.name for v in t.inputs)}):")
+        for v in t.inputs:
+            out.append(f"  # {v.name}: {v.type_str()}" + (f"  ({v.role})" if v.role and v.role != "input" else ""))
+        for bsym in t.bound_symbols:
+            self.emit(bsym, "  ")
+        out.append(f"  return {format_arg(t.output)}")
+        return "\n".join(out) + "\n"
+
+    def emit(self, bsym: BoundSymbol, indent: str, nested_level: int = 0):
+        p = bsym.provenance
+        if nested_level == 0 and p is not None and (p.file, p.line) != self.last_loc:
+            self.last_loc = (p.file, p.line)
+            self.lines.append(f"{indent}# {display_path(p.file)}:{p.line}  {p.source()}")
+        types = "; ".join(f"{o.name}: {o.type_str()}" for o in bsym.outputs)
+        comment = f"  # {types}" if types else ""
+        if bsym.note and nested_level == 0:
+            comment += "  (" + " ".join(bsym.note.split()) + ")"
+        text = format_call(bsym) + comment
+        if nested_level:
+            self.lines.append(f"{indent}{'  ' * nested_level}# {text}")
+        else:
+            self.lines.append(f"{indent}{text}")
+        if self.nested:
+            for sub in bsym.subsymbols:
+                self.emit(sub, indent, nested_level + 1)

@@ -1,0 +1,133 @@
+"""Trace-to-trace passes: decomposition into prims, flattening, DCE and CSE."""
+
+from __future__ import annotations
+
+import re
+
+from torch.utils import _pytree as pytree
+
+from compiler.ir import BoundSymbol, NameGen, Trace, TraceContext, Value, format_arg, tracing, values_in
+from compiler.ops.torch_ops import NoDecomposition
+
+
+def _max_index(trace: Trace) -> int:
+    best = -1
+    for b in iter_all(trace.bound_symbols):
+        for v in b.outputs:
+            m = re.fullmatch(r"t(\d+)", v.name)
+            if m:
+                best = max(best, int(m.group(1)))
+    return best
+
+
+def iter_all(bsyms):
+    for b in bsyms:
+        yield b
+        yield from iter_all(b.subsymbols)
+
+
+def _rename_output(tree, mapping):
+    return pytree.tree_map(lambda x: mapping.get(x.name, x) if isinstance(x, Value) else x, tree)
+
+
+def decompose(trace: Trace) -> Trace:
+    """Attach to each torch-level op its decomposition into prims (as subsymbols).
+
+    The decomposition's results take the recorded names, so the trace keeps its SSA names.
+    An op whose decomposition returns one of its inputs (contiguous, eval dropout) is an
+    alias: it is dropped and its uses read the input. Ops that cannot be decomposed keep
+    `note` saying why: they fall back to running as one torch call.
+    """
+    names = NameGen("t", _max_index(trace) + 1, {v.name for v in trace.inputs})
+    alias: dict = {}
+    out = []
+    for b in trace.bound_symbols:
+        b = b.replace(alias)
+        if b.sym.decomposition is None:
+            out.append(b)
+            continue
+        ctx = TraceContext(names, b.provenance)
+        try:
+            with tracing(ctx):
+                result = b.sym.decomposition(*b.args, **b.kwargs)
+        except NoDecomposition as e:
+            out.append(_with_note(b, f"{b.sym.name} is not decomposed ({e}); it runs as one torch call"))
+            continue
+        except Exception as e:  # a gap in our decomposition must not lose the op
+            out.append(_with_note(b, f"{b.sym.name}: decomposition failed ({type(e).__name__}: {e}); "
+                                     "it runs as one torch call"))
+            continue
+        flat = [v for v in pytree.tree_leaves(result) if isinstance(v, Value)]
+        mismatch = len(flat) != len(b.outputs) or any(
+            n.shape != o.shape or n.dtype != o.dtype for n, o in zip(flat, b.outputs))
+        if mismatch:
+            out.append(_with_note(b, f"{b.sym.name}: decomposition does not match torch's result "
+                                     "for these arguments; it runs as one torch call"))
+            continue
+        produced = {v.name for s in ctx.bound_symbols for v in s.outputs}
+        if all(v.name not in produced for v in flat):  # pure alias
+            alias.update({o.name: n for n, o in zip(flat, b.outputs)})
+            continue
+        if any(v.name not in produced for v in flat):  # partly aliasing: keep the op whole
+            out.append(b)
+            continue
+        mapping = {n.name: o for n, o in zip(flat, b.outputs)}
+        out.append(BoundSymbol(b.sym, b.args, b.kwargs, b.outputs, b.out_spec, b.provenance,
+                               [s.replace(mapping) for s in ctx.bound_symbols], b.note))
+    return trace.with_("decomposed", out, _rename_output(trace.output, alias))
+
+
+def _with_note(b: BoundSymbol, note: str) -> BoundSymbol:
+    return BoundSymbol(b.sym, b.args, b.kwargs, b.outputs, b.out_spec, b.provenance, [], b.note or note)
+
+
+def flatten(bsyms) -> list:
+    """Leaves of the decomposition tree: prims and ops that have no decomposition."""
+    out = []
+    for b in bsyms:
+        if b.subsymbols:
+            out.extend(flatten(b.subsymbols))
+        else:
+            out.append(b)
+    return out
+
+
+def dce(trace: Trace) -> Trace:
+    """Drop ops none of whose outputs reach the trace's output."""
+    needed = {v.name for v in values_in(trace.output)}
+    kept = []
+    for b in reversed(trace.bound_symbols):
+        if any(o.name in needed for o in b.outputs):
+            kept.append(b)
+            needed.update(v.name for v in b.inputs())
+    return trace.with_(trace.stage, list(reversed(kept)))
+
+
+def _cse_key(b: BoundSymbol):
+    if b.sym.kind == "opaque" or "random" in b.sym.tags:
+        return None
+    return (b.sym.name, format_arg(b.args), format_arg(b.kwargs))
+
+
+def cse(trace: Trace) -> Trace:
+    """Replace an op identical to an earlier one (same symbol, same arguments) by its result."""
+    seen: dict = {}
+    alias: dict = {}
+    out = []
+    for b in trace.bound_symbols:
+        b = b.replace(alias)
+        key = _cse_key(b)
+        first = seen.get(key) if key is not None else None
+        if first is not None and len(first.outputs) == len(b.outputs):
+            alias.update({o.name: f for o, f in zip(b.outputs, first.outputs)})
+            continue
+        if key is not None:
+            seen[key] = b
+        out.append(b)
+    return trace.with_(trace.stage, out, _rename_output(trace.output, alias))
+
+
+def optimise(trace: Trace) -> Trace:
+    t = dce(cse(trace))
+    t.stage = "optimised"
+    return t

@@ -1,0 +1,82 @@
+"""From the optimised trace to a runnable program: regions, execution trace, callable.
+
+Executors claim ops in priority order. Fusion executors (see compiler/fusion.py) take
+regions of prims and turn each into one generated kernel; every op nobody fused runs
+through the torch executor as one torch call, which is its own region. The execution trace
+calls region kernels and torch ops in order; it is printed like every other trace and
+compiled once into a Python function.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+import torch
+from torch.utils import _pytree as pytree
+
+from compiler import executors as executor_registry
+from compiler.ir import BoundSymbol, Trace, Value, format_call
+from compiler.report import Boundary
+
+
+@dataclass
+class Region:
+    id: str
+    executor: str
+    bsyms: list  # the ops it runs (prims for fusion regions, torch-level ops for torch)
+    inputs: list  # Values read from outside
+    outputs: list  # Values used outside
+    code: str = ""
+    fn: Optional[Callable] = None  # fusion regions: the generated callable
+    eager_fn: Optional[Callable] = None  # fusion regions: the same ops one torch call at a time
+    boundary: Optional[Boundary] = None
+    note: str = ""
+    kernels: int = 1
+    bound: Optional[BoundSymbol] = None  # its op in the execution trace
+
+
+@dataclass
+class Plan:
+    trace: Trace  # the execution trace
+    regions: list
+    notes: list = field(default_factory=list)  # (severity, message, provenance)
+
+
+def torch_region(rid: str, b: BoundSymbol) -> Region:
+    return Region(rid, "torch", [b], b.inputs(), list(b.outputs), code=format_call(b), bound=b,
+                  note=b.note)
+
+
+def plan(optimised: Trace, executor_names: list, device: torch.device) -> Plan:
+    fusers = []
+    notes = []
+    for name in executor_names:
+        ex = executor_registry.get(name)
+        ok, why = ex.available(device)
+        if not ok:
+            notes.append(("warning", f"executor {name} is not usable here: {why}; its work goes to the "
+                                     "next executor", None))
+        elif ex.fuses:
+            fusers.append(ex)
+    if fusers:
+        from compiler import fusion
+
+        return fusion.plan_with_fusion(optimised, fusers, device, notes)
+    regions = [torch_region(f"R{i}", b) for i, b in enumerate(optimised.bound_symbols)]
+    return Plan(optimised.with_("execution", list(optimised.bound_symbols)), regions, notes)
+
+
+def interpret(trace: Trace, inputs: list) -> dict:
+    """Run a trace op by op and keep every value: name -> tensor (for per-region timing)."""
+    env = {v.name: x for v, x in zip(trace.inputs, inputs)}
+    read = lambda x: env[x.name] if isinstance(x, Value) else x  # noqa: E731
+    with torch.no_grad():
+        for b in trace.bound_symbols:
+            args, kwargs = pytree.tree_map(read, (b.args, b.kwargs))
+            result = b.sym.impl(*args, **kwargs)
+            flat = [result] if b.out_spec is None else [x for x in pytree.tree_leaves(result)
+                                                         if isinstance(x, torch.Tensor)]
+            for v, x in zip(b.outputs, flat):
+                env[v.name] = x
+    return env

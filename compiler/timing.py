@@ -1,0 +1,62 @@
+"""Measurement used by everything that reports a time: warm-up, repeats, median and spread.
+
+On a GPU each repeat is timed with CUDA events around the call; on a CPU with
+perf_counter, synchronising first so that no earlier work is counted.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Callable
+
+import torch
+
+from compiler.report import Timing
+
+
+def _quartiles(samples):
+    if len(samples) < 2:
+        return samples[0], samples[0]
+    q = statistics.quantiles(samples, n=4)
+    return q[0], q[2]
+
+
+def summarize(samples_ms: list, method: str, device: str) -> Timing:
+    q1, q3 = _quartiles(samples_ms)
+    return Timing(median_ms=statistics.median(samples_ms), min_ms=min(samples_ms), max_ms=max(samples_ms),
+                  iqr_ms=q3 - q1, repeats=len(samples_ms), method=method, device=device)
+
+
+def measure(fn: Callable, *args, device: torch.device = torch.device("cpu"), warmup: int = 3,
+            repeats: int = 20, **kwargs) -> Timing:
+    """Time `fn(*args, **kwargs)`; returns a Timing in milliseconds."""
+    device = torch.device(device)
+    with torch.no_grad():
+        for _ in range(warmup):
+            fn(*args, **kwargs)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+            starts = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
+            ends = [torch.cuda.Event(enable_timing=True) for _ in range(repeats)]
+            for start, end in zip(starts, ends):
+                start.record()
+                fn(*args, **kwargs)
+                end.record()
+            torch.cuda.synchronize(device)
+            return summarize([s.elapsed_time(e) for s, e in zip(starts, ends)], "cuda_events", str(device))
+        samples = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            fn(*args, **kwargs)
+            samples.append((time.perf_counter() - t0) * 1e3)
+        return summarize(samples, "perf_counter", str(device))
+
+
+def device_name(device: torch.device) -> str:
+    device = torch.device(device)
+    if device.type == "cuda" and torch.cuda.is_available():
+        return torch.cuda.get_device_name(device)
+    import platform
+
+    return f"CPU ({platform.machine() or 'unknown'}, {torch.get_num_threads()} threads)"

@@ -22,7 +22,10 @@ PROFILES = ["visual-studio-code", "neovim"]
 
 def server_env(extra: dict | None = None) -> dict:
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH")) if p)
+    paths = [str(REPO), str(REPO / "tests" / "lsp"), env.get("PYTHONPATH")]
+    env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
+    if env.get("FUSIONLENS_LSP_TEST_FAKE"):  # developing without the real compiler only
+        env["FUSIONLENS_WORKER_COMPILE"] = "fake_compile:compile_target"
     env.update(extra or {})
     return env
 
@@ -50,6 +53,18 @@ class Session:
                 return value
             await asyncio.sleep(0.05)
         raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+    async def wait_targets(self, uri: str, statuses=("ok", "error"), timeout: float = 240, names=None):
+        """Poll fusionlens/regions until every (named) target has one of `statuses`."""
+        deadline = time.monotonic() + timeout
+        last = None
+        while time.monotonic() < deadline:
+            last = await self.regions(uri)
+            wanted = [t for t in last.targets if names is None or t.name in names]
+            if wanted and all(t.status in statuses for t in wanted):
+                return last
+            await asyncio.sleep(0.2)
+        raise AssertionError(f"targets did not reach {statuses} in {timeout} s: {last}")
 
     def open(self, path: Path | str, text: str | None = None) -> str:
         path = Path(path)

@@ -24,8 +24,13 @@ def compile_target(path, target_name, executors=None, benchmark=True, repeats=20
     if target is None:
         return CompileReport(Target(target_name, path, None, None), status="error",
                              error=Diagnostic("error", f"no target {target_name}", path, 1))
-    lines = sorted({n.lineno for fn in ast.walk(tree) if isinstance(fn, ast.FunctionDef) and fn is not target
-                    for n in ast.walk(fn) if isinstance(n, ast.Call)})
+    calls = {}
+    for fn in ast.walk(tree):
+        if isinstance(fn, ast.FunctionDef) and fn is not target:
+            for n in ast.walk(fn):
+                if isinstance(n, ast.Call):
+                    calls.setdefault(n.lineno, []).append(ast.unparse(n.func))
+    lines = sorted(calls)
     src = source.splitlines()
     groups, cur = [], []
     for ln in lines:
@@ -40,7 +45,7 @@ def compile_target(path, target_name, executors=None, benchmark=True, repeats=20
         rid = f"r{i}"
         names = []
         for ln in g:
-            name = f"torch.op_{ln}"
+            name = ", ".join(calls[ln])
             names.append(name)
             ops.append(OpRecord(len(ops), name, rid, path, ln, ln, 0, len(src[ln - 1]), [],
                                 f"t{len(ops)} = {name}(...)  # {os.path.basename(path)}:{ln}", ["prims.add"]))
@@ -53,3 +58,13 @@ def compile_target(path, target_name, executors=None, benchmark=True, repeats=20
     return CompileReport(Target(target_name, path, target.lineno, target.end_lineno), executors=["torch"],
                          traces={"execution": "\n".join(o.trace for o in ops)}, regions=regions, ops=ops,
                          timings=ProgramTimings("cpu", t, e, None, 1.8, None))
+
+
+def noisy_compile_target(*args, **kwargs):
+    """compile_target, but first write to stdout the ways user code can."""
+    import sys
+
+    print("NOISE from print")
+    sys.stdout.flush()
+    os.write(1, b"NOISE from fd 1\n")
+    return compile_target(*args, **kwargs)

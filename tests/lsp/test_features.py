@@ -1,0 +1,152 @@
+"""End to end: the real server process, the real compiler, real example files.
+
+Every test talks LSP to `python -m lsp_server --stdio` through pytest-lsp, with the client
+capabilities of VS Code or Neovim. benchmarkRepeats is 2 and each example file is compiled
+at most twice in the whole module, to keep the suite cheap.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from lsprotocol import types as T
+
+from conftest import EXAMPLES, PROFILES
+from helpers import HINT_RE, SUMMARY_RE, command_of, hover_text, line_of, tooltip_text
+
+pytestmark = pytest.mark.asyncio
+
+GPT = EXAMPLES / "gpt_block.py"
+
+
+async def test_gpt_block_lens_hints_hover_actions_commands(start_server):
+    s = await start_server({"compileTrigger": "manual"})
+    uri = s.open(GPT)
+    lines = GPT.read_text().splitlines()
+
+    lenses = await s.lenses(uri)
+    assert [l.command.title for l in lenses] == ["Compile & benchmark", "Compile & benchmark"]
+    first = lenses[0]
+    assert first.range.start.line == line_of(GPT, "@compiler.example")
+    assert first.command.command == "fusionlens.compile"
+    assert list(first.command.arguments) == [uri, "gpt_block_example"]
+    assert await s.hints(uri) == []  # nothing compiled yet, manual trigger
+
+    # Code actions on the target before compiling: only "Compile and benchmark".
+    target_line = line_of(GPT, "def gpt_block_example")
+    titles = [a.title for a in await s.actions(uri, target_line)]
+    assert titles == ["Compile and benchmark"]
+
+    # Run the lens' command, as an editor does when the lens is clicked.
+    result = await s.compile(uri, "gpt_block_example")
+    assert result == {"targets": ["gpt_block_example"], "ok": True}
+
+    lenses = await s.lenses(uri)
+    assert SUMMARY_RE.match(lenses[0].command.title), lenses[0].command.title
+    assert "vs eager" in lenses[0].command.title
+    assert lenses[1].command.title == "Compile & benchmark"
+
+    # Progress and status notifications came with the compile.
+    states = [st.state for st in s.statuses]
+    assert states[0] == "compiling" and states[-1] == "idle", states
+    assert s.statuses[-1].speedup is not None and s.statuses[-1].uri == uri
+    reports = [r for rs in s.client.progress_reports.values() for r in rs]
+    assert any(isinstance(r, T.WorkDoneProgressBegin) for r in reports)
+    assert any(isinstance(r, T.WorkDoneProgressEnd) for r in reports)
+
+    # Inlay hints: at the end of compiled user lines, short labels with region and executor.
+    hints = await s.hints(uri)
+    assert hints, "no inlay hints after compiling"
+    for h in hints:
+        assert h.position.character == len(lines[h.position.line]), h
+        assert len(h.label) <= 30, h.label
+    region_hints = [h for h in hints if not h.label.startswith("┆")]
+    for h in region_hints:
+        assert HINT_RE.match(h.label), h.label
+        assert "region" in tooltip_text(h)
+    hinted = {h.position.line for h in region_hints}
+    fc_line = line_of(GPT, "x = self.c_fc(x)")
+    gelu_line = line_of(GPT, "return 0.5 * x * (1.0 + torch.tanh")
+    assert fc_line in hinted and gelu_line in hinted, sorted(hinted)
+    assert line_of(GPT, "def gpt_block_example") not in hinted
+    # A range request only returns hints in that range.
+    only = await s.hints(uri, gelu_line, gelu_line)
+    assert {h.position.line for h in only} == {gelu_line}
+
+    # Hover on a compiled line: region, executor, ops, the trace from this line, kernel code.
+    text = hover_text(await s.hover(uri, gelu_line))
+    assert "### FusionLens · region `" in text
+    assert "**ops from this line:**" in text and "torch.tanh" in text
+    assert "**region ops:**" in text and "**same region:**" in text
+    assert "**trace from this line:**" in text and "```python" in text
+    assert "vs eager" in text or "not measured" in text
+    # Hover on the target itself summarises it; hover on a blank line says nothing.
+    assert "status: **ok**" in hover_text(await s.hover(uri, target_line))
+    assert await s.hover(uri, line_of(GPT, '"""A GPT-2')) is None
+
+    # Code actions on a compiled line.
+    actions = await s.actions(uri, fc_line)
+    titles = [a.title for a in actions]
+    assert titles[:2] == ["Compile and benchmark", "Show generated trace"]
+    assert any(t.startswith("Show kernel code for this region") for t in titles), titles
+
+    # "Show generated trace": a read-only .py file under the cache folder, opened by the client.
+    trace_cmd = command_of(actions[1])
+    shown = await s.command(trace_cmd.command, *trace_cmd.arguments)
+    assert shown["uri"].startswith("file://") and shown["uri"].endswith(".py")
+    path = Path(shown["uri"][len("file://"):])
+    assert path.exists() and not (path.stat().st_mode & 0o222)  # written read-only
+    assert "gpt_block_example" in path.read_text()
+    assert s.client.shown_documents[-1].uri == shown["uri"]
+
+    kernel_action = next(a for a in actions if a.title.startswith("Show kernel code"))
+    kcmd = command_of(kernel_action)
+    shown = await s.command(kcmd.command, *kcmd.arguments)
+    assert shown["uri"].endswith(".py")
+    assert kcmd.arguments[2] in Path(shown["uri"][len("file://"):]).read_text()
+
+    # fusionlens/regions, as the VS Code extension reads it.
+    regions = await s.regions(uri)
+    t0 = regions.targets[0]
+    assert t0.name == "gpt_block_example" and t0.status == "ok"
+    assert t0.regions and all(isinstance(ln, int) for r in t0.regions for ln in r.lines)
+    assert fc_line in {ln for r in t0.regions for ln in r.lines}
+    assert regions.targets[1].status == "not compiled"
+
+    # clearCache: lenses go back to "Compile & benchmark".
+    await s.command("fusionlens.clearCache")
+    assert [l.command.title for l in await s.lenses(uri)][0] == "Compile & benchmark"
+
+
+EXAMPLE_FILES = ["mlp.py", "norms.py", "softmax.py", "attention.py", "gpt_block.py", "llama_block.py",
+                 "bert_layer.py"]
+
+
+@pytest.mark.parametrize("profile,example",
+                         [(PROFILES[i % 2], name) for i, name in enumerate(EXAMPLE_FILES)])
+async def test_example_compiles_on_open(start_server, example):
+    """Opening an example compiles every target in it (compileTrigger onOpen)."""
+    path = EXAMPLES / example
+    if not path.exists():
+        pytest.skip(f"{path} is not there yet")
+    s = await start_server({"compileTrigger": "onOpen"})
+    uri = s.open(path)
+    n_targets = path.read_text().count("@compiler.example")
+    result = await s.wait_targets(uri, ("ok", "error"), timeout=600)
+    assert len(result.targets) == n_targets
+    bad = [(t.name, t.message) for t in result.targets if t.status != "ok"]
+    assert not bad, bad
+    lenses = await s.lenses(uri)
+    for lens in lenses:
+        assert SUMMARY_RE.match(lens.command.title), lens.command.title
+    hints = await s.hints(uri)
+    assert hints, f"no inlay hints in {example}"
+    lines = path.read_text().splitlines()
+    for h in hints:
+        assert h.position.character == len(lines[h.position.line])
+        assert len(h.label) <= 30
+    # each hinted line hovers with its region
+    h = next(h for h in hints if not h.label.startswith("┆"))
+    assert "### FusionLens · region" in hover_text(await s.hover(uri, h.position.line))

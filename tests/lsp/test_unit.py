@@ -1,0 +1,74 @@
+"""Unit tests of the server's pure parts (no server process, no torch)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from compiler.report import (Boundary, CompileReport, OpRecord, ProgramTimings, Region, RegionTiming,
+                             SourceLine, Target, Timing)
+from lsp_server.linemap import LineMap
+from lsp_server.views import (HINT_MAX, LineNote, Result, hint_label, lens_title, load_report,
+                              norm_path, report_summary)
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _report(path="/x/model.py"):
+    ops = [OpRecord(0, "torch.nn.functional.linear", "fusion_region_0", path, 5, 5, 8, 20, [], "t0 = linear(x)", []),
+           OpRecord(1, "torch.relu", "fusion_region_0", path, 6, 6, 8, 20, [], "t1 = relu(t0)", ["prims.max"])]
+    region = Region("fusion_region_0", "nvfuser_or_a_long_executor_name", ["linear", "relu"],
+                    [SourceLine(path, 5), SourceLine(path, 6)], "def k(): pass", [], [],
+                    RegionTiming(0.123, 0.3, 0.01), Boundary("library call", "matmul", path, 6), kernels=2)
+    t = Timing(0.41, 0.4, 0.5, 0.01, 2, "perf_counter", "cpu")
+    return CompileReport(Target("t", path, 10, 12), regions=[region], ops=ops,
+                         timings=ProgramTimings("cpu", t, t, None, 1.8, None))
+
+
+def test_linemap_shifts_and_drops_lines():
+    old = ["a", "b", "c", "d"]
+    new = ["new", "a", "b", "C!", "d"]
+    lm = LineMap(old, new)
+    assert [lm(i) for i in range(4)] == [1, 2, None, 4]
+    assert LineMap(old, list(old))(3) == 3
+
+
+def test_load_report_keeps_region_op_names():
+    data = json.loads(_report().to_json())
+    rep = load_report(data)
+    assert rep.regions[0].ops == ["linear", "relu"]
+    assert isinstance(rep.ops[0], OpRecord) and rep.ops[0].line == 5
+
+
+def test_labels_are_short_and_summary_reads_well():
+    rep = _report()
+    res = Result("t", norm_path("/x/model.py"), (), "ok", "", rep, {}, 9)
+    label = hint_label([LineNote(res, rep.regions[0], rep.ops[:1])])
+    assert len(label) <= HINT_MAX and label.startswith("fusion_region_0")
+    assert report_summary(rep) == "1 region · 2 kernels · 0.41 ms · 1.8x vs eager"
+    assert lens_title("not compiled", None) == "Compile & benchmark"
+    assert lens_title("ok", res) == "1 region · 2 kernels · 0.41 ms · 1.8x vs eager"
+
+
+def test_importing_the_server_does_not_import_torch():
+    code = "import sys, lsp_server.server, lsp_server.worker_client; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO,
+                         env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
+
+
+def test_worker_protocol_survives_user_prints(tmp_path):
+    """Prints to sys.stdout and raw writes to fd 1 in the worker must not reach the pipe."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "tests" / "lsp")]),
+               FUSIONLENS_WORKER_COMPILE="fake_compile:noisy_compile_target")
+    proc = subprocess.Popen([sys.executable, "-m", "lsp_server.worker"], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO, env=env, text=True)
+    req = {"id": 1, "cmd": "compile", "path": str(REPO / "examples" / "mlp.py"), "target": "mlp_example",
+           "repeats": 2, "sys_path": [str(REPO)]}
+    out, err = proc.communicate(json.dumps(req) + "\n", timeout=120)
+    messages = [json.loads(line) for line in out.splitlines()]  # every line is protocol JSON
+    assert messages[0]["event"] == "ready"
+    assert messages[-1]["id"] == 1 and messages[-1]["ok"], messages[-1]
+    assert "NOISE from print" in err and "NOISE from fd 1" in err

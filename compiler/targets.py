@@ -102,3 +102,94 @@ def user_location(exc: BaseException, prefer_file: Optional[str] = None):
     if user:
         return user[-1].filename, user[-1].lineno
     return prefer_file, None
+
+
+def _return_line(source: str, name: str) -> Optional[int]:
+    """Line of the target's last `return`, where a wrong return value is written."""
+    for node in ast.parse(source).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
+            returns = [n for n in ast.walk(node) if isinstance(n, ast.Return)]
+            return max(r.lineno for r in returns) if returns else node.lineno
+    return None
+
+
+def _check_example(value, file: str, line: Optional[int], name: str):
+    shape = "(callable, args) or (callable, args, kwargs)"
+    if not isinstance(value, (tuple, list)) or len(value) not in (2, 3):
+        got = f"a {type(value).__name__}" + (f" of length {len(value)}" if isinstance(value, (tuple, list)) else "")
+        raise TargetError(f"example {name} must return {shape}; it returned {got}", file, line)
+    fn, args = value[0], value[1]
+    kwargs = value[2] if len(value) == 3 else {}
+    if not callable(fn):
+        raise TargetError(f"example {name}: the first item must be callable, not {type(fn).__name__}", file, line)
+    if not isinstance(args, (tuple, list)):
+        args = (args,)  # a single argument is accepted as is
+    if not isinstance(kwargs, dict):
+        raise TargetError(f"example {name}: the third item must be a dict of keyword arguments", file, line)
+    return fn, tuple(args), kwargs
+
+
+def _to_device(fn, args, kwargs, device):
+    import torch
+    from torch.utils import _pytree as pytree
+
+    if isinstance(fn, torch.nn.Module):
+        fn = fn.to(device)
+    move = lambda x: x.to(device) if isinstance(x, torch.Tensor) else x  # noqa: E731
+    return fn, pytree.tree_map(move, args), pytree.tree_map(move, kwargs)
+
+
+def resolve_device(device: str):
+    import torch
+
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def compile_target(path: str, name: str, *, executors=None, benchmark: bool = True, repeats: int = 20,
+                   device: str = "auto", torch_compile: bool = False):
+    """Load `path`, run the example `name` and compile what it returns.
+
+    Never raises for problems in the user's code or file: the report then has
+    status "error" and `error` says what happened and where.
+    """
+    from compiler import api, report as R
+
+    path = os.path.abspath(path)
+    target = R.Target(name, path, None, None)
+    fail = lambda msg, file=path, line=None, col=None: R.CompileReport(  # noqa: E731
+        target=target, status="error", executors=list(executors or []),
+        error=R.Diagnostic("error", msg, file, line, col))
+    try:
+        with open(path, encoding="utf-8") as f:
+            source = f.read()
+        found = {t.name: t for t in find_targets(source, path)}
+    except OSError as e:
+        return fail(f"cannot read {path}: {e}")
+    except SyntaxError as e:
+        return fail(f"SyntaxError: {e.msg}", path, e.lineno, e.offset)
+    if name not in found:
+        return fail(f"no @compiler.example target named {name!r} in {os.path.basename(path)}"
+                    f" (found: {', '.join(found) or 'none'})")
+    info = found[name]
+    target.line, target.end_line = info.line, info.end_line
+    try:
+        module = load_module(path)
+        value = getattr(module, name)()
+    except TargetError as e:
+        return fail(e.message, e.file, e.line, e.col)
+    except Exception as e:
+        file, line = user_location(e, path)
+        return fail(f"example {name} raised {type(e).__name__}: {e}", file, line or info.line)
+    try:
+        fn, args, kwargs = _check_example(value, path, _return_line(source, name), name)
+        fn, args, kwargs = _to_device(fn, args, kwargs, resolve_device(device))
+        report = api.compile(fn, *args, executors=executors, benchmark=benchmark, repeats=repeats,
+                             torch_compile=torch_compile, name=name, **kwargs)
+    except TargetError as e:
+        return fail(e.message, e.file, e.line, e.col)
+    except api.CompileError as e:
+        report = e.report
+    report.target = target
+    return report

@@ -1,0 +1,139 @@
+"""`fusionlens compile FILE`: compile the file's @compiler.example targets and print what happened."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from compiler.targets import compile_target, find_targets
+
+
+def _fmt_ms(x):
+    return "-" if x is None else (f"{x:.3f} ms" if x >= 0.01 else f"{x * 1000:.1f} us")
+
+
+def _lines(region) -> str:
+    by_file: dict = {}
+    for s in region.source_lines:
+        by_file.setdefault(os.path.basename(s.file), []).append(str(s.line))
+    return "; ".join(f"{f}:{','.join(ls)}" for f, ls in by_file.items())
+
+
+def _table(rows, headers) -> str:
+    widths = [max(len(str(r[i])) for r in [headers] + rows) for i in range(len(headers))]
+    fmt = "  ".join(f"{{:<{w}}}" for w in widths)
+    out = [fmt.format(*headers), fmt.format(*("-" * w for w in widths))]
+    out += [fmt.format(*map(str, r)) for r in rows]
+    return "\n".join(out)
+
+
+def render(report, stage: str = "execution") -> str:
+    out = []
+    t = report.target
+    out.append(f"== {t.name}  ({os.path.relpath(t.file) if t.file else '?'}:{t.line}) ==")
+    if report.status != "ok":
+        e = report.error
+        out.append(f"error: {e.file}:{e.line}: {e.message}")
+        return "\n".join(out)
+    out.append(f"device: {report.device_name}   executors: {', '.join(report.executors)}   "
+               f"compile: {report.compile_ms:.0f} ms")
+    stages = list(report.traces) if stage == "all" else [stage]
+    for s in stages:
+        out.append(f"\n-- trace ({s}) --")
+        out.append(report.traces[s].rstrip())
+    rows = []
+    for r in report.regions:
+        tm = r.timing
+        ops = ", ".join(o.removeprefix("torch.nn.functional.").removeprefix("torch.").removeprefix("prims.")
+                        for o in r.ops)
+        rows.append([r.id, r.executor, ops if len(ops) <= 48 else ops[:45] + "...", _lines(r),
+                     _fmt_ms(tm.median_ms if tm else None), _fmt_ms(tm.eager_median_ms if tm else None),
+                     r.boundary.reason if r.boundary else ""])
+    out.append(f"\n-- regions ({len(report.regions)}) --")
+    out.append(_table(rows, ["region", "executor", "ops", "user lines", "time", "eager", "ends because"]))
+    if report.fallbacks:
+        out.append("\n-- fell back to torch --")
+        for f in report.fallbacks:
+            out.append(f"  {os.path.basename(f.file or '?')}:{f.line}  {f.op}: {f.reason}")
+    notes = [d for d in report.diagnostics]
+    if notes:
+        out.append("\n-- diagnostics --")
+        for d in notes:
+            where = f"{os.path.basename(d.file)}:{d.line}: " if d.file else ""
+            out.append(f"  {d.severity}: {where}{d.message}")
+    tm = report.timings
+    if tm and tm.compiled:
+        out.append("\n-- timings (whole program, median of "
+                   f"{tm.compiled.repeats}, {tm.compiled.method} on {tm.device}) --")
+        rows = [["compiled", _fmt_ms(tm.compiled.median_ms), _fmt_ms(tm.compiled.iqr_ms), ""],
+                ["eager", _fmt_ms(tm.eager.median_ms), _fmt_ms(tm.eager.iqr_ms), f"{tm.speedup_vs_eager:.2f}x"]]
+        if tm.torch_compile:
+            rows.append(["torch.compile", _fmt_ms(tm.torch_compile.median_ms), _fmt_ms(tm.torch_compile.iqr_ms),
+                         f"{tm.speedup_vs_torch_compile:.2f}x"])
+        out.append(_table(rows, ["", "median", "spread (IQR)", "compiled speedup"]))
+    return "\n".join(out)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="fusionlens", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    c = sub.add_parser("compile", help="compile and benchmark the @compiler.example targets of a file")
+    c.add_argument("file")
+    c.add_argument("--target", action="append", help="only this target (repeatable)")
+    c.add_argument("--json", action="store_true", help="print the CompileReport(s) as JSON")
+    c.add_argument("--executors", nargs="+", help="executor priority, e.g. triton torch")
+    c.add_argument("--benchmark", action=argparse.BooleanOptionalAction, default=True,
+                   help="measure compiled vs eager timings (default: on)")
+    c.add_argument("--repeats", type=int, default=20)
+    c.add_argument("--torch-compile", action="store_true", help="also time torch.compile")
+    c.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    c.add_argument("--stage", default="execution",
+                   help="which trace to print: acquired, decomposed, optimised, execution or all")
+    sub.add_parser("list", help="list the targets of a file").add_argument("file")
+    args = parser.parse_args(argv)
+
+    try:
+        with open(args.file, encoding="utf-8") as f:
+            source = f.read()
+        targets = find_targets(source, args.file)
+    except OSError as e:
+        print(f"fusionlens: cannot read {args.file}: {e.strerror}", file=sys.stderr)
+        return 2
+    except SyntaxError as e:
+        print(f"{args.file}:{e.lineno}:{e.offset}: SyntaxError: {e.msg}", file=sys.stderr)
+        return 1
+    if args.command == "list":
+        for t in targets:
+            print(f"{args.file}:{t.line}: {t.name}")
+        return 0
+    names = [t.name for t in targets]
+    if args.target:
+        missing = [n for n in args.target if n not in names]
+        if missing:
+            print(f"fusionlens: no target {', '.join(missing)} in {args.file} (found: {', '.join(names) or 'none'})",
+                  file=sys.stderr)
+            return 2
+        names = args.target
+    if not names:
+        print(f"fusionlens: {args.file} has no @compiler.example targets", file=sys.stderr)
+        return 2
+    sys.path.insert(0, os.getcwd())
+    reports = [compile_target(args.file, n, executors=args.executors, benchmark=args.benchmark,
+                              repeats=args.repeats, device=args.device, torch_compile=args.torch_compile)
+               for n in names]
+    if args.json:
+        data = [r.to_dict() for r in reports]
+        print(json.dumps(data[0] if len(data) == 1 else data, indent=2))
+    else:
+        print("\n\n".join(render(r, args.stage) for r in reports))
+    failed = [r for r in reports if r.status != "ok"]
+    for r in failed:
+        e = r.error
+        print(f"{e.file}:{e.line}: error: {e.message}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -190,11 +190,16 @@ def region_time(region) -> Optional[float]:
 
 
 def hint_label(notes: list) -> str:
+    """`R3 · triton · 0.12 ms` for one region; `R3+R4 · torch` or `R3 +8 more · torch` when
+    the line's ops went to several regions (time only when it is one region's)."""
     regions = []
     for n in notes:
         if n.region not in regions:
             regions.append(n.region)
-    ids = "+".join(r.id for r in regions)
+    if len(regions) <= 2:
+        ids = "+".join(r.id for r in regions)
+    else:
+        ids = f"{regions[0].id} +{len(regions) - 1} more"
     executors = {r.executor for r in regions}
     label = f"{ids} · {executors.pop() if len(executors) == 1 else 'mixed'}"
     if len(regions) == 1 and region_time(regions[0]) is not None:

@@ -45,7 +45,8 @@ class Worker:
         self._stderr_task: Optional[asyncio.Task] = None
         self._on_stderr = on_stderr
         self.cwd = cwd
-        self.restarts = 0
+        self.restarts = 0  # processes started after the first one (after a kill or a death)
+        self._started = False
         self._lock = asyncio.Lock()
 
     @property
@@ -108,8 +109,9 @@ class Worker:
 
     async def ensure_started(self) -> None:
         if self.proc is None or self.proc.returncode is not None:
-            if self.proc is not None:
+            if self._started:
                 self.restarts += 1
+            self._started = True
             await self._start()
 
     async def kill(self) -> None:

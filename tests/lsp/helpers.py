@@ -8,7 +8,7 @@ from pathlib import Path
 
 from lsprotocol import types as T
 
-HINT_RE = re.compile(r"^\S+ · [\w./-]+( · [\d.]+ (ms|µs))?$")
+HINT_RE = re.compile(r"^\S+( \+\d+ more)? · [\w./-]+( · [\d.]+ (ms|µs))?$")
 SUMMARY_RE = re.compile(r"^\d+ regions? · \d+ kernels?( · [\d.]+ (ms|µs))?( · [\d.]+x vs eager)?$")
 
 

@@ -20,6 +20,7 @@ A FusionGroup is what a fusion executor (triton, nvfuser) turns into code. Its c
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Optional
 
 
 @dataclass
@@ -43,3 +44,407 @@ class FusionGroup:
 
 class Decline(Exception):
     """A fusion executor refuses a group (a shape or dtype it cannot run); says why."""
+
+
+# --- the partitioner ----------------------------------------------------------------------
+
+import torch  # noqa: E402
+
+from compiler import passes  # noqa: E402
+from compiler.ir import BoundSymbol, NameGen, Symbol, Trace, Value, values_in  # noqa: E402
+from compiler.ops import prims as P  # noqa: E402
+from compiler.report import Boundary  # noqa: E402
+
+_FUSIBLE_TAGS = {P.ELEMENTWISE, P.REDUCTION}
+
+
+def _is_broadcast(b) -> bool:
+    return b.sym is P.broadcast_in_dim
+
+
+def _claims(b, fusers) -> tuple:
+    """(executor that takes this op, or None; why none does)."""
+    if b.sym.kind != "prim" or not (b.sym.tags & _FUSIBLE_TAGS or _is_broadcast(b)):
+        return None, ""
+    reasons = []
+    for ex in fusers:
+        why = ex.can_take(b)
+        if why is None:
+            return ex, ""
+        reasons.append(f"{ex.name}: {why}")
+    return None, "; ".join(reasons)
+
+
+def _blocking_reason(b, why_not: str) -> Boundary:
+    """Why op `b`, which reads a region's value, is not part of that region."""
+    p = b.provenance
+    loc = dict(file=p.file if p else None, line=p.line if p else None)
+    name = b.sym.name
+    if b.note:
+        return Boundary("unsupported op", b.note, **loc)
+    if b.sym.kind == "opaque":
+        return Boundary("unsupported op", f"{name} has no FusionLens symbol", **loc)
+    if b.sym.kind == "torch" and b.subsymbols and all(
+            leaf.sym.tags & {P.SHAPE, P.CAT} for leaf in passes.flatten([b])):
+        return Boundary("view or layout op", f"{name} changes the layout; torch runs it (a view where it can)", **loc)
+    if b.sym.kind == "torch":
+        return Boundary("library call", f"{name} runs as a library call", **loc)
+    if b.sym.tags & {P.SHAPE, P.CAT}:
+        return Boundary("view or layout op", f"{name} of an intermediate value is not fused", **loc)
+    if why_not:
+        return Boundary("unsupported op", f"{name}: {why_not}", **loc)
+    return Boundary("unsupported op", f"{name} is not fused", **loc)
+
+
+class _Group:
+    def __init__(self, gid: int, ex, domain: tuple, rdims: Optional[tuple]):
+        self.gid, self.ex, self.domain, self.rdims = gid, ex, domain, rdims
+        self.ops: list = []
+        self.produced: set = set()
+        self.deps: set = set()  # groups this one depends on, transitively
+        self.boundary: Optional[Boundary] = None
+
+    def space(self, shape) -> Optional[str]:
+        shape = tuple(shape)
+        if shape == self.domain:
+            return "full"
+        if self.rdims:
+            reduced = tuple(s for i, s in enumerate(self.domain) if i not in self.rdims)
+            keep = tuple(1 if i in self.rdims else s for i, s in enumerate(self.domain))
+            if shape in (reduced, keep):
+                return "reduced"
+        return None
+
+    def refuse(self, b) -> Optional[str]:
+        """None if op `b` fits this group's iteration space; else the reason it does not."""
+        if b.sym.tags & {P.REDUCTION}:
+            x = b.args[0]
+            dims = tuple(b.args[1]) if b.sym is not P.argmax else None
+            if dims is None:
+                return "argmax is not fused"
+            if tuple(x.shape) != self.domain:
+                return "reduction over another axis"
+            if self.rdims is not None and tuple(sorted(dims)) != self.rdims:
+                return "reduction over another axis"
+            return None
+        for o in b.outputs:
+            if self.space(o.shape) is None:
+                return f"iteration shape {list(o.shape)} differs from the region's {list(self.domain)}"
+        for v in b.inputs():
+            if v.name in self.produced and self.space(v.shape) is None:
+                return "iteration shape differs"
+        return None
+
+    def add(self, b):
+        if b.sym.tags & {P.REDUCTION} and self.rdims is None:
+            self.rdims = tuple(sorted(b.args[1]))
+        self.ops.append(b)
+        self.produced.update(o.name for o in b.outputs)
+
+
+def _new_group_for(gid, ex, b) -> _Group:
+    if b.sym.tags & {P.REDUCTION} and b.sym is not P.argmax:
+        g = _Group(gid, ex, tuple(b.args[0].shape), None)
+    else:
+        g = _Group(gid, ex, tuple(b.outputs[0].shape), None)
+    return g
+
+
+def partition(leaves: list, fusers: list, output_names: set):
+    """Greedy, dataflow-aware partition. Returns (nodes in a valid order, groups).
+
+    A node is a _Group or a single BoundSymbol. An op joins the group(s) of its producers
+    when it fits their iteration space and joining makes no cycle (no path leaves the group
+    and comes back); producer groups that fit are merged. Broadcasts of values from outside
+    any group float until a consumer takes them in: they are index arithmetic, not work.
+    """
+    producer: dict = {}  # value name -> _Group or BoundSymbol
+    deps_of: dict = {}  # id(node) -> set of group ids it depends on (transitively)
+    floating: dict = {}  # value name -> broadcast_in_dim op not yet placed
+    groups: list = []
+    order: list = []  # (first index, node) for the final sort
+    alive: set = set()  # ids of groups not merged away
+
+    def deps_through(v_name):
+        p = producer.get(v_name)
+        if p is None:
+            f = floating.get(v_name)
+            return deps_through(f.args[0].name) if f is not None else set()
+        own = {p.gid} if isinstance(p, _Group) else set()
+        return own | deps_of[id(p)]
+
+    def place_floating(name, position):
+        """A floating broadcast read by an op no group takes: it runs as a torch view."""
+        b = floating.pop(name)
+        deps_of[id(b)] = deps_through(b.args[0].name)
+        producer[name] = b
+        order.append((position, b))
+
+    def merge(into: _Group, other: _Group):
+        for b in other.ops:
+            into.ops.append(b)
+        into.produced |= other.produced
+        into.rdims = into.rdims or other.rdims
+        deps_of[id(into)] |= deps_of[id(other)]
+        into.boundary = into.boundary or None
+        for name in other.produced:
+            producer[name] = into
+        alive.discard(id(other))
+        for node_deps in deps_of.values():
+            if other.gid in node_deps:
+                node_deps.add(into.gid)
+
+    def note_boundary(g: _Group, kind, detail, b):
+        if g.boundary is None:
+            p = b.provenance
+            g.boundary = Boundary(kind, detail, p.file if p else None, p.line if p else None)
+
+    for i, b in enumerate(leaves):
+        ex, why_not = _claims(b, fusers)
+        inputs = [v.name for v in b.inputs()]
+        if ex is not None and _is_broadcast(b) and not isinstance(producer.get(inputs[0]), _Group) \
+                and inputs[0] not in floating:
+            floating[b.outputs[0].name] = b
+            continue
+        if ex is None:
+            for n in inputs:
+                if n in floating:
+                    place_floating(n, i)
+            deps_of[id(b)] = set().union(*(deps_through(n) for n in inputs)) if inputs else set()
+            for n in inputs:
+                p = producer.get(n)
+                if isinstance(p, _Group):
+                    p.boundary = p.boundary or _blocking_reason(b, why_not)
+            for o in b.outputs:
+                producer[o.name] = b
+            order.append((i, b))
+            continue
+        pulled = [floating[n] for n in inputs if n in floating]  # broadcasts this op takes in
+        reads = [n for n in inputs if n not in floating] + [f.args[0].name for f in pulled]
+        candidates = []
+        for name in reversed(reads):
+            p = producer.get(name)
+            if isinstance(p, _Group) and id(p) in alive and p.ex is ex and p not in candidates:
+                candidates.append(p)
+        joined = None
+        for g in candidates:
+            reason = g.refuse(b) or next((g.refuse(f) for f in pulled if g.refuse(f)), None)
+            if reason is None and g.gid in set().union(set(), *(deps_through(n) for n in reads
+                                                                 if n not in g.produced)):
+                reason = "joining would make a cycle through another op"
+            if reason is not None:
+                kind = ("reduction over another axis" if "reduction" in reason else
+                        "shape the executor refuses" if "shape" in reason else "output needed elsewhere")
+                note_boundary(g, kind, f"{b.sym.name}: {reason}", b)
+                continue
+            if joined is None:
+                joined = g
+            elif (joined.domain == g.domain and (joined.rdims is None or g.rdims is None or joined.rdims == g.rdims)
+                  and g.gid not in deps_of[id(joined)] and joined.gid not in deps_of[id(g)]):
+                merge(joined, g)  # e.g. two chains reading one input, combined here
+        if joined is None:
+            seed = pulled[0] if pulled and not (b.sym.tags & {P.REDUCTION}) else b
+            joined = _new_group_for(len(groups), ex, seed if seed is b else b)
+            groups.append(joined)
+            alive.add(id(joined))
+            deps_of[id(joined)] = set()
+            order.append((i, joined))
+        for f in pulled:
+            floating.pop(f.outputs[0].name, None)
+            if f.outputs[0].name not in joined.produced:
+                joined.add(f)
+                producer[f.outputs[0].name] = joined
+        for n in reads:
+            if n not in joined.produced:
+                deps_of[id(joined)] |= deps_through(n)
+        joined.add(b)
+        for o in b.outputs:
+            producer[o.name] = joined
+        for n in reads:  # a value from another group: that group's value flows out here
+            p = producer.get(n)
+            if isinstance(p, _Group) and p is not joined and id(p) in alive:
+                note_boundary(p, "output needed elsewhere", f"{n} feeds another region", b)
+    for name in list(floating):
+        place_floating(name, len(leaves))
+    order = [(i, n) for i, n in order if not isinstance(n, _Group) or id(n) in alive]
+    return _toposort(order, producer), [g for g in groups if id(g) in alive]
+
+
+def _toposort(order, producer):
+    """Nodes in dependency order, ties broken by where each node first appeared."""
+    import heapq
+
+    def node_inputs(node):
+        ops = node.ops if isinstance(node, _Group) else [node]
+        inside = node.produced if isinstance(node, _Group) else set()
+        return {v.name for b in ops for v in b.inputs() if v.name not in inside}
+
+    index = {id(n): k for k, (_, n) in enumerate(order)}
+    nodes = [n for _, n in order]
+    preds = {id(n): {id(producer[v]) for v in node_inputs(n) if v in producer} - {id(n)} for n in nodes}
+    succs: dict = {id(n): [] for n in nodes}
+    for n in nodes:
+        for p in preds[id(n)]:
+            succs[p].append(n)
+    waiting = {id(n): len(preds[id(n)]) for n in nodes}
+    ready = [(index[id(n)], id(n)) for n in nodes if waiting[id(n)] == 0]
+    heapq.heapify(ready)
+    by_id = {id(n): n for n in nodes}
+    out = []
+    while ready:
+        _, nid = heapq.heappop(ready)
+        out.append(by_id[nid])
+        for s in succs[nid]:
+            waiting[id(s)] -= 1
+            if waiting[id(s)] == 0:
+                heapq.heappush(ready, (index[id(s)], id(s)))
+    if len(out) != len(nodes):
+        raise RuntimeError("fusion made a cycle (a FusionLens bug)")
+    return out
+
+
+def _fuses_anything(b, fusers) -> bool:
+    return any(_claims(leaf, fusers)[0] is not None and leaf.sym.tags & _FUSIBLE_TAGS
+               for leaf in passes.flatten([b]))
+
+
+def _flat_trace(optimised: Trace, fusers) -> Trace:
+    """Flatten into prims the ops a fusion executor can work on; keep the others whole."""
+    leaves = []
+    for b in optimised.bound_symbols:
+        leaves.extend(passes.flatten([b]) if b.subsymbols and _fuses_anything(b, fusers) else [b])
+    flat = passes.dce(passes.cse(optimised.with_("fusion", leaves)))
+    return flat.with_("fusion", sink_broadcasts(flat, fusers))
+
+
+def sink_broadcasts(trace: Trace, fusers) -> list:
+    """Rewrite broadcast(f(x, y)) as f(broadcast(x), broadcast(y)) when f is elementwise and
+    its result has no other use, so that f runs inside the region that reads the broadcast
+    (e.g. a causal mask compared with 0 on its small shape, then broadcast to the scores)."""
+    names = NameGen("t", passes._max_index(trace) + 1, {v.name for v in trace.inputs})
+    bsyms = list(trace.bound_symbols)
+    changed = True
+    while changed:
+        changed = False
+        uses: dict = {}
+        for b in bsyms:
+            for v in b.inputs():
+                uses[v.name] = uses.get(v.name, 0) + 1
+        for v in values_in(trace.output):
+            uses[v.name] = uses.get(v.name, 0) + 1
+        producer = {o.name: b for b in bsyms for o in b.outputs}
+        for i, b in enumerate(bsyms):
+            if not _is_broadcast(b):
+                continue
+            x = b.args[0]
+            e = producer.get(x.name)
+            if (e is None or uses.get(x.name) != 1 or len(e.outputs) != 1 or P.ELEMENTWISE not in e.sym.tags
+                    or _claims(e, fusers)[0] is None
+                    or any(tuple(v.shape) != tuple(x.shape) for v in e.inputs())
+                    # only values computed outside any region: sinking work computed in a
+                    # region (e.g. rsqrt of a variance) would repeat it per element
+                    or any(v.name in producer and _claims(producer[v.name], fusers)[0] is not None
+                           for v in e.inputs())):
+                continue
+            shape, dims = b.args[1], b.args[2]
+            new, mapping = [], {}
+            for v in e.inputs():
+                out = Value(names.next(), shape, v.dtype, v.device)
+                new.append(BoundSymbol(P.broadcast_in_dim, (v, shape, dims), {}, [out], None, e.provenance))
+                mapping[v.name] = out
+            moved = e.replace(mapping)
+            moved.outputs = list(b.outputs)
+            bsyms[i:i + 1] = new + [moved]
+            bsyms.remove(e)
+            changed = True
+            break
+    return bsyms
+
+
+def _source_lines(bsyms) -> list:
+    seen, out = set(), []
+    for b in bsyms:
+        p = b.provenance
+        if p is not None and (p.file, p.line) not in seen:
+            seen.add((p.file, p.line))
+            from compiler.ir import display_path
+
+            out.append(f"{display_path(p.file)}:{p.line}  {p.source()}")
+    return out
+
+
+def plan_with_fusion(optimised: Trace, fusers: list, device, notes: list):
+    from compiler.program import Plan, Region, torch_region
+
+    flat = _flat_trace(optimised, fusers)
+    output_names = {v.name for v in values_in(flat.output)}
+    nodes, _ = partition(flat.bound_symbols, fusers, output_names)
+
+    used_later: dict = {}  # value name -> set of node ids reading it
+    for n in nodes:
+        ops = n.ops if isinstance(n, _Group) else [n]
+        for b in ops:
+            for v in b.inputs():
+                used_later.setdefault(v.name, set()).add(id(n))
+
+    regions, exec_bsyms, extra = [], [], {}
+    for n in nodes:
+        rid = f"R{len(regions)}"
+        if not isinstance(n, _Group):
+            r = torch_region(rid, n)
+            why = _claims(n, fusers)[1]
+            r.boundary = _blocking_reason(n, why) if (n.sym.kind != "prim" or n.note or why or
+                                                     n.sym.tags & {P.SHAPE, P.CAT}) else None
+            if why and not n.note:
+                r.note = why
+            regions.append(r)
+            exec_bsyms.append(n)
+            continue
+        produced = n.produced
+        inputs, seen = [], set()
+        for b in n.ops:
+            for v in b.inputs():
+                if v.name not in produced and v.name not in seen:
+                    seen.add(v.name)
+                    inputs.append(v)
+        outputs = [o for b in n.ops for o in b.outputs
+                   if o.name in output_names or (used_later.get(o.name, set()) - {id(n)})]
+        has_work = any(b.sym.tags & _FUSIBLE_TAGS for b in n.ops)
+        group = FusionGroup(rid, list(n.ops), inputs, outputs, n.domain, tuple(n.rdims or ()),
+                            _source_lines(n.ops))
+        generated, decline = None, ""
+        if has_work:
+            try:
+                generated = n.ex.generate(group, device)
+            except Decline as e:
+                decline = f"{n.ex.name} declined: {e}"
+        if generated is None:
+            for b in n.ops:  # run the group's prims one by one through torch
+                r = torch_region(f"R{len(regions)}", b)
+                if decline:
+                    r.note = decline
+                    r.boundary = Boundary("shape the executor refuses", decline,
+                                          b.provenance.file if b.provenance else None,
+                                          b.provenance.line if b.provenance else None)
+                regions.append(r)
+                exec_bsyms.append(b)
+            continue
+        call_name = f"{n.ex.name}_{rid}"
+        sym = Symbol(call_name, generated.fn, kind="region", tags=(n.ex.name,))
+        spec = passes_tuple_spec(len(outputs))
+        bound = BoundSymbol(sym, tuple(inputs), {}, list(outputs), spec, n.ops[0].provenance)
+        extra[call_name] = generated.fn
+        regions.append(Region(rid, n.ex.name, list(n.ops), inputs, list(outputs), code=generated.source,
+                              fn=generated.fn, eager_fn=getattr(generated, "eager_fn", None),
+                              boundary=n.boundary or Boundary("end of the program", "no later op reads it"),
+                              kernels=getattr(generated, "kernels", 1), bound=bound))
+        exec_bsyms.append(bound)
+    trace = flat.with_("execution", exec_bsyms)
+    trace.extra_globals.update(extra)
+    return Plan(trace, regions, notes)
+
+
+def passes_tuple_spec(n: int):
+    from torch.utils import _pytree as pytree
+
+    return pytree.tree_flatten(tuple(range(n)))[1]

@@ -167,6 +167,8 @@ class TraceContext:
             inner = TraceContext(self.names, self.provenance)
             with _use(inner):
                 result = sym.decomposition(*args, **kwargs)
+            if not inner.bound_symbols:  # the op is an alias of its input (reshape to the same shape)
+                return result
             flat, spec = pytree.tree_flatten(result)
             single = isinstance(result, Value)
             bsym = BoundSymbol(sym, args, kwargs, [v for v in flat if isinstance(v, Value)],

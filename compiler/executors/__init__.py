@@ -13,11 +13,23 @@ from typing import Optional
 import torch
 
 KNOWN = ("nvfuser", "triton", "torch")
+_PLUGINS: dict = {}  # name -> executor object registered at run time
+
+
+def register(executor) -> None:
+    """Make an executor object usable by name (a plugin, or a test double)."""
+    _PLUGINS[executor.name] = executor
+
+
+def unregister(name: str) -> None:
+    _PLUGINS.pop(name, None)
 
 
 def get(name: str):
+    if name in _PLUGINS:
+        return _PLUGINS[name]
     if name not in KNOWN:
-        raise ValueError(f"unknown executor {name!r}; known: {', '.join(KNOWN)}")
+        raise ValueError(f"unknown executor {name!r}; known: {', '.join(KNOWN + tuple(_PLUGINS))}")
     return importlib.import_module(f"compiler.executors.{name}_executor").EXECUTOR
 
 

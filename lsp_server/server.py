@@ -128,6 +128,7 @@ class View:
     region_lines: dict  # (result seq, region id) -> [line]
     diags: list  # [(line, DiagNote)]
     hint_lines: list  # sorted lines that carry hints
+    hints: Optional[list] = None  # [(line, InlayHint)], built on the first inlay request
 
 
 @dataclasses.dataclass
@@ -756,11 +757,17 @@ def inlay_hints(ls: FusionLensServer, params: T.InlayHintParams):
     state = ls.doc(params.text_document.uri)
     text_doc = ls.workspace.get_text_document(state.uri)
     view = ls.view(state)
-    lines = text_doc.lines
+    if view.hints is None:
+        view.hints = build_hints(view, text_doc)
     first, last = params.range.start.line, params.range.end.line
+    return [hint for line, hint in view.hints if first <= line <= last]
+
+
+def build_hints(view: View, text_doc) -> list:
+    lines = text_doc.lines
     out = []
     for line in view.hint_lines:
-        if line < first or line > last or line >= len(lines):
+        if line >= len(lines):
             continue
         text = lines[line].rstrip("\r\n")
         pos = T.Position(line, text_doc.position_codec.client_num_units(text))
@@ -769,14 +776,14 @@ def inlay_hints(ls: FusionLensServer, params: T.InlayHintParams):
             shown = [n for n in notes if n.result is notes[0].result]
             tip = "\n\n---\n\n".join(
                 region_tooltip(n, view.region_lines.get((n.result.seq, n.region.id), [])) for n in notes)
-            out.append(T.InlayHint(position=pos, label=hint_label(shown), padding_left=True,
-                                   tooltip=T.MarkupContent(kind=T.MarkupKind.Markdown, value=tip)))
+            out.append((line, T.InlayHint(position=pos, label=hint_label(shown), padding_left=True,
+                                          tooltip=T.MarkupContent(kind=T.MarkupKind.Markdown, value=tip))))
         bounds = view.boundaries.get(line)
         if bounds:
             tip = "\n\n".join(f"region `{r.id}` ends here: **{b.reason}**" + (f" — {b.detail}" if b.detail else "")
                               for r, b in bounds)
-            out.append(T.InlayHint(position=pos, label=boundary_label(bounds), padding_left=True,
-                                   tooltip=T.MarkupContent(kind=T.MarkupKind.Markdown, value=tip)))
+            out.append((line, T.InlayHint(position=pos, label=boundary_label(bounds), padding_left=True,
+                                          tooltip=T.MarkupContent(kind=T.MarkupKind.Markdown, value=tip))))
     return out
 
 

@@ -150,3 +150,31 @@ async def test_example_compiles_on_open(start_server, example):
     # each hinted line hovers with its region
     h = next(h for h in hints if not h.label.startswith("┆"))
     assert "### FusionLens · region" in hover_text(await s.hover(uri, h.position.line))
+
+
+@pytest.mark.parametrize("profile", ["neovim"])
+async def test_other_file_annotations_and_data_dependent_warning(start_server):
+    """Ops from a helper in another user file annotate that file when it is open; a warning
+    from the compiler (data-dependent control flow) lands on the user's line and columns."""
+    from conftest import FIXTURES
+
+    s = await start_server({"compileTrigger": "onOpen"})
+    helper = FIXTURES / "helper_ops.py"
+    huri = s.open(helper)
+    uri = s.open(FIXTURES / "helpers_other_file.py")
+    await s.wait_targets(uri, ("ok",))
+    hinted = {h.position.line for h in await s.hints(huri)}
+    from helpers import marked_lines
+    assert marked_lines(helper, "# OP:") <= hinted, (hinted, marked_lines(helper, "# OP:"))
+    text = hover_text(await s.hover(huri, line_of(helper, "t = torch.tanh(inner)")))
+    assert "helpers_other_file_example" in text and "torch.tanh" in text
+
+    dd = FIXTURES / "data_dependent.py"
+    duri = s.open(dd)
+    await s.wait_targets(duri, ("ok", "error"))
+    warnings = [d for d in s.diagnostics(duri) if d.severity == T.DiagnosticSeverity.Warning]
+    line = line_of(dd, "if x.sum() > 0:")
+    at = [d for d in warnings if d.range.start.line == line]
+    assert at, [(d.range.start.line, d.message) for d in s.diagnostics(duri)]
+    src = dd.read_text().splitlines()[line]
+    assert at[0].range.start.character == src.index("x.sum()")

@@ -174,6 +174,12 @@ async def test_execution_disabled(start_server):
     assert info["workerPid"] is None and info["torchImported"] is False
     assert s.statuses == []
 
+    # the user trusts the workspace: the client flips the setting, open documents compile
+    s.client.workspace_did_change_configuration(
+        T.DidChangeConfigurationParams(settings={"fusionlens": {"allowExecution": True}}))
+    await s.wait_targets(uri, ("ok",))
+    assert all(SUMMARY_RE.match(l.command.title) for l in await s.lenses(uri))
+
 
 @pytest.mark.parametrize("profile", ["neovim"])
 async def test_edit_shifts_annotations_and_cache_answers_reopen(start_server):

@@ -1,0 +1,169 @@
+"""The fusion partitioner: regions, their boundaries and reasons, and correctness."""
+
+import glob
+import os
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import compiler
+from compiler import checking, executors
+from compiler.targets import compile_target, find_targets
+from fusion_executor import TorchFusion
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+EXAMPLES = sorted(glob.glob(os.path.join(ROOT, "examples", "*.py")))
+
+
+@pytest.fixture
+def fuser():
+    ex = TorchFusion()
+    executors.register(ex)
+    yield ex
+    executors.unregister(ex.name)
+
+
+def fused(report):
+    return [r for r in report.regions if r.executor == "testfuser"]
+
+
+def compile_fused(fn, *args):
+    report = compiler.compile(fn, *args, executors=["testfuser", "torch"])
+    assert not [d for d in report.diagnostics if d.severity == "error"], report.diagnostics
+    return report
+
+
+def example(path, name):
+    return compile_target(os.path.join(ROOT, "examples", path), name, executors=["testfuser", "torch"],
+                          benchmark=False)
+
+
+def test_softmax_is_one_region(fuser):
+    r = compile_fused(lambda x: torch.softmax(x, -1), torch.randn(8, 33))
+    assert len(r.regions) == 1 and r.regions[0].executor == "testfuser"
+    assert {"prims.amax", "prims.sum", "prims.exp", "prims.div"} <= set(r.regions[0].ops)
+    assert fuser.groups[0].reduction_dims == (1,)
+
+
+def test_layernorm_with_residual_is_one_region(fuser):
+    ln = torch.nn.LayerNorm(64)
+    r = compile_fused(lambda x, y: ln(x + y), torch.randn(4, 64), torch.randn(4, 64))
+    assert len(r.regions) == 1
+    assert "prims.var_mean" in r.regions[0].ops and "prims.add" in r.regions[0].ops
+
+
+def test_library_call_ends_region_with_reason(fuser):
+    w = torch.randn(32, 16)
+
+    def f(x):
+        return F.linear(torch.relu(x), w) * 2
+
+    r = compile_fused(f, torch.randn(4, 16))
+    kinds = [reg.executor for reg in r.regions]
+    assert kinds == ["testfuser", "torch", "testfuser"]
+    first = r.regions[0]
+    assert first.boundary.reason == "library call"
+    assert "linear" in first.boundary.detail
+    assert first.boundary.line is not None
+
+
+def test_reduction_over_another_axis_starts_new_region(fuser):
+    def f(x):
+        a = x.sum(-1, keepdim=True)  # rows
+        return (x - a).sum(0)  # columns of the result
+
+    r = compile_fused(f, torch.randn(6, 10))
+    regions = fused(r)
+    assert len(regions) == 2
+    assert regions[0].boundary.reason == "reduction over another axis"
+
+
+def test_unsupported_op_ends_region(fuser):
+    def f(x):
+        y = torch.exp(x)
+        z = torch.cumsum(y, 0)  # no FusionLens symbol
+        return z * 3
+
+    r = compile_fused(f, torch.randn(5, 7))
+    assert [x.executor for x in r.regions] == ["testfuser", "torch", "testfuser"]
+    assert r.regions[0].boundary.reason == "unsupported op"
+    assert r.fallbacks and r.fallbacks[0].op == "torch.cumsum"
+
+
+def test_no_cycle_through_library_call(fuser):
+    w = torch.randn(16, 16)
+
+    def f(x):
+        a = torch.sigmoid(x)
+        b = a @ w  # library call reading the first region
+        return a + b  # may not join a's region: that would need b before a's region ends
+
+    x = torch.randn(8, 16)
+    r = compile_fused(f, x)
+    first = next(reg for reg in r.regions if "prims.sigmoid" in reg.ops)
+    assert "prims.add" not in first.ops
+    jf = compiler.jit(f, executors=["testfuser", "torch"])
+    x2 = torch.randn(8, 16)
+    assert checking.mismatch(jf(x2), f(x2)) is None
+
+
+def test_independent_chains_on_one_input_merge(fuser):
+    def f(x):
+        return (x * 0.5) * torch.tanh(x * 0.7)  # two chains from x, joined at the end
+
+    r = compile_fused(f, torch.randn(4, 8))
+    assert len(r.regions) == 1
+
+
+def test_causal_mask_compare_fuses_into_softmax_region(fuser):
+    r = example("attention.py", "causal_attention_example")
+    assert r.status == "ok"
+    softmax_region = next(reg for reg in fused(r) if "prims.exp" in reg.ops)
+    assert {"prims.eq", "prims.where", "prims.amax", "prims.sum"} <= set(softmax_region.ops)
+    lines = {s.line for s in softmax_region.source_lines}
+    assert len(lines) >= 2  # the scores scaling, the mask and the softmax lines
+
+
+@pytest.mark.parametrize("path,name,expected_fused", [
+    ("softmax.py", "softmax_example", 1),
+    ("norms.py", "layernorm_example", 1),
+    ("norms.py", "rmsnorm_example", 1),
+    ("norms.py", "residual_norm_example", 1),
+    ("gpt_block.py", "gpt_block_example", 5),
+])
+def test_example_region_counts(fuser, path, name, expected_fused):
+    r = example(path, name)
+    assert r.status == "ok", r.error
+    assert len(fused(r)) == expected_fused, [reg.ops for reg in fused(r)]
+    for reg in r.regions:
+        assert reg.source_lines, reg
+        assert reg.boundary is None or reg.boundary.reason in {
+            "library call", "unsupported op", "reduction over another axis", "shape the executor refuses",
+            "output needed elsewhere", "view or layout op", "end of the program"}
+
+
+def test_gpt_block_boundaries(fuser):
+    r = example("gpt_block.py", "gpt_block_example")
+    reasons = [reg.boundary.reason for reg in fused(r)]
+    assert reasons[:4] == ["library call"] * 4  # each fused region ends at a linear or matmul
+    assert reasons[-1] == "end of the program"
+    views = [reg for reg in r.regions if reg.boundary and reg.boundary.reason == "view or layout op"]
+    assert any("transpose" in reg.ops[0] for reg in views)
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=os.path.basename)
+def test_every_example_fused_matches_eager(fuser, path):
+    with open(path) as f:
+        names = [t.name for t in find_targets(f.read())]
+    for name in names:
+        r = compile_target(path, name, executors=["testfuser", "torch"], benchmark=False)
+        assert r.status == "ok", r.error
+        errors = [d.message for d in r.diagnostics if d.severity == "error"]
+        assert not errors, (name, errors)
+
+
+def test_unavailable_executor_falls_back_and_says_why():
+    r = compiler.compile(lambda x: torch.relu(x) + 1, torch.randn(3, 3), executors=["nvfuser", "torch"])
+    assert all(reg.executor == "torch" for reg in r.regions)
+    assert any("nvfuser" in d.message and "not usable" in d.message for d in r.diagnostics)

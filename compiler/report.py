@@ -171,24 +171,16 @@ class CompileReport:
         return next(r for r in self.regions if r.id == region_id)
 
 
-# Field name -> dataclass of the list elements or nested object, for from_dict.
+# (class, field) -> dataclass of the list elements or nested object, for from_dict.
 _NESTED: dict = {
-    "target": Target,
-    "error": Diagnostic,
-    "regions": Region,
-    "ops": OpRecord,
-    "fallbacks": Fallback,
-    "diagnostics": Diagnostic,
-    "timings": ProgramTimings,
-    "source_lines": SourceLine,
-    "inputs": TensorInfo,
-    "outputs": TensorInfo,
-    "timing": RegionTiming,
-    "boundary": Boundary,
-    "stack": Frame,
-    "compiled": Timing,
-    "eager": Timing,
-    "torch_compile": Timing,
+    (CompileReport, "target"): Target, (CompileReport, "error"): Diagnostic,
+    (CompileReport, "regions"): Region, (CompileReport, "ops"): OpRecord,
+    (CompileReport, "fallbacks"): Fallback, (CompileReport, "diagnostics"): Diagnostic,
+    (CompileReport, "timings"): ProgramTimings,
+    (Region, "source_lines"): SourceLine, (Region, "inputs"): TensorInfo, (Region, "outputs"): TensorInfo,
+    (Region, "timing"): RegionTiming, (Region, "boundary"): Boundary,
+    (OpRecord, "stack"): Frame,
+    (ProgramTimings, "compiled"): Timing, (ProgramTimings, "eager"): Timing, (ProgramTimings, "torch_compile"): Timing,
 }
 
 
@@ -200,7 +192,7 @@ def _build(cls, data: Any):
         if f.name not in data:
             continue
         value = data[f.name]
-        nested = _NESTED.get(f.name)
+        nested = _NESTED.get((cls, f.name))
         if nested is not None and value is not None:
             value = [_build(nested, v) for v in value] if isinstance(value, list) else _build(nested, value)
         kwargs[f.name] = value

@@ -232,12 +232,14 @@ class InputSpec:
     @staticmethod
     def of_tensor(t: torch.Tensor, device_type: str) -> "InputSpec":
         shape, contiguity, order = tensor_descriptor(t.shape, t.stride())
-        return InputSpec(t.dtype, shape, contiguity, order, t.device.type == "cpu" and device_type != "cpu")
+        return InputSpec(t.dtype, shape, contiguity, order,
+                         t.ndim == 0 and t.device.type == "cpu" and device_type != "cpu")
 
     @staticmethod
     def of_value(v: Value, device_type: str) -> "InputSpec":
         shape, contiguity, order = tensor_descriptor(v.shape, _contiguous_strides(v.shape))
-        return InputSpec(v.dtype, shape, contiguity, order, v.device.type == "cpu" and device_type != "cpu")
+        return InputSpec(v.dtype, shape, contiguity, order,
+                         v.ndim == 0 and v.device.type == "cpu" and device_type != "cpu")
 
 
 # --- what the executor takes -------------------------------------------------------------------
@@ -381,9 +383,9 @@ class _Writer:
         return self.scalar(x, dtype)
 
     def bind(self, v: Value, name: str, dtype: torch.dtype, comment: str):
-        name = self.cast(name, v.dtype) if dtype != v.dtype else name
-        self.names[v.name] = name
+        """Name the op just emitted as trace value v, cast to v's dtype if nvFuser's differs."""
         self.lines[-1] += comment
+        self.names[v.name] = self.cast(name, v.dtype) if dtype != v.dtype else name
 
     def provenance(self, b):
         p = b.provenance
@@ -430,7 +432,7 @@ class _Writer:
                 name = copy
             self.emit(f"fd.add_output({name})")
         body = "\n".join(self.lines)
-        tail = f"\n\nwith FusionDefinition() as fd:\n    {fname}(fd)\n"
+        tail = f"\n\n\nwith FusionDefinition() as fd:\n    {fname}(fd)\n"
         return body + tail, fname
 
     def op(self, b):

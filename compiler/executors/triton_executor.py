@@ -163,6 +163,9 @@ class TritonExecutor:
     name = "triton"
     fuses = True
 
+    def generate(self, group: FusionGroup, device=None) -> "Generated":
+        return generate(group, device)
+
     def available(self, device) -> tuple:
         device = torch.device(device)
         problem = _triton_imports()
@@ -1071,6 +1074,10 @@ def _stride_key(shape, stride) -> tuple:
     return tuple(0 if s == 1 else int(x) for s, x in zip(shape, stride))
 
 
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}es" if word.endswith("s") else f"{n} {word}s"
+
+
 def _region_ident(rid: str) -> str:
     return "fl_" + _ident(str(rid)).removeprefix("v_")
 
@@ -1089,8 +1096,8 @@ def build_source(group: FusionGroup, an: _Analysis, strides: list) -> tuple:
     out = [f"# FusionLens · Triton code for region {group.id}"]
     if an.is_reduction:
         passes = "one pass in registers" if not w.looped else (
-            f"{an.npasses + (1 if any(an.level_shape(o) == 'full' for o in an.outputs) else 0)} passes over each row "
-            f"in chunks of {w.bn}")
+            f"{_plural(an.npasses + (1 if any(an.level_shape(o) == 'full' for o in an.outputs) else 0), 'pass')} "
+            f"over each row in chunks of {w.bn}")
         out.append(f"# kind: reduction over dims {list(an.rdims)} of {list(an.domain)}: {an.nrows} rows of "
                    f"{an.ncols} elements, {passes}")
     else:
@@ -1136,7 +1143,7 @@ _module_ids = itertools.count()
 
 
 def load_source(source: str, launcher: str, label: str) -> Callable:
-    """Exec a generated module; returns its launcher. The source is registered with linecache
+    """Exec a generated module; returns the object named `launcher` (or a kernel). The source is registered with linecache
     so tracebacks and Triton (which reads the kernel's source) see it."""
     import linecache
 
@@ -1205,5 +1212,4 @@ def generate(group: FusionGroup, device=None) -> Generated:
     return Generated(source, launch, 1, _eager(group), [spec], variants)
 
 
-TritonExecutor.generate = staticmethod(lambda group, device=None: generate(group, device))
 EXECUTOR = TritonExecutor()

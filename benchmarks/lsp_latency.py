@@ -1,7 +1,7 @@
 """Latency of the language server's cached answers: hover, inlay hints, code lenses.
 
 Generates a ~500-line model file, compiles its target once through the real server process
-(the real compiler by default; `--fake` uses tests/lsp/fake_compile.py, which runs nothing),
+(the real compiler by default; `--fake` uses tests/lsp/lsp_fake_compile.py, which runs nothing),
 then times requests that must answer from the cache, also right after an edit (when the
 server re-maps annotations onto the new text). Prints a table; not a test.
 
@@ -63,7 +63,7 @@ async def main(args) -> None:
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), str(REPO / "tests" / "lsp"),
                                                     env.get("PYTHONPATH")) if p)
     if args.fake:
-        env["FUSIONLENS_WORKER_COMPILE"] = "fake_compile:compile_target"
+        env["FUSIONLENS_WORKER_COMPILE"] = "lsp_fake_compile:compile_target"
     client = await ClientServerConfig([sys.executable, "-m", "lsp_server"], server_env=env).start()
     client.feature("fusionlens/status")(lambda *a: None)
     client.feature(T.WORKSPACE_CODE_LENS_REFRESH)(lambda *a: None)

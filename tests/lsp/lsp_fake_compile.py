@@ -1,6 +1,6 @@
 """A stand-in for compiler.targets.compile_target that never runs user code.
 
-Used through FUSIONLENS_WORKER_COMPILE=fake_compile:compile_target (with tests/lsp on
+Used through FUSIONLENS_WORKER_COMPILE=lsp_fake_compile:compile_target (with tests/lsp on
 PYTHONPATH) by the latency benchmark and by tests of the worker machinery that must not
 depend on the real compiler: it parses the file and turns every call on a line inside a
 function body into an op, grouping consecutive lines into regions of up to three lines.

@@ -11,8 +11,8 @@ import asyncio
 import pytest
 from lsprotocol import types as T
 
-from conftest import EXAMPLES, FIXTURES
-from helpers import SUMMARY_RE, hover_text, line_of, marked_lines
+from lsp_helpers import EXAMPLES, FIXTURES
+from lsp_helpers import SUMMARY_RE, hover_text, line_of, marked_lines
 
 pytestmark = pytest.mark.asyncio
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from lsprotocol import types as T
 
-from conftest import EXAMPLES, PROFILES
-from helpers import HINT_RE, SUMMARY_RE, command_of, hover_text, line_of, tooltip_text
+from lsp_helpers import EXAMPLES
+from lsp_helpers import HINT_RE, SUMMARY_RE, command_of, hover_text, line_of, tooltip_text
 
 pytestmark = pytest.mark.asyncio
 
@@ -120,43 +120,43 @@ async def test_gpt_block_lens_hints_hover_actions_commands(start_server):
     assert [l.command.title for l in await s.lenses(uri)][0] == "Compile & benchmark"
 
 
-EXAMPLE_FILES = ["mlp.py", "norms.py", "softmax.py", "attention.py", "gpt_block.py", "llama_block.py",
-                 "bert_layer.py"]
+EXAMPLE_GROUPS = [("visual-studio-code", ("mlp.py", "norms.py", "softmax.py", "bert_layer.py")),
+                  ("neovim", ("attention.py", "gpt_block.py", "llama_block.py"))]
 
 
-@pytest.mark.parametrize("profile,example",
-                         [(PROFILES[i % 2], name) for i, name in enumerate(EXAMPLE_FILES)])
-async def test_example_compiles_on_open(start_server, example):
-    """Opening an example compiles every target in it (compileTrigger onOpen)."""
-    path = EXAMPLES / example
-    if not path.exists():
-        pytest.skip(f"{path} is not there yet")
+@pytest.mark.parametrize("profile,examples", EXAMPLE_GROUPS, ids=[p for p, _ in EXAMPLE_GROUPS])
+async def test_every_example_compiles_on_open(start_server, examples):
+    """Opening an example compiles every target in it (compileTrigger onOpen); every target
+    compiles, its lens shows the summary, and its compiled lines carry hints and hovers.
+    The files are split over two servers (one per client profile) to start few workers."""
     s = await start_server({"compileTrigger": "onOpen"})
-    uri = s.open(path)
-    n_targets = path.read_text().count("@compiler.example")
-    result = await s.wait_targets(uri, ("ok", "error"), timeout=600)
-    assert len(result.targets) == n_targets
-    bad = [(t.name, t.message) for t in result.targets if t.status != "ok"]
-    assert not bad, bad
-    lenses = await s.lenses(uri)
-    for lens in lenses:
-        assert SUMMARY_RE.match(lens.command.title), lens.command.title
-    hints = await s.hints(uri)
-    assert hints, f"no inlay hints in {example}"
-    lines = path.read_text().splitlines()
-    for h in hints:
-        assert h.position.character == len(lines[h.position.line])
-        assert len(h.label) <= 30
-    # each hinted line hovers with its region
-    h = next(h for h in hints if not h.label.startswith("┆"))
-    assert "### FusionLens · region" in hover_text(await s.hover(uri, h.position.line))
+    paths = [EXAMPLES / name for name in examples if (EXAMPLES / name).exists()]
+    uris = [s.open(path) for path in paths]
+    for path, uri in zip(paths, uris):
+        n_targets = path.read_text().count("@compiler.example")
+        result = await s.wait_targets(uri, ("ok", "error"), timeout=600)
+        assert len(result.targets) == n_targets
+        bad = [(t.name, t.message) for t in result.targets if t.status != "ok"]
+        assert not bad, (path.name, bad)
+        for lens in await s.lenses(uri):
+            assert SUMMARY_RE.match(lens.command.title), (path.name, lens.command.title)
+        hints = await s.hints(uri)
+        assert hints, f"no inlay hints in {path.name}"
+        lines = path.read_text().splitlines()
+        for h in hints:
+            assert h.position.character == len(lines[h.position.line])
+            assert len(h.label) <= 30
+        h = next(h for h in hints if not h.label.startswith("┆"))
+        assert "### FusionLens · region" in hover_text(await s.hover(uri, h.position.line))
+    # one worker did all of it
+    assert (await s.command("fusionlens.debugInfo"))["workerRestarts"] == 0
 
 
 @pytest.mark.parametrize("profile", ["neovim"])
 async def test_other_file_annotations_and_data_dependent_warning(start_server):
     """Ops from a helper in another user file annotate that file when it is open; a warning
     from the compiler (data-dependent control flow) lands on the user's line and columns."""
-    from conftest import FIXTURES
+    from lsp_helpers import FIXTURES
 
     s = await start_server({"compileTrigger": "onOpen"})
     helper = FIXTURES / "helper_ops.py"
@@ -164,7 +164,7 @@ async def test_other_file_annotations_and_data_dependent_warning(start_server):
     uri = s.open(FIXTURES / "helpers_other_file.py")
     await s.wait_targets(uri, ("ok",))
     hinted = {h.position.line for h in await s.hints(huri)}
-    from helpers import marked_lines
+    from lsp_helpers import marked_lines
     assert marked_lines(helper, "# OP:") <= hinted, (hinted, marked_lines(helper, "# OP:"))
     text = hover_text(await s.hover(huri, line_of(helper, "t = torch.tanh(inner)")))
     assert "helpers_other_file_example" in text and "torch.tanh" in text

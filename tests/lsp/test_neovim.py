@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from conftest import EXAMPLES, REPO, server_env
-from helpers import HINT_RE, SUMMARY_RE, line_of
+from lsp_helpers import EXAMPLES, REPO, server_env
+from lsp_helpers import HINT_RE, SUMMARY_RE, line_of
 
 NVIM = shutil.which("nvim")
 

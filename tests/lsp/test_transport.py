@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from conftest import REPO, server_env
+from lsp_helpers import REPO, server_env
 
 
 def _frame(obj: dict) -> bytes:

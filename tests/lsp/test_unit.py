@@ -62,7 +62,7 @@ def test_importing_the_server_does_not_import_torch():
 def test_worker_protocol_survives_user_prints(tmp_path):
     """Prints to sys.stdout and raw writes to fd 1 in the worker must not reach the pipe."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "tests" / "lsp")]),
-               FUSIONLENS_WORKER_COMPILE="fake_compile:noisy_compile_target")
+               FUSIONLENS_WORKER_COMPILE="lsp_fake_compile:noisy_compile_target")
     proc = subprocess.Popen([sys.executable, "-m", "lsp_server.worker"], stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO, env=env, text=True)
     req = {"id": 1, "cmd": "compile", "path": str(REPO / "examples" / "mlp.py"), "target": "mlp_example",

@@ -191,8 +191,9 @@ for _name in ("exp", "exp2", "log", "log2", "log1p", "expm1", "sqrt", "rsqrt", "
               "sigmoid", "erf", "reciprocal", "abs", "neg", "floor", "ceil", "round", "trunc", "sign"):
     _mk = pos if _name in _POSITIVE else t
     sample(f"torch.{_name}", f"{_name}_fn", lambda a, _n=_name: getattr(torch, _n)(a), _mk(3, 4))
-    sample(f"torch.{_name}", f"{_name}_method_nc", lambda a, _n=_name: getattr(a, _n)(), _mk(2, 3, 4, layout="t"))
-    sample(f"torch.{_name}", f"{_name}_empty", lambda a, _n=_name: getattr(torch, _n)(a), _mk(0, 3))
+    sample(f"torch.{_name}", f"{_name}_method_nc", lambda a, _n=_name: getattr(a, _n)(), _mk(2, 3, 4, layout="t"),
+           dtypes=(F32, BF16))
+    sample(f"torch.{_name}", f"{_name}_empty", lambda a, _n=_name: getattr(torch, _n)(a), _mk(0, 3), dtypes=ONLY_F32)
 for _name in ("exp", "sqrt", "sigmoid", "abs", "neg", "floor", "round", "sign"):
     sample(f"torch.{_name}", f"{_name}_int", lambda a, _n=_name: getattr(torch, _n)(a),
            ints(3, 4, low=0 if _name == "sqrt" else -3, high=4), dtypes=ONLY_F32)

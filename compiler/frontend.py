@@ -8,6 +8,7 @@ specialises on the example inputs; the trace's signature says what it assumed.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import re
 import sys
@@ -184,7 +185,7 @@ class Tracer:
         sym, adapter = entry
         if adapter is not None:
             args, kwargs = adapter(args, kwargs)
-        return sym, args, kwargs, ""
+        return sym, args, _drop_defaults(sym, kwargs), ""
 
     def opaque(self, func, label, args, kwargs, where):
         printed = torch_ops.qualified_name(func)
@@ -202,6 +203,28 @@ class Tracer:
         self.notes.append(Note("warning", f"Python control flow read a tensor's value ({v.name if v else 'a tensor'}"
                                f".{name}() -> {out!r}); the trace is specialised to it and may be wrong "
                                "for other input values", where))
+
+
+def _is_default(value, default) -> bool:
+    if value is default:
+        return True
+    plain = (bool, int, float, str)
+    return type(value) in plain and type(value) is type(default) and value == default
+
+
+def _drop_defaults(sym, kwargs: dict) -> dict:
+    """Keyword arguments the caller left at their defaults (torch.nn.functional passes them
+    all on) only clutter the trace."""
+    if sym.decomposition is None or not kwargs:
+        return kwargs
+    params = _signature(sym.decomposition).parameters
+    return {k: v for k, v in kwargs.items()
+            if not (k in params and _is_default(v, params[k].default))}
+
+
+@functools.lru_cache(maxsize=None)
+def _signature(fn):
+    return inspect.signature(fn)
 
 
 _PROPERTIES = {

@@ -61,6 +61,19 @@ class Value:
         return self.name
 
 
+def broadcast_shapes(*shapes) -> tuple:
+    """torch.broadcast_shapes without its first-call import of sympy (over a second)."""
+    ndim = max((len(s) for s in shapes), default=0)
+    out = [1] * ndim
+    for shape in shapes:
+        for i, size in enumerate(shape, ndim - len(shape)):
+            if size != 1:
+                if out[i] not in (1, size):
+                    raise RuntimeError(f"shapes {[tuple(s) for s in shapes]} do not broadcast")
+                out[i] = size
+    return tuple(out)
+
+
 def values_in(tree) -> list:
     """Every Value in a pytree of arguments, in order (with repeats)."""
     return [leaf for leaf in pytree.tree_leaves(tree) if isinstance(leaf, Value)]

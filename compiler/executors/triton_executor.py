@@ -143,6 +143,19 @@ def _triton_imports() -> Optional[str]:
     return None
 
 
+def _interpreter_problem() -> Optional[str]:
+    """With TRITON_INTERPRET=1, triton must have been imported with it set: its @jit standard
+    library (tl.sum, tl.max, tl.sigmoid, ...) is decorated at import time."""
+    import sys
+
+    tl_mod = sys.modules.get("triton.language")
+    std = getattr(getattr(tl_mod, "standard", None), "sum", None)
+    if std is not None and type(std).__name__ == "JITFunction":
+        return ("triton was imported before TRITON_INTERPRET=1 was set, so its standard library is not "
+                "interpreted; set TRITON_INTERPRET=1 in the environment before starting Python")
+    return None
+
+
 def _values(bsym) -> list:
     from compiler.ir import values_in
 
@@ -176,6 +189,9 @@ class TritonExecutor:
         if os.environ.get("TRITON_INTERPRET") != "1":
             return False, ("no CUDA device; set TRITON_INTERPRET=1 (before triton is imported) to run "
                            "Triton's interpreter on the CPU")
+        if problem:
+            return False, problem
+        problem = _interpreter_problem()
         if problem:
             return False, problem
         try:

@@ -13,7 +13,7 @@ import operator
 
 import torch
 
-from compiler.ir import Symbol
+from compiler.ir import Symbol, broadcast_shapes
 
 ALL: dict = {}  # name -> Symbol
 
@@ -21,8 +21,8 @@ ELEMENTWISE, REDUCTION, SHAPE, FACTORY, GATHER, CAT = (
     "elementwise", "reduction", "shape", "factory", "gather", "cat")
 
 
-def _prim(name, impl, *tags):
-    sym = Symbol(f"prims.{name}", impl, kind="prim", tags=tags)
+def _prim(name, impl, *tags, meta=None):
+    sym = Symbol(f"prims.{name}", impl, kind="prim", tags=tags, meta=meta)
     ALL[name] = sym
     globals()[name] = sym
     return sym
@@ -30,6 +30,56 @@ def _prim(name, impl, *tags):
 
 def _is_tensor(x):
     return isinstance(x, torch.Tensor)
+
+
+# --- output metadata without running torch's meta kernels (their first use imports for seconds)
+
+def _empty(shape, dtype):
+    return torch.empty(tuple(shape), dtype=dtype, device="meta")
+
+
+def _tensors(*args):
+    return [a for a in args if _is_tensor(a)]
+
+
+def _same_meta(a, *rest):
+    return _empty(a.shape, a.dtype)
+
+
+def _bool_meta(a, *rest):
+    ts = _tensors(a, *rest)
+    return _empty(broadcast_shapes(*(t.shape for t in ts)), torch.bool)
+
+
+def _binary_meta(a, b):
+    ts = _tensors(a, b)
+    return _empty(broadcast_shapes(*(t.shape for t in ts)), ts[0].dtype)
+
+
+def _where_meta(c, a, b):
+    ts = _tensors(c, a, b)
+    values = _tensors(a, b)
+    return _empty(broadcast_shapes(*(t.shape for t in ts)), values[0].dtype)
+
+
+def _reduced(a, dims):
+    return tuple(s for i, s in enumerate(a.shape) if i not in dims)
+
+
+def _slice_meta(a, start_indices, end_indices, strides=None):
+    strides = strides or [1] * a.ndim
+    return _empty([len(range(s, e, st)) for s, e, st in zip(start_indices, end_indices, strides)], a.dtype)
+
+
+def _cat_meta(tensors, dim):
+    shape = list(tensors[0].shape)
+    shape[dim] = builtins.sum(t.shape[dim] for t in tensors)
+    return _empty(shape, tensors[0].dtype)
+
+
+def _take_meta(a, index, dim):
+    shape = [index.shape[d] if d == dim else builtins.max(a.shape[d], index.shape[d]) for d in range(a.ndim)]
+    return _empty(shape, a.dtype)
 
 
 # --- elementwise ---------------------------------------------------------------------------
@@ -70,12 +120,13 @@ BINARY = {
 COMPARISONS = {"eq", "ne", "lt", "le", "gt", "ge"}
 
 for _name, _fn in UNARY.items():
-    _prim(_name, _fn, ELEMENTWISE)
+    _prim(_name, _fn, ELEMENTWISE, meta=_bool_meta if _name in ("logical_not", "isnan") else _same_meta)
 for _name, _fn in BINARY.items():
-    _prim(_name, _fn, ELEMENTWISE)
+    _prim(_name, _fn, ELEMENTWISE, meta=_bool_meta if _name in COMPARISONS else _binary_meta)
 
-where = _prim("where", torch.where, ELEMENTWISE)
-convert_element_type = _prim("convert_element_type", lambda a, dtype: a.to(dtype), ELEMENTWISE)
+where = _prim("where", torch.where, ELEMENTWISE, meta=_where_meta)
+convert_element_type = _prim("convert_element_type", lambda a, dtype: a.to(dtype), ELEMENTWISE,
+                             meta=lambda a, dtype: _empty(a.shape, dtype))
 
 
 # --- shapes and layout ---------------------------------------------------------------------
@@ -93,12 +144,15 @@ def _slice(a, start_indices, end_indices, strides=None):
     return a[tuple(builtins.slice(s, e, st) for s, e, st in zip(start_indices, end_indices, strides))]
 
 
-broadcast_in_dim = _prim("broadcast_in_dim", _broadcast_in_dim, SHAPE)
-reshape = _prim("reshape", lambda a, shape: a.reshape(shape), SHAPE)
-permute = _prim("permute", lambda a, dims: a.permute(dims), SHAPE)
-slice_ = _prim("slice", _slice, SHAPE)
-cat = _prim("cat", lambda tensors, dim: torch.cat(tensors, dim), CAT)
-take_along_axis = _prim("take_along_axis", lambda a, index, dim: torch.take_along_dim(a, index, dim), GATHER)
+broadcast_in_dim = _prim("broadcast_in_dim", _broadcast_in_dim, SHAPE,
+                         meta=lambda a, shape, broadcast_dims: _empty(shape, a.dtype))
+reshape = _prim("reshape", lambda a, shape: a.reshape(shape), SHAPE, meta=lambda a, shape: _empty(shape, a.dtype))
+permute = _prim("permute", lambda a, dims: a.permute(dims), SHAPE,
+                meta=lambda a, dims: _empty([a.shape[d] for d in dims], a.dtype))
+slice_ = _prim("slice", _slice, SHAPE, meta=_slice_meta)
+cat = _prim("cat", lambda tensors, dim: torch.cat(tensors, dim), CAT, meta=_cat_meta)
+take_along_axis = _prim("take_along_axis", lambda a, index, dim: torch.take_along_dim(a, index, dim), GATHER,
+                        meta=_take_meta)
 
 # --- reductions (the reduced dims are dropped) ---------------------------------------------
 
@@ -109,17 +163,25 @@ def _prod(a, dims):
     return a
 
 
-sum = _prim("sum", lambda a, dims: torch.sum(a, dims), REDUCTION)  # noqa: A001
-amax = _prim("amax", lambda a, dims: torch.amax(a, dims), REDUCTION)
-amin = _prim("amin", lambda a, dims: torch.amin(a, dims), REDUCTION)
-prod = _prim("prod", _prod, REDUCTION)
+def _reduce_meta(a, dims):
+    return _empty(_reduced(a, dims), a.dtype)
+
+
+sum = _prim("sum", lambda a, dims: torch.sum(a, dims), REDUCTION, meta=_reduce_meta)  # noqa: A001
+amax = _prim("amax", lambda a, dims: torch.amax(a, dims), REDUCTION, meta=_reduce_meta)
+amin = _prim("amin", lambda a, dims: torch.amin(a, dims), REDUCTION, meta=_reduce_meta)
+prod = _prim("prod", _prod, REDUCTION, meta=_reduce_meta)
 var_mean = _prim("var_mean", lambda a, dims, correction: torch.var_mean(a, dims, correction=correction),
-                 REDUCTION)
-argmax = _prim("argmax", lambda a, dim: torch.argmax(a, dim), REDUCTION)
-argmin = _prim("argmin", lambda a, dim: torch.argmin(a, dim), REDUCTION)
+                 REDUCTION, meta=lambda a, dims, correction: (_reduce_meta(a, dims), _reduce_meta(a, dims)))
+argmax = _prim("argmax", lambda a, dim: torch.argmax(a, dim), REDUCTION,
+               meta=lambda a, dim: _empty(_reduced(a, (dim,)), torch.int64))
+argmin = _prim("argmin", lambda a, dim: torch.argmin(a, dim), REDUCTION,
+               meta=lambda a, dim: _empty(_reduced(a, (dim,)), torch.int64))
 
 # --- factories ----------------------------------------------------------------------------
 
-full = _prim("full", lambda shape, fill_value, *, dtype, device: torch.full(shape, fill_value, dtype=dtype, device=device), FACTORY)
+full = _prim("full", lambda shape, fill_value, *, dtype, device: torch.full(shape, fill_value, dtype=dtype, device=device),
+             FACTORY, meta=lambda shape, fill_value, *, dtype, device: _empty(shape, dtype))
 iota = _prim("iota", lambda length, *, start, step, dtype, device:
-             torch.arange(start, start + length * step, step, dtype=dtype, device=device)[:length], FACTORY)
+             torch.arange(start, start + length * step, step, dtype=dtype, device=device)[:length], FACTORY,
+             meta=lambda length, *, start, step, dtype, device: _empty((length,), dtype))

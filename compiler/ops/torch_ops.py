@@ -19,7 +19,7 @@ from typing import Callable, Optional
 import torch
 import torch.nn.functional as F
 
-from compiler.ir import Symbol, Value
+from compiler.ir import Symbol, Value, broadcast_shapes
 from compiler.ops import prims
 
 LIBRARY = "library"
@@ -161,7 +161,7 @@ def _prepare(operands, dtype, shape):
 
 
 def _common_shape(*operands):
-    return tuple(torch.broadcast_shapes(*(x.shape for x in operands if _is_value(x))))
+    return tuple(broadcast_shapes(*(x.shape for x in operands if _is_value(x))))
 
 
 def _as_value(x, like: Value):
@@ -179,6 +179,8 @@ def elementwise(prim, *operands, promote="default"):
     values = [x for x in operands if _is_value(x)]
     if not values:
         raise NoDecomposition("no tensor operand")
+    if any(v.dtype.is_complex for v in values):
+        raise NoDecomposition("complex tensors")
     dtype = result_dtype(*operands)
     if promote == "int_to_float" and not _is_float(dtype):
         dtype = torch.get_default_dtype()
@@ -357,6 +359,8 @@ def _unary(prim_name, promote):
         fns += [F.tanh]
 
     def decomposition(input):
+        if input.dtype.is_complex:
+            raise NoDecomposition("complex tensors")
         if promote and not _is_float(input.dtype):
             input = cast(input, torch.get_default_dtype())
         if prim_name in ("floor", "ceil", "round", "trunc") and not _is_float(input.dtype):

@@ -248,34 +248,80 @@ def code_block(code: str, limit: int = HOVER_CODE_LINES, more: str = "") -> str:
     return f"```python\n{body}\n```{extra}"
 
 
+def _region_section(n: LineNote, other: list, boundaries: list) -> list:
+    r = n.region
+    rep = n.result.report
+    out = [f"### FusionLens · region `{r.id}` · `{r.executor}`"]
+    dev = f" on {rep.device_name}" if rep is not None and rep.device_name else ""
+    out.append(f"target `{n.result.target}` · {timing_text(r)}{dev} · {_plural(r.kernels, 'kernel')}")
+    if n.ops:
+        out.append("**ops from this line:** " + ", ".join(f"`{o.name}`" for o in n.ops))
+    out.append("**region ops:** " + ", ".join(f"`{o}`" for o in r.ops[:20])
+               + (f" … ({len(r.ops)} in all)" if len(r.ops) > 20 else ""))
+    out.append("**same region:** " + (", ".join(f"line {ln + 1}" for ln in other) if other
+                                      else "only this line"))
+    for region, b in boundaries:
+        if region is r:
+            out.append(f"**region ends here:** {b.reason}" + (f" — {b.detail}" if b.detail else ""))
+    if r.note:
+        out.append(f"**note:** {r.note}")
+    return out
+
+
 def hover_markdown(notes: list, boundaries: list, region_lines_of, line: int) -> str:
     """Markdown for a compiled line. `region_lines_of(result, region_id)` gives the region's
-    current lines (0-based) in this document."""
+    current lines (0-based) in this document. One region: its details; several (a line whose
+    ops went to several regions): a table, then the trace and as much kernel code as fits."""
     out = []
+    by_result: dict = {}
     for n in notes:
-        r = n.region
-        rep = n.result.report
-        other = [ln for ln in region_lines_of(n.result, r.id) if ln != line]
-        out.append(f"### FusionLens · region `{r.id}` · `{r.executor}`")
-        dev = f" on {rep.device_name}" if rep is not None and rep.device_name else ""
-        out.append(f"target `{n.result.target}` · {timing_text(r)}{dev} · {_plural(r.kernels, 'kernel')}")
-        if n.ops:
-            out.append("**ops from this line:** " + ", ".join(f"`{o.name}`" for o in n.ops))
-        out.append("**region ops:** " + ", ".join(f"`{o}`" for o in r.ops[:20])
-                   + (f" … ({len(r.ops)} in all)" if len(r.ops) > 20 else ""))
-        out.append("**same region:** " + (", ".join(f"line {ln + 1}" for ln in other) if other
-                                          else "only this line"))
-        for region, b in boundaries:
-            if region is r:
-                out.append(f"**region ends here:** {b.reason}" + (f" — {b.detail}" if b.detail else ""))
-        if r.note:
-            out.append(f"**note:** {r.note}")
-        trace = "\n".join(o.trace for o in n.ops if o.trace)
+        by_result.setdefault(id(n.result), []).append(n)
+    for group in by_result.values():
+        res = group[0].result
+        if len(group) == 1:
+            n = group[0]
+            other = [ln for ln in region_lines_of(res, n.region.id) if ln != line]
+            out += _region_section(n, other, boundaries)
+        else:
+            rep = res.report
+            dev = f" on {rep.device_name}" if rep is not None and rep.device_name else ""
+            out.append(f"### FusionLens · {len(group)} regions · target `{res.target}`")
+            rows = ["| region | executor | ops from this line | time | eager |", "|---|---|---|---|---|"]
+            for n in group:
+                t = n.region.timing
+                rows.append(f"| `{n.region.id}` | {n.region.executor} | "
+                            + ", ".join(f"`{o.name}`" for o in n.ops[:4]) + (" …" if len(n.ops) > 4 else "")
+                            + f" | {fmt_ms(t.median_ms) if t and t.median_ms is not None else '—'}"
+                            + f" | {fmt_ms(t.eager_median_ms) if t and t.eager_median_ms is not None else '—'} |")
+            out.append("\n".join(rows))
+            others = sorted({ln for n in group for ln in region_lines_of(res, n.region.id)} - {line})
+            out.append(f"times{dev}; **these regions also cover:** "
+                       + (", ".join(f"line {ln + 1}" for ln in others) if others else "no other line"))
+            for region, b in boundaries:
+                if any(n.region is region for n in group):
+                    out.append(f"**region `{region.id}` ends here:** {b.reason}"
+                               + (f" — {b.detail}" if b.detail else ""))
+        trace = "\n".join(o.trace for n in group for o in n.ops if o.trace)
         if trace:
-            out.append("**trace from this line:**\n\n" + code_block(trace, 20))
-        if r.code:
-            out.append(f"**kernel code ({r.id}):**\n\n"
-                       + code_block(r.code, more=" — code action “Show kernel code for this region”"))
+            out.append("**trace from this line:**\n\n" + code_block(trace, 30))
+        budget = HOVER_CODE_LINES
+        skipped = []
+        plain = [n.region.id for n in group if n.region.executor == "torch"] if len(group) > 1 else []
+        if plain:
+            out.append(", ".join(f"`{r}`" for r in plain) + " run as plain torch calls: their code is the trace above")
+        for n in group:
+            code = n.region.code
+            if not code or n.region.id in plain:
+                continue
+            if budget <= 0:
+                skipped.append(n.region.id)
+                continue
+            out.append(f"**kernel code ({n.region.id}):**\n\n"
+                       + code_block(code, budget, more=" — code action “Show kernel code for this region”"))
+            budget -= len(code.strip().splitlines())
+        if skipped:
+            out.append("kernel code of " + ", ".join(f"`{r}`" for r in skipped)
+                       + ": code action “Show kernel code for this region”")
         out.append("---")
     for region, b in boundaries:
         if not any(n.region is region for n in notes):

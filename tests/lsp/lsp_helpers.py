@@ -141,3 +141,18 @@ def hover_text(hover) -> str:
 def tooltip_text(hint) -> str:
     tip = hint.tooltip
     return tip.value if hasattr(tip, "value") else str(tip or "")
+
+
+def assert_line_hover(text: str) -> None:
+    """The hover of a compiled line: one region in detail, or a table of several regions;
+    both with the line's ops, the trace from this line and timings."""
+    assert text.startswith("### FusionLens · "), text[:200]
+    if text.startswith("### FusionLens · region `"):
+        assert "**ops from this line:**" in text and "**region ops:**" in text
+        assert "**same region:**" in text
+        assert "vs eager" in text or "not measured" in text
+        assert "**kernel code (" in text and "```python" in text
+    else:
+        assert "| region | executor | ops from this line | time | eager |" in text
+        assert "**these regions also cover:**" in text
+    assert "**trace from this line:**\n\n```python\n" in text

@@ -189,6 +189,10 @@ def check_and_benchmark(c: Compiled, rep: R.CompileReport, fn, args, kwargs, *, 
     if not benchmark:
         return
     device = torch.device(rep.device)
+    if device.type == "cpu" and any(r.executor == "triton" for r in rep.regions):
+        rep.diagnostics.append(R.Diagnostic(
+            "information", "Triton kernels ran under Triton's interpreter (no GPU): their times measure "
+            "the interpreter, not kernels"))
     eager = timing.measure(fn, *args, device=device, warmup=warmup, repeats=repeats, **kwargs)
     compiled = timing.measure(c.fn, *inputs, device=device, warmup=warmup, repeats=repeats)
     timings = R.ProgramTimings(str(device), compiled, eager,

@@ -19,6 +19,7 @@ A FusionGroup is what a fusion executor (triton, nvfuser) turns into code. Its c
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -432,7 +433,10 @@ def plan_with_fusion(optimised: Trace, fusers: list, device, notes: list):
         call_name = f"{n.ex.name}_{rid}"
         sym = Symbol(call_name, generated.fn, kind="region", tags=(n.ex.name,))
         spec = passes_tuple_spec(len(outputs))
-        bound = BoundSymbol(sym, tuple(inputs), {}, list(outputs), spec, n.ops[0].provenance)
+        lines = sorted({(b.provenance.file, b.provenance.line) for b in n.ops if b.provenance})
+        where = ", ".join(f"{os.path.basename(f)}:{ln}" for f, ln in lines)
+        bound = BoundSymbol(sym, tuple(inputs), {}, list(outputs), spec, n.ops[0].provenance,
+                            note=f"{len(n.ops)} ops from {where}")
         extra[call_name] = generated.fn
         regions.append(Region(rid, n.ex.name, list(n.ops), inputs, list(outputs), code=generated.source,
                               fn=generated.fn, eager_fn=getattr(generated, "eager_fn", None),

@@ -255,6 +255,13 @@ def _dtype_ok(dtype) -> bool:
     return dtype in DTYPES
 
 
+def _category(x) -> int:
+    """0 bool, 1 integer, 2 floating: of a dtype or a python number."""
+    if isinstance(x, torch.dtype):
+        return 0 if x == torch.bool else (2 if x.is_floating_point or x.is_complex else 1)
+    return 0 if isinstance(x, bool) else (1 if isinstance(x, int) else 2)
+
+
 def can_take(bsym) -> Optional[str]:
     """None when this op maps to fd.ops; otherwise why it does not."""
     name = _prim_name(bsym)
@@ -277,6 +284,9 @@ def can_take(bsym) -> Optional[str]:
         a = bsym.args[0]
         if not isinstance(a, Value):
             return "a unary op of a python number is not a tensor op"
+        if name in FLOAT_UNARY and not a.dtype.is_floating_point:
+            return (f"{name} of a {dtype_name(a.dtype)} tensor: the prim keeps the dtype, torch gives a float "
+                    "(decompositions cast first)")
         if name in ROUNDING and not a.dtype.is_floating_point:
             return f"{name} of an integer tensor is a copy in torch; not sent to nvFuser"
         if a.dtype == torch.bool and name not in ("logical_not", "bitwise_not", "isnan"):
@@ -286,12 +296,26 @@ def can_take(bsym) -> Optional[str]:
     if name in BINARY:
         if name in BITWISE and any(isinstance(x, Value) and x.dtype.is_floating_point for x in bsym.args[:2]):
             return f"{name} of a floating tensor"
-        if not any(isinstance(x, Value) for x in bsym.args[:2]):
+        tensors = [x for x in bsym.args[:2] if isinstance(x, Value)]
+        if not tensors:
             return "no tensor operand"
+        if name == "div" and not tensors[0].dtype.is_floating_point:
+            return "div of integer tensors: the prim keeps the dtype, torch divides truly (decompositions cast first)"
+        for x in bsym.args[:2]:
+            if not isinstance(x, Value) and _category(x) > _category(tensors[0].dtype):
+                return (f"a {type(x).__name__} scalar with a {dtype_name(tensors[0].dtype)} tensor: prim operands "
+                        "share one dtype")
     if name == "where":
         pred = bsym.args[0]
         if not isinstance(pred, Value) or pred.dtype != torch.bool:
             return "where needs a bool tensor condition"
+        values = [x for x in bsym.args[1:3] if isinstance(x, Value)]
+        if not values:
+            return "where of two scalars"
+        for x in bsym.args[1:3]:
+            if not isinstance(x, Value) and _category(x) > _category(values[0].dtype):
+                return (f"a {type(x).__name__} scalar with a {dtype_name(values[0].dtype)} tensor: prim operands "
+                        "share one dtype")
     if name == "broadcast_in_dim":
         a, shape, dims = bsym.args[0], bsym.args[1], tuple(bsym.args[2])
         if any(d2 <= d1 for d1, d2 in zip(dims, dims[1:])):
@@ -308,6 +332,9 @@ def can_take(bsym) -> Optional[str]:
         if name in ("sum", "prod", "var_mean") and a.dtype in _LOW_PRECISION:
             return (f"a {dtype_name(a.dtype)} {name} (torch accumulates low-precision floats in float32; "
                     "FusionLens decompositions cast first, as Thunder's nvFuser executor requires)")
+        if name in ("sum", "prod") and not a.dtype.is_floating_point and a.dtype != torch.int64:
+            return (f"a {dtype_name(a.dtype)} {name}: the prim keeps the dtype, torch gives int64 "
+                    "(decompositions cast first)")
         if name == "var_mean" and not a.dtype.is_floating_point:
             return "var_mean of a non-floating tensor"
     return None

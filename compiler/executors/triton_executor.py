@@ -497,6 +497,13 @@ class _Emitter:
             return "0", set()
         terms, used = [], set()
         for group, runs in self.runs.items():
+            if len(runs) > 1 and all(ds[a.dims[-1]] == ds[b.dims[-1]] * b.size for a, b in zip(runs, runs[1:])):
+                # this access is dense over the whole group: index it by the flat index itself
+                stride = ds[runs[-1].dims[-1]]
+                if stride:
+                    terms.append(group if stride == 1 else f"{group} * {stride}")
+                    used.add(group)
+                continue
             for r in runs:
                 stride = ds[r.dims[-1]]
                 if stride == 0:

@@ -1,6 +1,7 @@
 """Functions the Triton generator is checked on: each one becomes one FusionGroup.
 
-Shared by tests/test_triton.py (differential tests under the interpreter or on a GPU),
+(No tests here; it lives in tests/ so that the traced lines are user lines: the compiler
+does not attribute ops to its own package.) Shared by tests/test_triton.py (differential tests under the interpreter or on a GPU),
 tests/test_triton_hopper.py (sm_90 compiles of every kernel) and benchmarks/bench_fusion.py.
 `make(device, dtype, scale)` builds fresh random inputs; scale=1 is the small test size.
 """

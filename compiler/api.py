@@ -284,10 +284,12 @@ class JitFunction:
         self.last: Optional[CacheEntry] = None
 
     def signature(self, args, kwargs) -> tuple:
+        # A module traced in eval mode must not serve calls in training mode (dropout).
+        mode = self.fn.training if isinstance(self.fn, torch.nn.Module) else None
         if not kwargs and all(isinstance(a, torch.Tensor) for a in args):
-            return tuple(_leaf_key(a) for a in args)  # fast path: positional tensors only
+            return (mode, tuple(_leaf_key(a) for a in args))  # fast path: positional tensors only
         flat, spec = pytree.tree_flatten((args, kwargs))
-        return (spec, tuple(_leaf_key(x) for x in flat))
+        return (mode, spec, tuple(_leaf_key(x) for x in flat))
 
     def __call__(self, *args, **kwargs):
         key = self.signature(args, kwargs)

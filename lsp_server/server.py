@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import atexit
 import dataclasses
 import hashlib
 import json
@@ -43,6 +44,7 @@ CMD_CLEAR_CACHE = "fusionlens.clearCache"
 CMD_DEBUG_INFO = "fusionlens.debugInfo"
 STATUS_NOTIFICATION = "fusionlens/status"
 REGIONS_REQUEST = "fusionlens/regions"
+MAX_WORKER_LOG_LINES = 200
 
 _SEVERITY = {"error": T.DiagnosticSeverity.Error, "warning": T.DiagnosticSeverity.Warning,
              "information": T.DiagnosticSeverity.Information, "info": T.DiagnosticSeverity.Information,
@@ -161,12 +163,20 @@ class FusionLensServer(LanguageServer):
         self.active: dict = {}  # (path, target) -> Job (pending or running)
         self._runner: Optional[asyncio.Task] = None
         self._timers: dict = {}  # uri -> asyncio.TimerHandle (debounce)
+        self._output_lines = 0
         self.worker = Worker(on_stderr=self._worker_output)
+        atexit.register(self.worker.kill_now)
         self.last_device = "unknown"
 
     # --- helpers -------------------------------------------------------------------------
 
     def _worker_output(self, line: str) -> None:
+        self._output_lines += 1
+        if self._output_lines > MAX_WORKER_LOG_LINES:
+            if self._output_lines == MAX_WORKER_LOG_LINES + 1:
+                line = f"(more worker output dropped; at most {MAX_WORKER_LOG_LINES} lines per compile)"
+            else:
+                return
         try:
             self.window_log_message(T.LogMessageParams(type=T.MessageType.Log, message=f"[worker] {line}"))
         except Exception:  # noqa: BLE001
@@ -179,11 +189,22 @@ class FusionLensServer(LanguageServer):
         return obj
 
     def workspace_root(self, doc: DocState) -> str:
+        """The workspace folder holding the document (the innermost one), else the root."""
+        best = None
         try:
-            root = self.workspace.root_path
+            folders = [to_fs_path(f.uri) for f in self.workspace.folders.values()]
         except Exception:  # noqa: BLE001
-            root = None
-        return root or os.path.dirname(doc.fs_path)
+            folders = []
+        for folder in folders:
+            if folder and (doc.fs_path + os.sep).startswith(folder.rstrip(os.sep) + os.sep):
+                if best is None or len(folder) > len(best):
+                    best = folder
+        if best is None:
+            try:
+                best = self.workspace.root_path
+            except Exception:  # noqa: BLE001
+                best = None
+        return best or os.path.dirname(doc.fs_path)
 
     def cache_folder(self) -> str:
         folder = self.settings.cacheFolder or os.path.join(
@@ -491,6 +512,7 @@ class FusionLensServer(LanguageServer):
 
     async def _execute(self, job: Job) -> Result:
         name = f"{job.target} ({os.path.basename(job.fs_path)})"
+        self._output_lines = 0
         self.notify_status("compiling", f"compiling and benchmarking {name}", job.uri)
         root = self.workspace_root(self.docs.get(job.uri) or DocState(job.uri))
         self.worker.cwd = root

@@ -37,6 +37,11 @@ class Result:
     _files: dict = dataclasses.field(default_factory=dict, repr=False)
 
     def files(self) -> set:
+        if "__files__" not in self._files:
+            self._files["__files__"] = self._compute_files()
+        return self._files["__files__"]
+
+    def _compute_files(self) -> set:
         if self.report is None:
             return {self.path}
         out = {self.path}
@@ -47,6 +52,9 @@ class Result:
             for s in r.source_lines:
                 if s.file:
                     out.add(norm_path(s.file))
+        for d in [self.report.error, *self.report.diagnostics, *self.report.fallbacks]:
+            if d is not None and d.file:
+                out.add(norm_path(d.file))
         return out
 
     def annotations(self, path: str) -> "FileAnnotations":

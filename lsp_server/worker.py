@@ -96,8 +96,26 @@ def _handle_compile(req: dict, out) -> None:
     out.flush()
 
 
+def _exit_with_parent() -> None:
+    """The worker runs in its own session; if the server goes away without killing it (a
+    crash, SIGKILL), stop anyway, even in the middle of a user's endless loop."""
+    import threading
+    import time
+
+    parent = os.getppid()
+
+    def watch():
+        while True:
+            time.sleep(1.0)
+            if os.getppid() != parent:
+                os._exit(70)
+
+    threading.Thread(target=watch, name="fusionlens-parent-watch", daemon=True).start()
+
+
 def main() -> None:
     proto_in, proto_out = _take_over_stdio()
+    _exit_with_parent()
     error = None
     try:
         import compiler.targets  # noqa: F401  (warm up: the compiler and torch)

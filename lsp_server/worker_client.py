@@ -114,6 +114,15 @@ class Worker:
             self._started = True
             await self._start()
 
+    def kill_now(self) -> None:
+        """Synchronous kill for interpreter exit (no event loop needed)."""
+        proc = self.proc
+        if proc is not None and proc.returncode is None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+
     async def kill(self) -> None:
         proc, self.proc = self.proc, None
         if proc is None:
@@ -143,7 +152,11 @@ class Worker:
         """Send one request and wait for its answer. Raises WorkerError on timeout (the
         worker is killed) or when the worker dies; on cancellation the worker is killed."""
         async with self._lock:
-            await self.ensure_started()
+            try:
+                await self.ensure_started()
+            except asyncio.CancelledError:
+                await self.kill()
+                raise
             proc = self.proc
             assert proc is not None and proc.stdin is not None
             msg_id = next(self._ids)

@@ -496,6 +496,8 @@ def test_without_nvfuser_generate_gives_source_but_does_not_run(monkeypatch):
     assert "from nvfuser_direct import FusionDefinition, DataType" in gen.source
     assert not gen.runnable and not gen.nvfuser_ran and gen.backend == ""
     assert gen.note == f"nvFuser did not run: {nx.NOT_INSTALLED}. This is the definition that would run."
+    assert gen.source.startswith(f"# status: {gen.note}\n# nvFuser FusionDefinition for fusion region F0")
+    assert gen.report_code() == gen.source
     with pytest.raises(RuntimeError, match="cannot run here: nvFuser is not installed"):
         gen.fn(*tensors)
 
@@ -551,6 +553,8 @@ def test_real_nvfuser_reports_kernels():
     assert gen.nvfuser_ran and gen.executions >= 1
     assert gen.cuda_source and "__global__" in gen.cuda_source
     assert gen.scheduler  # e.g. "inner_persistent"
+    assert gen.source.startswith("# status: ran on nvfuser")
+    assert "__global__" in gen.report_code()
     out = gen.fn(tensors[0].cuda())
     assert_close([o.cpu() for o in out], (eager,), "real")
 
@@ -599,3 +603,8 @@ def test_example_through_fusion_pass(runner, stem, target):
     assert nv or not fusible_on_torch, [(r.id, r.ops) for r in fusible_on_torch]
     for r in nv:
         assert "fd.define_tensor(" in r.code and "fd.add_output(" in r.code
+        first = r.code.splitlines()[0]
+        if runner.kind == "real":
+            assert first.startswith("# status: ran on nvfuser"), first
+        else:
+            assert first.startswith("# status: nvFuser did not run: this region runs through tests/"), first

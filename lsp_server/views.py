@@ -7,7 +7,6 @@ import dataclasses
 import os
 from typing import Optional
 
-from compiler import report as _report
 from compiler.report import CompileReport
 
 HINT_MAX = 30
@@ -154,18 +153,11 @@ def build_annotations(result: Result, path: str) -> FileAnnotations:
 
 
 def load_report(data: dict) -> CompileReport:
-    """CompileReport.from_dict, except that a region's `ops` (symbol names) are not built as
-    OpRecords: `_NESTED` in compiler/report.py maps every field called "ops" to OpRecord."""
-    data = dict(data)
-    regions = data.pop("regions", None) or []
+    """The worker's report dict as a CompileReport (unknown keys from a newer compiler are
+    ignored by from_dict)."""
     report = CompileReport.from_dict(data)
-    built = []
-    for r in regions:
-        names = list(r.get("ops") or [])
-        region = _report._build(_report.Region, dict(r, ops=None))
-        region.ops = names
-        built.append(region)
-    report.regions = built
+    for region in report.regions:  # symbol names, whatever from_dict made of them
+        region.ops = [o if isinstance(o, str) else getattr(o, "name", str(o)) for o in region.ops]
     return report
 
 

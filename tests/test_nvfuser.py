@@ -608,3 +608,74 @@ def test_example_through_fusion_pass(runner, stem, target):
             assert first.startswith("# status: ran on nvfuser"), first
         else:
             assert first.startswith("# status: nvFuser did not run: this region runs through tests/"), first
+
+
+# --- the real-package plumbing, with a stand-in that answers like nvFuser -------------------------
+
+FAKE_CUDA = """// Codegen generated code
+__global__ void nvfuser_inner_persistent_f0_c1_r0_g0(Tensor<float, 2, 2> T0, Tensor<float, 2, 2> T1) {
+}
+__global__ void nvfuser_pointwise_f0_c1_r0_g1(Tensor<float, 2, 2> T1, Tensor<float, 2, 2> T2) {
+}
+"""
+
+
+def _stand_in(api: str):
+    """A module posing as the real package: the reference computes; it answers the CUDA queries."""
+
+    class FusionDefinition(ref.FusionDefinition):
+        def execute(self, inputs, **kwargs):
+            out = super().execute(inputs, **kwargs)
+            if api == "nvfuser_direct":
+                self.fec = types.SimpleNamespace(get_cuda_kernel=lambda inputs, intrinsic_code=False, device=0:
+                                                 FAKE_CUDA,
+                                                 get_most_recent_scheduled_ir=lambda tensor_transforms=False: "IR")
+            return out
+
+        def last_cuda_code(self, intrinsic_code=False, **kwargs):
+            return FAKE_CUDA
+
+        def last_scheduled_fusion_ir(self, tensor_transforms=False, **kwargs):
+            return "IR"
+
+    return types.SimpleNamespace(FusionDefinition=FusionDefinition, DataType=ref.DataType, __version__="0.0-stand-in")
+
+
+@pytest.mark.parametrize("api", ["nvfuser_direct", "nvfuser"])
+def test_real_package_plumbing_with_a_stand_in(monkeypatch, api):
+    group, tensors, eager = function_group(lambda x: torch.softmax(x, -1) * 2, f32(8, 32))
+    for v in group.inputs:  # the group as traced on a GPU
+        v.device = torch.device("cuda")
+    monkeypatch.setattr(nx, "_example_inputs", lambda g, device: [t.clone() for t in tensors])
+    with nx.use_backend(_stand_in(api), api=api, reference=False):
+        assert nx.EXECUTOR.available(torch.device("cpu")) == (False, "nvFuser needs a CUDA device; this tensor is on cpu")
+        assert nx.EXECUTOR.available(torch.device("cuda")) == (True, "")
+        gen = nx.generate(group, torch.device("cuda"))  # compiles on the example inputs
+        assert gen.nvfuser_ran and gen.executions == 1 and gen.runnable
+        assert gen.backend == f"{api} 0.0-stand-in"
+        assert gen.kernels == 2 and gen.scheduler == "inner_persistent, pointwise"
+        assert gen.cuda_source == FAKE_CUDA and gen.scheduled_ir == "IR" and not gen.errors
+        assert gen.status() == f"ran on {api} 0.0-stand-in: 2 kernels (inner_persistent, pointwise scheduler)"
+        assert gen.source.startswith(f"# status: {gen.status()}\n")
+        assert f"from {api} import FusionDefinition, DataType" in gen.source
+        assert gen.report_code().endswith(FAKE_CUDA)
+        out = gen.fn(*tensors)
+        assert gen.executions == 2
+        assert_close(out, (eager,), "stand-in")
+
+
+def test_a_definition_nvfuser_rejects_is_declined(monkeypatch):
+    group, tensors, _ = function_group(lambda x: torch.exp(x), f32(8, 32))
+    for v in group.inputs:
+        v.device = torch.device("cuda")
+    monkeypatch.setattr(nx, "_example_inputs", lambda g, device: [t.clone() for t in tensors])
+
+    class Broken(ref.FusionDefinition):
+        def execute(self, inputs, **kwargs):
+            raise RuntimeError("INTERNAL ASSERT FAILED at csrc/scheduler/registry.cpp\nmore lines")
+
+    fake = types.SimpleNamespace(FusionDefinition=Broken, DataType=ref.DataType, __version__="x")
+    with nx.use_backend(fake, reference=False):
+        with pytest.raises(Decline, match="nvFuser could not compile this region: RuntimeError: INTERNAL ASSERT "
+                                          "FAILED at csrc/scheduler/registry.cpp$"):
+            nx.generate(group, torch.device("cuda"))

@@ -141,8 +141,8 @@ def build_annotations(result: Result, path: str) -> FileAnnotations:
         at_error = None
         if err is not None and _same(err.file, path) and err.line:
             at_error = err.line - 1
-            diags.append(DiagNote(at_error, "error", f"{result.target}: {msg}", err.col and err.col - 1,
-                                  None, code="compile-error"))
+            # the whole line: report.error.col is 1-based for syntax errors, 0-based elsewhere
+            diags.append(DiagNote(at_error, "error", f"{result.target}: {msg}", code="compile-error"))
         if tl is not None and at_error != tl:
             where = ""
             if err is not None and err.file and err.line:

@@ -46,7 +46,8 @@ through a code index; nothing copied):
 - NVIDIA/Fuser tests/python/direct/test_python_frontend.py, test_repro.py (the written form
   of definitions: define_tensor(shape=[-1, 1, -1], contiguity=[True, None, True], ...),
   define_scalar(1e-05, dtype=DataType.Double), var_mean(T, dims=[2], correction=0, ...))
-- NVIDIA/Fuser runtime helpers (remainder has the sign of the divisor, like torch)
+- NVIDIA/Fuser runtime/helpers.cu (remainder takes the sign of the divisor, like torch) and
+  csrc/type.cpp (round is nearbyint: halves to even, like torch)
 - Lightning-AI/lightning-thunder thunder/executors/nvfuserex_impl.py (prim -> fd.ops mapping,
   size-1 dims defined as broadcast (1) and others symbolic (-1), contiguity None for
   broadcast dims, no low-precision sums, no 0-dim var_mean)

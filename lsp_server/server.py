@@ -147,6 +147,7 @@ class Job:
     future: asyncio.Future
     task: Optional[asyncio.Task] = None
     started: bool = False
+    on_start: list = dataclasses.field(default_factory=list)  # callables, run when user code starts
 
 
 class FusionLensServer(LanguageServer):
@@ -451,6 +452,20 @@ class FusionLensServer(LanguageServer):
 
         progress = await self._progress_begin(token, f"FusionLens: compiling {os.path.basename(state.fs_path)}",
                                               f"compiling and benchmarking {len(names)} target(s)")
+        if progress is not None:
+
+            def reporter(target):
+                def report():
+                    self.work_done_progress.report(progress, T.WorkDoneProgressReport(
+                        message=f"running, tracing and benchmarking {target}"))
+                return report
+
+            for name in names:
+                job = self.active.get((state.path, name))
+                if job is not None and not job.future.done():
+                    if job.started:
+                        reporter(name)()
+                    job.on_start.append(reporter(name))
         results = []
         done = 0
         for fut in asyncio.as_completed(futures):
@@ -524,6 +539,11 @@ class FusionLensServer(LanguageServer):
 
         def on_started():
             job.started = True
+            for callback in job.on_start:
+                try:
+                    callback()
+                except Exception:  # noqa: BLE001
+                    pass
 
         try:
             msg = await self.worker.request(payload, self.settings.timeoutSeconds, on_started)

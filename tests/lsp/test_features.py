@@ -55,6 +55,8 @@ async def test_gpt_block_lens_hints_hover_actions_commands(start_server):
     reports = [r for rs in s.client.progress_reports.values() for r in rs]
     assert any(isinstance(r, T.WorkDoneProgressBegin) for r in reports)
     assert any(isinstance(r, T.WorkDoneProgressEnd) for r in reports)
+    assert any(isinstance(r, T.WorkDoneProgressReport) and r.message == "running, tracing and benchmarking "
+               "gpt_block_example" for r in reports), reports
 
     # Inlay hints: at the end of compiled user lines, short labels with region and executor.
     hints = await s.hints(uri)

@@ -88,3 +88,70 @@ def test_tcp():
     finally:
         proc.kill()
         proc.wait(timeout=10)
+
+
+def test_worker_does_not_outlive_a_killed_server():
+    """SIGKILL the server mid-compile (a user loop that never ends): the worker goes too."""
+    import os
+    import signal
+
+    from lsp_helpers import FIXTURES
+
+    proc = subprocess.Popen([sys.executable, "-m", "lsp_server"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, cwd=REPO, env=server_env())
+    worker_pid = None
+    try:
+        def write(obj):
+            proc.stdin.write(_frame(obj))
+            proc.stdin.flush()
+
+        def wait_for(pred):
+            while True:
+                msg = _read_message(proc.stdout)
+                if pred(msg):
+                    return msg
+
+        write({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "processId": None, "rootUri": REPO.as_uri(), "capabilities": {},
+            "initializationOptions": {"compileTrigger": "manual", "timeoutSeconds": 300}}})
+        wait_for(lambda m: m.get("id") == 1)
+        write({"jsonrpc": "2.0", "method": "initialized", "params": {}})
+        path = FIXTURES / "loops_forever.py"
+        uri = path.as_uri()
+        write({"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {"textDocument": {
+            "uri": uri, "languageId": "python", "version": 1, "text": path.read_text()}}})
+        write({"jsonrpc": "2.0", "id": 2, "method": "workspace/executeCommand",
+               "params": {"command": "fusionlens.compile", "arguments": [uri, "loops_forever_example"]}})
+        wait_for(lambda m: m.get("method") == "fusionlens/status" and m["params"]["state"] == "compiling")
+        deadline = time.monotonic() + 60
+        while worker_pid is None and time.monotonic() < deadline:
+            write({"jsonrpc": "2.0", "id": 3, "method": "workspace/executeCommand",
+                   "params": {"command": "fusionlens.debugInfo", "arguments": []}})
+            worker_pid = wait_for(lambda m: m.get("id") == 3)["result"]["workerPid"]
+            time.sleep(0.2)
+        assert worker_pid is not None
+        proc.kill()
+        proc.wait(timeout=10)
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            try:
+                os.kill(worker_pid, 0)
+            except ProcessLookupError:
+                return
+            # a zombie of a process we do not own counts as gone
+            try:
+                with open(f"/proc/{worker_pid}/stat") as f:
+                    if f.read().split()[2] == "Z":
+                        return
+            except OSError:
+                return
+            time.sleep(0.2)
+        raise AssertionError(f"worker {worker_pid} still running 15 s after the server was killed")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        if worker_pid is not None:
+            try:
+                os.killpg(worker_pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass

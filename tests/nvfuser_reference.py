@@ -38,8 +38,6 @@ contiguity convention), tests/python/direct/test_repro.py (how definitions are w
 from __future__ import annotations
 
 import enum
-import operator
-from typing import Any, Optional
 
 import torch
 
@@ -489,5 +487,3 @@ ops.broadcast_in_dim = broadcast_in_dim
 ops.var_mean = var_mean
 
 __all__ = ["FusionDefinition", "DataType", "ops", "IS_REFERENCE"]
-
-del operator, Any, Optional

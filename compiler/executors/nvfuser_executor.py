@@ -67,7 +67,6 @@ import torch
 
 from compiler.fusion import Decline, FusionGroup
 from compiler.ir import Value, display_path, dtype_name
-from compiler.ops import prims
 
 NOT_INSTALLED = "nvFuser is not installed (no module nvfuser_direct or nvfuser)"
 REFERENCE_LABEL = "tests/nvfuser_reference.py (a torch re-implementation for tests; not nvFuser)"

@@ -33,15 +33,11 @@ EXECUTORS = os.environ.get("FUSIONLENS_OP_EXECUTORS", "torch").split(",")
 # Each marks the listed samples' tests xfail(strict=True): once fixed, delete the entry.
 FACTORY_BUG = ("factory prims called inside a decomposition (no Value argument) run eagerly instead of "
                "being traced (ir.Symbol.__call__), so full/ones/zeros/*_like/arange/tril/triu never decompose")
-BUGS_DECOMPOSED = {
+BUGS = {
     **{name: FACTORY_BUG for name in ("full", "ones", "zeros", "ones_like", "zeros_like", "full_like", "arange",
                                       "tril", "triu", "causal_mask")},
     "broadcast_to": "Tensor.broadcast_to(*sizes) has no varargs adapter: its decomposition fails",
     "view_dtype": "Tensor.view(dtype) is recorded as torch.reshape(x, dtype), which the printed trace cannot run",
-}
-BUGS_COMPILED = {
-    "broadcast_to": BUGS_DECOMPOSED["broadcast_to"],
-    "view_dtype": BUGS_DECOMPOSED["view_dtype"],
     "inplace_on_input": "compile/jit check and first-call result use the inputs after tracing mutated them",
 }
 
@@ -90,10 +86,16 @@ def flat_trace(trace):
     return trace.with_("flat", passes.flatten(trace.bound_symbols))
 
 
-@pytest.mark.parametrize("s,dtype", _cases(BUGS_DECOMPOSED))
-def test_decomposed_trace_matches_eager(s, dtype):
+@pytest.mark.parametrize("s,dtype", _cases(BUGS))
+def test_op_matches_eager(s, dtype):
+    """(a) the decomposed trace, run on its own, and (b) the compiled program match eager."""
     args = s.make(dtype)
     expected = eager(s, args)
+    check_decomposed(s, args, expected)
+    check_compiled(s, dtype, args, expected)
+
+
+def check_decomposed(s, args, expected):
     res = frontend.trace(s.fn, clone_args(args))
     assert_matches(res.eager_output, expected, "the traced call itself", s)
     acquired = res.trace
@@ -116,26 +118,22 @@ def test_decomposed_trace_matches_eager(s, dtype):
         assert_matches(fn(*inputs), expected, f"the {stage.stage} trace run on its own\n{stage.python()}", s)
 
 
-def _errors(report, s) -> list:
-    errors = [d.message for d in report.diagnostics if d.severity == "error"]
-    if s.random:
-        errors = [m for m in errors if "does not match eager" not in m]
-    return errors
-
-
-@pytest.mark.parametrize("s,dtype", _cases(BUGS_COMPILED))
-def test_compile_and_jit_match_eager(s, dtype):
-    args = s.make(dtype)
-    expected = eager(s, args)
+def check_compiled(s, dtype, args, expected):
     if dtype == F32:  # compile and jit build the same report; compile once per sample
         report = compiler.compile(s.fn, *clone_args(args), executors=EXECUTORS)
         assert report.status == "ok" and not _errors(report, s), _errors(report, s)
     jfn = compiler.jit(s.fn, executors=EXECUTORS)
     assert_matches(jfn(*clone_args(args)), expected, "compiler.jit output", s)
     assert not _errors(compiler.last_report(jfn), s)
-    entry_failed = jfn.last.eager_fallback
-    assert not entry_failed or s.random, "jit fell back to eager: " + "; ".join(
+    assert not jfn.last.eager_fallback or s.random, "jit fell back to eager: " + "; ".join(
         d.message for d in compiler.last_report(jfn).diagnostics)
+
+
+def _errors(report, s) -> list:
+    errors = [d.message for d in report.diagnostics if d.severity == "error"]
+    if s.random:
+        errors = [m for m in errors if "does not match eager" not in m]
+    return errors
 
 
 def test_every_registered_callable_has_samples():

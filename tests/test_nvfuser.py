@@ -97,13 +97,14 @@ def assert_close(actual, expected, what=""):
 
 # --- building groups -------------------------------------------------------------------------
 
-def prim_group(prim, *args, gid="P0", **kwargs):
-    """A FusionGroup of one prim applied to `args` (tensors become input Values)."""
+def prim_group(prim, *args, gid="P0", device=None, **kwargs):
+    """A FusionGroup of one prim applied to `args` (tensors, moved to `device`, become input Values)."""
     ctx = TraceContext(NameGen("t"))
     inputs, tensors = [], []
 
     def to_value(a):
         if isinstance(a, torch.Tensor):
+            a = a.to(device) if device is not None else a
             v = Value(f"a{len(inputs)}", a.shape, a.dtype, a.device, "input")
             inputs.append(v)
             tensors.append(a)
@@ -120,8 +121,10 @@ def prim_group(prim, *args, gid="P0", **kwargs):
     return FusionGroup(gid, [b], inputs, list(b.outputs), tuple(domain), rdims), tensors
 
 
-def function_group(fn, *args, gid="F0"):
-    """Trace fn, decompose, flatten, and wrap all its prims in one FusionGroup."""
+def function_group(fn, *args, gid="F0", device=None):
+    """Trace fn (on `device`), decompose, flatten, and wrap all its prims in one FusionGroup."""
+    if device is not None:
+        args = tuple(a.to(device) if isinstance(a, torch.Tensor) else a for a in args)
     traced = frontend.trace(fn, args)
     tr = traced.trace
     flat = passes.flatten(passes.decompose(tr).bound_symbols)
@@ -199,7 +202,7 @@ for _name in sorted(nx.UNARY):
 @pytest.mark.parametrize("name,make", UNARY_CASES,
                          ids=[f"{n}-{i}" for i, (n, _) in enumerate(UNARY_CASES)])
 def test_unary_prim(runner, name, make):
-    group, tensors = prim_group(getattr(prims, name if name != "slice" else "slice_"), make())
+    group, tensors = prim_group(getattr(prims, name if name != "slice" else "slice_"), make(), device=runner.device)
     gen, out, expected = run_generated(runner, group, tensors)
     assert f"fd.ops.{'logical_not' if name == 'bitwise_not' and tensors[0].dtype == torch.bool else name}(" \
         in gen.source
@@ -244,7 +247,7 @@ BINARY_CASES = _binary_cases()
 
 @pytest.mark.parametrize("name,make", BINARY_CASES, ids=[f"{n}-{i}" for i, (n, _) in enumerate(BINARY_CASES)])
 def test_binary_prim(runner, name, make):
-    group, tensors = prim_group(getattr(prims, name), *make())
+    group, tensors = prim_group(getattr(prims, name), *make(), device=runner.device)
     gen, out, expected = run_generated(runner, group, tensors)
     assert f"fd.ops.{name}(" in gen.source
     assert_close(out, expected, name)
@@ -261,7 +264,7 @@ WHERE_CASES = [
 
 @pytest.mark.parametrize("k", range(len(WHERE_CASES)))
 def test_where_prim(runner, k):
-    group, tensors = prim_group(prims.where, *WHERE_CASES[k]())
+    group, tensors = prim_group(prims.where, *WHERE_CASES[k](), device=runner.device)
     gen, out, expected = run_generated(runner, group, tensors)
     assert "fd.ops.where(" in gen.source
     assert_close(out, expected, "where")
@@ -276,7 +279,7 @@ CASTS = [(torch.float32, torch.float16), (torch.float32, torch.bfloat16), (torch
 def test_convert_element_type_prim(runner, src, dst):
     x = bools(4, 8) if src == torch.bool else (ints(4, 8, dtype=src) if not src.is_floating_point
                                                  else f32(4, 8, low=-20, high=20, dtype=src))
-    group, tensors = prim_group(prims.convert_element_type, x, dst)
+    group, tensors = prim_group(prims.convert_element_type, x, dst, device=runner.device)
     gen, out, expected = run_generated(runner, group, tensors)
     assert "fd.ops.cast(" in gen.source
     assert out[0].dtype == dst
@@ -289,7 +292,7 @@ BROADCASTS = [((8,), (4, 8), (1,)), ((4, 1), (4, 8), (0, 1)), ((4,), (4, 1), (0,
 
 @pytest.mark.parametrize("src,shape,dims", BROADCASTS, ids=[str(b) for b in BROADCASTS])
 def test_broadcast_in_dim_prim(runner, src, shape, dims):
-    group, tensors = prim_group(prims.broadcast_in_dim, f32(*src), shape, dims)
+    group, tensors = prim_group(prims.broadcast_in_dim, f32(*src), shape, dims, device=runner.device)
     gen, out, expected = run_generated(runner, group, tensors)
     assert "fd.ops.broadcast_in_dim(" in gen.source
     assert_close(out, expected, "broadcast_in_dim")
@@ -312,7 +315,7 @@ def test_reduction_prim(runner, name, dims, dtype):
         x = f32(*shape, low=0.5 if name == "prod" else -2, high=1.5 if name == "prod" else 2, dtype=dtype)
     else:
         x = ints(*shape, low=-2, high=3, dtype=dtype)
-    group, tensors = prim_group(getattr(prims, name), x, dims)
+    group, tensors = prim_group(getattr(prims, name), x, dims, device=runner.device)
     gen, out, expected = run_generated(runner, group, tensors)
     assert f"fd.ops.{nx.REDUCTIONS[name]}(" in gen.source
     assert_close(out, expected, name)
@@ -320,7 +323,7 @@ def test_reduction_prim(runner, name, dims, dtype):
 
 @pytest.mark.parametrize("dims,correction", [((1,), 0), ((1,), 1), ((0, 1), 1), ((0,), 0)])
 def test_var_mean_prim(runner, dims, correction):
-    group, tensors = prim_group(prims.var_mean, f32(6, 10), dims, correction)
+    group, tensors = prim_group(prims.var_mean, f32(6, 10), dims, correction, device=runner.device)
     gen, out, expected = run_generated(runner, group, tensors)
     assert "fd.ops.var_mean(" in gen.source
     assert len(out) == 2
@@ -403,11 +406,11 @@ FUNCTIONS = {
 @pytest.mark.parametrize("name", sorted(FUNCTIONS))
 def test_function_group(runner, name):
     fn, make = FUNCTIONS[name]
-    group, tensors, eager = function_group(fn, *make())
+    group, tensors, eager = function_group(fn, *make(), device=runner.device)
     gen, out, expected = run_generated(runner, group, tensors)
     assert_close(out, expected, f"{name} vs the group's prims")
     eager = eager if isinstance(eager, tuple) else (eager,)
-    assert_close([o.cpu() for o in out], eager, f"{name} vs eager torch")
+    assert_close(out, eager, f"{name} vs eager torch")
     code = [line.split("#")[0] for line in gen.source.split("def nvfuser_fusion_")[1].splitlines()]
     assert not [c for c in code if "torch." in c]  # every op goes through fd.ops
     assert gen.source.count("fd.add_output(") == len(group.outputs)
@@ -416,7 +419,8 @@ def test_function_group(runner, name):
 # --- input signatures and the definition cache ------------------------------------------------
 
 def test_signatures_build_and_cache_definitions(runner):
-    group, tensors, _ = function_group(lambda x, b: torch.softmax(x * b, -1), f32(8, 32), f32(32))
+    group, tensors, _ = function_group(lambda x, b: torch.softmax(x * b, -1), f32(8, 32), f32(32),
+                                       device=runner.device)
     gen = nx.generate(group, runner.device)
     order = [v.name for v in group.inputs]  # the group's input order is its first reads' order
     x, b = runner.to(f32(8, 32)), runner.to(f32(32))
@@ -449,10 +453,10 @@ def test_tensor_descriptor_follows_nvfuser_convention():
 
 def test_size_one_dims_are_broadcast_dims(runner):
     # A [8, 1] input is defined with shape [-1, 1]: nvFuser may expand only broadcast dims.
-    group, tensors, eager = function_group(lambda x, s: x * s + s, f32(8, 32), f32(8, 1))
+    group, tensors, eager = function_group(lambda x, s: x * s + s, f32(8, 32), f32(8, 1), device=runner.device)
     gen, out, _ = run_generated(runner, group, tensors)
     assert "shape=[-1, 1]" in gen.source
-    assert_close([o.cpu() for o in out], (eager,), "size-1")
+    assert_close(out, (eager,), "size-1")
 
 
 # --- the source is a runnable script against either API ---------------------------------------
@@ -477,7 +481,7 @@ def test_source_runs_as_a_script(monkeypatch, api):
 def test_reference_runs_are_labelled(runner):
     if runner.kind == "real":
         pytest.skip("the real package is labelled by test_real_nvfuser_reports_kernels")
-    group, tensors, _ = function_group(lambda x: torch.softmax(x, -1), f32(8, 32))
+    group, tensors, _ = function_group(lambda x: torch.softmax(x, -1), f32(8, 32), device=runner.device)
     gen, out, _ = run_generated(runner, group, tensors)
     assert gen.executions == 1
     assert gen.nvfuser_ran is False
@@ -548,15 +552,15 @@ def test_unavailable_path_through_compile(monkeypatch):
 
 @pytest.mark.skipif(not REAL, reason="nvFuser does not import here or there is no CUDA")
 def test_real_nvfuser_reports_kernels():
-    group, tensors, eager = function_group(lambda x: torch.softmax(x, -1), f32(64, 1024))
+    group, tensors, eager = function_group(lambda x: torch.softmax(x, -1), f32(64, 1024), device="cuda")
     gen = nx.generate(group, torch.device("cuda"))  # compiles on example inputs
     assert gen.nvfuser_ran and gen.executions >= 1
     assert gen.cuda_source and "__global__" in gen.cuda_source
     assert gen.scheduler  # e.g. "inner_persistent"
     assert gen.source.startswith("# status: ran on nvfuser")
     assert "__global__" in gen.report_code()
-    out = gen.fn(tensors[0].cuda())
-    assert_close([o.cpu() for o in out], (eager,), "real")
+    out = gen.fn(*tensors)
+    assert_close(out, (eager,), "real")
 
 
 # --- the examples through the fusion pass -------------------------------------------------------

@@ -177,12 +177,15 @@ def standalone(table, device, args, copy_gbs):
     from compiler.codegen_triton.groups import group_from_fn
     from compiler.executors import triton_executor as tx
 
-    widths = [64, 256] if args.tiny else [1024, 4096, 16384, 32768]
-    dtypes = [torch.float32, torch.bfloat16]
+    f32, bf16 = torch.float32, torch.bfloat16
+    # most telling first, so that a spent budget drops the least
+    order = [(64, f32), (256, bf16)] if args.tiny else [
+        (4096, f32), (32768, bf16), (1024, bf16), (16384, f32), (32768, f32), (4096, bf16), (1024, f32),
+        (16384, bf16)]
     total = (1 << 12) if args.tiny else (1 << 26)
-    for name, fn in FUNCS.items():
-        for n in widths:
-            for dtype in dtypes:
+    for n, dtype in order:
+        for name, fn in FUNCS.items():
+            if True:
                 rows = max(1, total // n)
                 label = [name, str(dtype).removeprefix("torch."), f"{rows}x{n}"]
                 if left() <= 0:
@@ -294,7 +297,9 @@ def main(argv=None) -> int:
     ap.add_argument("--tiny", action="store_true", help="small sizes: a dry run of the script")
     ap.add_argument("--device", default="auto")
     args = ap.parse_args(argv)
-    DEADLINE[0] = time.monotonic() + args.budget
+    start = time.monotonic()
+    # standalone regions get 55% of the budget (when examples run too), examples the rest
+    DEADLINE[0] = start + (args.budget * (1.0 if args.no_examples else 0.55))
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
                           ("cpu" if args.device == "auto" else args.device))
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU ({platform.machine()})"
@@ -321,6 +326,7 @@ def main(argv=None) -> int:
         standalone(t1, device, args, copy_gbs)
     if not args.no_examples:
         print("\n## examples (whole programs, executors triton + torch)", flush=True)
+        DEADLINE[0] = start + args.budget
         examples(t2, t3, device, args, copy_gbs)
     print("\n" + t1.text() + "\n\n" + t2.text() + "\n\n" + t3.text(), flush=True)
     if args.results:

@@ -28,7 +28,13 @@ def compile_one(source: str, spec: dict, arch: int = 90) -> dict:
 
     namespace_fn = load_source(source, spec["name"], "aot")  # returns the named object
     kernel = namespace_fn
-    src = ASTSource(fn=kernel, signature=dict(spec["signature"]), constexprs=dict(spec["constexprs"]))
+    try:
+        src = ASTSource(fn=kernel, signature=dict(spec["signature"]), constexprs=dict(spec["constexprs"]))
+    except TypeError:  # Triton < 3.3 spelt it `constants`, keyed by argument index
+        names = list(kernel.arg_names)
+        src = ASTSource(fn=kernel, signature={names.index(k): v for k, v in spec["signature"].items()
+                                              if v != "constexpr"},
+                        constants={names.index(k): v for k, v in spec["constexprs"].items()})
     compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32),
                               options={"num_warps": int(spec["num_warps"])})
     asm = compiled.asm

@@ -182,10 +182,14 @@ async def test_execution_disabled(start_server):
 
 
 @pytest.mark.parametrize("profile", ["neovim"])
-async def test_edit_shifts_annotations_and_cache_answers_reopen(start_server):
-    s = await start_server({"compileTrigger": "onOpen"})
+async def test_on_save_trigger_edit_shifts_annotations_and_cache(start_server):
+    s = await start_server({"compileTrigger": "onSave"})
     path = EXAMPLES / "mlp.py"
     uri = s.open(path)
+    await asyncio.sleep(0.5)  # well past debounceMs: opening alone compiles nothing
+    assert s.statuses == []
+    assert [l.command.title for l in await s.lenses(uri)] == ["Compile & benchmark"] * 2
+    s.client.text_document_did_save(T.DidSaveTextDocumentParams(T.TextDocumentIdentifier(uri)))
     await s.wait_targets(uri, ("ok",))
     before = await s.hints(uri)
     hinted = sorted({h.position.line for h in before})
@@ -211,11 +215,13 @@ async def test_edit_shifts_annotations_and_cache_answers_reopen(start_server):
     # the lens still shows the last result for the target
     assert SUMMARY_RE.match((await s.lenses(uri))[0].command.title)
 
-    # close and reopen the unchanged file: answered from the cache, no new compile
+    # close, reopen and save the unchanged file: answered from the cache, no new compile
     n = len(s.statuses)
     s.client.text_document_did_close(T.DidCloseTextDocumentParams(T.TextDocumentIdentifier(uri)))
     uri = s.open(path)
+    s.client.text_document_did_save(T.DidSaveTextDocumentParams(T.TextDocumentIdentifier(uri)))
     await asyncio.sleep(0.5)
     assert SUMMARY_RE.match((await s.lenses(uri))[0].command.title)
     assert [st for st in s.statuses[n:] if st.state == "compiling"] == []
     assert sorted({h.position.line for h in await s.hints(uri)}) == hinted
+    assert (await s.command("fusionlens.debugInfo"))["cacheEntries"] == 2

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import operator
 import sys
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -244,6 +245,7 @@ sample("torch.nn.functional.gelu", "gelu_module", lambda a: torch.nn.GELU()(a) +
 sample("torch.nn.functional.silu", "silu", lambda a: F.silu(a), t(3, 4, low=-4, high=4))
 sample("torch.nn.functional.softplus", "softplus", lambda a: F.softplus(a) + F.softplus(a, beta=2, threshold=1),
        t(3, 4, low=-4, high=4))
+sample("torch.nn.functional.softplus", "softplus_large", lambda a: F.softplus(a * 8), t(3, 4))
 sample("torch.nn.functional.mish", "mish", lambda a: F.mish(a), t(3, 4, low=-4, high=4))
 sample("torch.nn.functional.elu", "elu", lambda a: F.elu(a) + F.elu(a, alpha=0.5), t(3, 4))
 sample("torch.nn.functional.hardtanh", "hardtanh", lambda a: F.hardtanh(a) + F.hardtanh(a, -0.5, 0.5), t(3, 4))
@@ -372,6 +374,11 @@ sample("torch.var", "var", lambda a: a.var() + torch.var(a, 1, keepdim=True) + a
 sample("torch.std", "std", lambda a: a.std(-1) + torch.std(a, 1, unbiased=False) + a.std(1, correction=0), nt(3, 8))
 sample("torch.logsumexp", "logsumexp", lambda a: torch.logsumexp(a, -1) + a.logsumexp((0, 1), keepdim=True).sum(),
        t(3, 5))
+sample("torch.logsumexp", "logsumexp_inf_rows", lambda a: torch.logsumexp(torch.cat([a, a[:1] * 0 - float("inf"),
+       a[:1] * 0 + float("inf")]), -1), t(3, 5))
+sample("torch.sum", "sum_int32_dtype", lambda a: a.sum(-1, dtype=torch.int32) + a.sum(dtype=torch.int32), ints(3, 4),
+       dtypes=ONLY_F32)
+sample("torch.prod", "prod_int32", lambda a: a.prod(-1), ints(3, 4, low=1, high=4, dtype=torch.int32), dtypes=ONLY_F32)
 sample("torch.linalg.vector_norm", "vector_norm", lambda a: torch.linalg.vector_norm(a) + torch.linalg.vector_norm(
        a, dim=-1).sum(), t(3, 4))
 sample("torch.linalg.vector_norm", "vector_norm_ord1", lambda a: torch.linalg.vector_norm(a, 1), t(3, 4), dtypes=ONLY_F32,
@@ -386,6 +393,9 @@ sample("torch.nn.functional.softmax", "softmax_nc_empty", lambda a, b: (F.softma
        t(0, 4))
 sample("torch.nn.functional.log_softmax", "log_softmax", lambda a: F.log_softmax(a, dim=-1) + torch.log_softmax(a, 0)
        + a.log_softmax(1), t(3, 4, low=-5, high=5))
+sample("torch.nn.functional.softmax", "softmax_implicit_dim", lambda a, b: (F.softmax(a), F.softmax(b, None)), t(3, 4),
+       t(2, 3, 4))
+sample("torch.nn.functional.log_softmax", "log_softmax_implicit_dim", lambda a: F.log_softmax(a), t(3, 4))
 sample("torch.nn.functional.log_softmax", "log_softmax_dtype", lambda a: F.log_softmax(a, -1, dtype=torch.float32),
        t(3, 4))
 sample("torch.nn.functional.layer_norm", "layer_norm", lambda a, w, b: F.layer_norm(a, (8,), w, b), t(2, 3, 8), t(8),
@@ -494,7 +504,8 @@ class _Seen(TorchFunctionMode):
 def funcs_called(s: Sample) -> list:
     """The torch callables `s.fn` reaches (what the frontend's mode sees), in float32."""
     mode = _Seen()
-    with torch.no_grad(), mode:
+    with torch.no_grad(), warnings.catch_warnings(), mode:
+        warnings.simplefilter("ignore")
         s.fn(*s.make(F32))
     return mode.funcs
 

@@ -72,3 +72,40 @@ def test_worker_protocol_survives_user_prints(tmp_path):
     assert messages[0]["event"] == "ready"
     assert messages[-1]["id"] == 1 and messages[-1]["ok"], messages[-1]
     assert "NOISE from print" in err and "NOISE from fd 1" in err
+
+
+def test_boundaries_fallbacks_and_errors_land_on_user_lines():
+    from compiler.report import Diagnostic, Fallback
+    from lsp_server.views import boundary_label, build_annotations, hover_markdown
+
+    rep = _report()
+    rep.fallbacks = [Fallback("torch.cumsum", "no symbol", "/x/model.py", 6)]
+    path = norm_path("/x/model.py")
+    res = Result("t", path, (), "ok", "", rep, {}, 9)
+    ann = build_annotations(res, path)
+    assert sorted(ann.lines) == [4, 5] and ann.region_lines == {"fusion_region_0": [4, 5]}
+    (region, boundary), = ann.boundaries[5]
+    label = boundary_label(ann.boundaries[5])
+    assert label.startswith("┆ fusion_region_0 ends") and len(label) <= HINT_MAX
+    text = hover_markdown(ann.lines[5], ann.boundaries[5], lambda r, rid: ann.region_lines[rid], 5)
+    assert "**region ends here:** library call — matmul" in text
+    assert "**same region:** line 5" in text and "t1 = relu(t0)" in text
+    assert [(d.line, d.severity, d.code) for d in ann.diags] == [(5, "information", "fallback")]
+
+    failed = CompileReport(rep.target, status="error",
+                           error=Diagnostic("error", "ValueError: boom", "/x/model.py", 3))
+    ann = build_annotations(Result("t", path, (), "error", "ValueError: boom", failed, {}, 9), path)
+    assert [(d.line, d.severity) for d in ann.diags] == [(2, "error"), (9, "error")]
+    assert "model.py:3" in ann.diags[1].message
+
+
+def test_settings_parse_leniently():
+    from lsp_server.server import Settings
+
+    s = Settings()
+    changed = s.update({"fusionlens": {"allowExecution": False, "compileTrigger": "bogus",
+                                       "benchmarkRepeats": "3", "executors": ["triton", "torch"],
+                                       "timeoutSeconds": "x", "unknown": 1}})
+    assert sorted(changed) == ["allowExecution", "benchmarkRepeats", "executors"]
+    assert s.compileTrigger == "onOpen" and s.timeoutSeconds == 60.0
+    assert s.options_key() == (("triton", "torch"), 3, "auto")

@@ -253,7 +253,7 @@ sample("torch.nn.functional.dropout", "dropout_eval", lambda a: F.dropout(a, 0.5
 sample("torch.nn.functional.dropout", "dropout_p0", lambda a: torch.dropout(a, 0.0, True) * 2, t(3, 4))
 sample("torch.nn.functional.dropout", "dropout_module_eval", lambda a: torch.nn.Dropout(0.1).eval()(a) + 1, t(3, 4))
 sample("torch.nn.functional.dropout", "dropout_train", lambda a: F.dropout(a, 0.5, training=True), t(3, 4),
-       decomposes=False, why_not="random", random=True)
+       decomposes=False, why_not="training mode is random", random=True)
 
 # --- dtype conversion and copies -------------------------------------------------------------
 
@@ -523,11 +523,11 @@ def clone_args(args):
 
 # --- docs/ops.md ------------------------------------------------------------------------------
 
-def _prims_of(s: Sample) -> tuple:
-    """(prims the sample's own op decomposes into, notes) when traced in float32."""
+def _prims_of(s: Sample, dtype) -> tuple:
+    """(prims the sample's own op decomposes into, fallback notes) when traced in `dtype`."""
     from compiler import frontend, passes
 
-    res = frontend.trace(s.fn, s.make(F32))
+    res = frontend.trace(s.fn, s.make(dtype))
     dec = passes.decompose(res.trace)
     prims_used, notes = [], []
     for b in dec.bound_symbols:
@@ -558,31 +558,38 @@ def markdown() -> str:
         "",
         "Every torch-level symbol FusionLens records (`compiler/ops/torch_ops.py`), the torch",
         "callables the frontend maps to it, and how it decomposes. The prims column lists the",
-        "prims that the op's samples in `tests/op_samples.py` decompose into (traced in float32);",
-        "a *library call* has no decomposition and runs whole in the torch executor. Calls the",
-        "decomposition does not cover stay library calls too; the last column says which.",
-        "In-place forms (`x.add_(y)`, `x += y`, `relu(x, inplace=True)`) are traced as the",
-        "functional op producing a new value; `x[...] = v` (setitem) is an opaque call.",
+        "prims that the op's samples in `tests/op_samples.py` decompose into (traced in each",
+        "dtype the sample runs in); a *library call* has no decomposition and runs whole in the",
+        "torch executor. Calls a decomposition does not cover stay library calls too; the last",
+        "column says which. An op whose decomposition fails for every sample says so (a bug,",
+        "see the xfail list in tests/test_ops.py). In-place forms (`x.add_(y)`, `x += y`,",
+        "`relu(x, inplace=True)`) are traced as the functional op producing a new value;",
+        "`x[...] = v` (setitem) is an opaque call. Operators (`a + b`, `a @ b`, `-a`, `a[i]`)",
+        "reach the frontend as the Tensor method and map like it.",
         "",
         "| op | torch callables | decomposes into | not decomposed when |",
         "|---|---|---|---|",
     ]
     for name, sym in torch_ops.SYMBOLS.items():
-        samples = by_op.get(name, [])
-        used, fallbacks = [], []
-        for s in samples:
-            got, notes = _prims_of(s)
-            used += [p for p in got if p not in used]
-            if not s.decomposes:
-                fallbacks.append(s.why_not)
+        used, unexpected, expected = [], [], []
+        for s in by_op.get(name, []):
+            for dtype in s.dtypes:
+                got, notes = _prims_of(s, dtype)
+                used += [p for p in got if p not in used]
+                if s.decomposes:
+                    unexpected += notes
+            if not s.decomposes and s.why_not not in expected:
+                expected.append(s.why_not)
         if sym.decomposition is None:
             how = "library call"
         elif used:
             how = ", ".join(f"`{p.removeprefix('prims.')}`" for p in sorted(used))
+        elif unexpected:
+            how = "library call for now: its decomposition fails on every sample"
         else:
             how = "an alias of its input (no op)"
         names = ", ".join(aliases.get(name, []))
-        lines.append(f"| `{name}` | {names} | {how} | {'; '.join(fallbacks)} |")
+        lines.append(f"| `{name}` | {names} | {how} | {'; '.join(expected)} |")
     lines += ["", "## Prims", "",
               "Elementwise prims take operands of one shape and dtype (python scalars allowed);",
               "broadcasts and casts are explicit; reductions drop the reduced dims.", "",

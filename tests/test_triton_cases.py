@@ -144,6 +144,47 @@ def softmax_middle(x):
     return torch.softmax(x, 1)
 
 
+def row_input(x, m):
+    # m [rows, 1] is read both per row (with the sums) and broadcast over the row
+    s = (x - m).sum(-1, keepdim=True)
+    return s * m + 1.0, (x * m) / (s + 100.0)
+
+
+def sum_two_dims(x):
+    return x.sum((0, 2)), x.amax((0, 2), keepdim=True)  # non-adjacent reduced dims
+
+
+def mean_last_two(x):
+    return x.mean((1, 2), keepdim=True), torch.var_mean(x, (1, 2))
+
+
+def sum_dim0(x):
+    return x.sum(0), torch.softmax(x, 0)
+
+
+def count_bool(x):
+    return (x > 0).sum(-1), torch.amax(x.abs(), -1)
+
+
+def full_reduce(x):
+    return x.sum(), x.amin()
+
+
+def scalar_domain(x, y):
+    return x * y + 1.0
+
+
+def nan_reduce(x):
+    return x.amax(-1), x.amin(-1), x.sum(-1)
+
+
+def _with_nans(d, t):
+    x = _r(4, 37, device=d, dtype=t)
+    x[1, 5] = float("nan")
+    x[3, 36] = float("nan")
+    return (x,)
+
+
 # --- cases ------------------------------------------------------------------------------
 
 ALL = (LOW[0], LOW[1], torch.float32)
@@ -186,10 +227,21 @@ CASES = [
                        _r(48, device=d, dtype=t)), (torch.float32, torch.bfloat16)),
 ]
 
+CASES += [
+    Case("row_input", row_input, lambda d, t: (_r(6, 45, device=d, dtype=t), _r(6, 1, device=d, dtype=t))),
+    Case("sum_two_dims", sum_two_dims, lambda d, t: (_r(3, 6, 11, device=d, dtype=t),)),
+    Case("mean_last_two", mean_last_two, lambda d, t: (_r(4, 5, 13, device=d, dtype=t),)),
+    Case("sum_dim0", sum_dim0, lambda d, t: (_r(29, 10, device=d, dtype=t),)),
+    Case("count_bool", count_bool, lambda d, t: (_r(5, 33, device=d, dtype=t),)),
+    Case("full_reduce", full_reduce, lambda d, t: (_r(7, 9, device=d, dtype=t),)),
+    Case("scalar_domain", scalar_domain, lambda d, t: (_r((), device=d, dtype=t), _r((), device=d, dtype=t))),
+    Case("nan_reduce", nan_reduce, _with_nans),
+]
+
 # cases whose reductions are also run in the looped (row does not fit in one block) form
 LOOPED = ["sum_last_keepdim", "sum_middle", "prod_last", "var_mean_last", "var_mean_middle", "softmax", "log_softmax",
           "safe_softmax", "softmax_transposed", "softmax_middle", "layer_norm", "manual_layer_norm", "rms_norm",
-          "residual_norm"]
+          "residual_norm", "row_input", "sum_two_dims", "mean_last_two", "sum_dim0", "count_bool", "full_reduce", "nan_reduce"]
 
 
 def by_name(name: str) -> Case:

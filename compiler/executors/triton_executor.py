@@ -128,6 +128,16 @@ def _fl_imod(a, b):
 def _fl_mul(a, b):
     return a * b
 ''',
+    "_fl_max": '''@triton.jit
+def _fl_max(a, b):
+    # NaN-propagating max, as torch.amax
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+''',
+    "_fl_min": '''@triton.jit
+def _fl_min(a, b):
+    # NaN-propagating min, as torch.amin
+    return tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)
+''',
 }
 HELPER_DEPS = {"_fl_tanh": ["_fl_expm1"]}
 
@@ -993,10 +1003,7 @@ class _Writer:
         name = _ident(o.name)
         ident, acc_t = _identity(short, o.dtype)
         xv = x if o.dtype in FLOATS or src.dtype == o.dtype else f"{x}.to({TL_DTYPE[o.dtype]})"
-        red = {"sum": "tl.sum({v}, axis=1)", "amax": "tl.max({v}, axis=1)", "amin": "tl.min({v}, axis=1)",
-               "prod": "tl.reduce({v}, 1, _fl_mul)"}[short]
-        if short == "prod":
-            em.helpers.add("_fl_mul")
+        red = _reduce_expr(short, o.dtype, em)
         body.add(f"{name} = {red.format(v=f'tl.where(mask, {xv}, {ident})')}[:, None]  # prims.{short}({src.name}, "
                  f"{list(an.rdims)})")
         self._register(em, o, name)
@@ -1013,7 +1020,9 @@ class _Writer:
             a = em.val(mb.args[0], full)
             init.add(f"on_{m} = tl.full([BLOCK_M, 1], float(\"-inf\"), tl.float32)  # running max")
             init.add(f"on_{s} = tl.zeros([BLOCK_M, 1], tl.float32)  # running sum of exp(x - running max)")
-            loop.add(f"on_{m}_new = tl.maximum(on_{m}, tl.max(tl.where(mask, {a}, float(\"-inf\")), axis=1)[:, None])")
+            em.helpers.add("_fl_max")
+            loop.add(f"on_{m}_new = tl.maximum(on_{m}, tl.reduce(tl.where(mask, {a}, float(\"-inf\")), 1, _fl_max)[:, None], "
+                     "propagate_nan=tl.PropagateNan.ALL)")
             loop.add(f"on_{m}_scale = tl.where(on_{m}_new == float(\"-inf\"), 0.0, tl.exp(on_{m} - on_{m}_new))")
             loop.add(f"on_{s} = on_{s} * on_{m}_scale + tl.sum(tl.where(mask, tl.exp({a} - on_{m}_new), 0.0), "
                      "axis=1)[:, None]")
@@ -1055,15 +1064,27 @@ class _Writer:
         acc = f"acc_{name}"
         init.add(f"{acc} = tl.full([BLOCK_M, BLOCK_N], {ident}, {acc_t})")
         masked = f"tl.where(mask, {xv}, {ident})"
+        nan = ", propagate_nan=tl.PropagateNan.ALL" if o.dtype in FLOATS else ""
         step = {"sum": f"{acc} + {masked}", "prod": f"{acc} * {masked}",
-                "amax": f"tl.maximum({acc}, {masked})", "amin": f"tl.minimum({acc}, {masked})"}[short]
+                "amax": f"tl.maximum({acc}, {masked}{nan})", "amin": f"tl.minimum({acc}, {masked}{nan})"}[short]
         loop.add(f"{acc} = {step}")
-        red = {"sum": "tl.sum({v}, axis=1)", "amax": "tl.max({v}, axis=1)", "amin": "tl.min({v}, axis=1)",
-               "prod": "tl.reduce({v}, 1, _fl_mul)"}[short]
-        if short == "prod":
-            em.helpers.add("_fl_mul")
+        red = _reduce_expr(short, o.dtype, em)
         fin.add(f"{name} = {red.format(v=acc)}[:, None]  # prims.{short}({src.name}, {list(an.rdims)})")
         self._register(em, o, name)
+
+
+def _reduce_expr(short: str, dtype, em) -> str:
+    """The row reduction of a [BLOCK_M, BLOCK_N] tile (a format string over {v})."""
+    if short == "sum":
+        return "tl.sum({v}, axis=1)"
+    if short == "prod":
+        em.helpers.add("_fl_mul")
+        return "tl.reduce({v}, 1, _fl_mul)"
+    if dtype in FLOATS:  # torch.amax/amin propagate NaN; tl.max/tl.min do not
+        helper = "_fl_max" if short == "amax" else "_fl_min"
+        em.helpers.add(helper)
+        return f"tl.reduce({{v}}, 1, {helper})"
+    return "tl.max({v}, axis=1)" if short == "amax" else "tl.min({v}, axis=1)"
 
 
 def _identity(short: str, dtype) -> tuple:
@@ -1133,7 +1154,8 @@ def build_source(group: FusionGroup, an: _Analysis, strides: list) -> tuple:
                                         for v, st in zip(an.inputs, strides)))
     out.append("# outputs: " + "; ".join(f"{o.name}: {_type_str(o)}" for o in an.outputs))
     out += ["import torch", "import triton", "import triton.language as tl", "", ""]
-    for h in ("_fl_expm1", "_fl_log1p", "_fl_tanh", "_fl_round", "_fl_trunc", "_fl_imod", "_fl_mul"):
+    for h in ("_fl_expm1", "_fl_log1p", "_fl_tanh", "_fl_round", "_fl_trunc", "_fl_imod", "_fl_mul", "_fl_max",
+              "_fl_min"):
         if h in helpers:
             out += HELPERS[h].rstrip("\n").split("\n") + ["", ""]
     out.append("@triton.jit")

@@ -1185,11 +1185,23 @@ def build_source(group: FusionGroup, an: _Analysis, strides: list) -> tuple:
 
 
 _module_ids = itertools.count()
+_MODULES: dict = {}  # (source, interpreted?) -> namespace: identical regions share compiled kernels
+_MODULES_LOCK = threading.Lock()
 
 
 def load_source(source: str, launcher: str, label: str) -> Callable:
-    """Exec a generated module; returns the object named `launcher` (or a kernel). The source is registered with linecache
-    so tracebacks and Triton (which reads the kernel's source) see it."""
+    """Exec a generated module once per distinct source; returns the object named `launcher`
+    (or a kernel). The source is registered with linecache so tracebacks and Triton (which
+    reads the kernel's source) see it."""
+    key = (source, os.environ.get("TRITON_INTERPRET") == "1")
+    with _MODULES_LOCK:
+        namespace = _MODULES.get(key)
+        if namespace is None:
+            namespace = _MODULES[key] = _exec_source(source, label)
+    return namespace[launcher]
+
+
+def _exec_source(source: str, label: str) -> dict:
     import linecache
 
     import triton  # noqa: F401  (imported here: TRITON_INTERPRET must be set before this)
@@ -1198,7 +1210,7 @@ def load_source(source: str, launcher: str, label: str) -> Callable:
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     namespace = {"__name__": f"fusionlens_triton_{label}", "__file__": filename}
     exec(compile(source, filename, "exec"), namespace)
-    return namespace[launcher]
+    return namespace
 
 
 def _eager(group: FusionGroup) -> Callable:

@@ -349,3 +349,42 @@ def test_examples_have_targets():
     assert len(EXAMPLE_CASES) >= 8
     names = {p.values[1] for p in EXAMPLE_CASES}
     assert {"gpt_block_example", "llama_block_example"} <= names
+
+
+def test_bound_forward_and_tied_weights():
+    lin = torch.nn.Linear(4, 4)
+    res = frontend.trace(lin.forward, (torch.randn(2, 4),))
+    assert [(v.name, v.role) for v in res.trace.inputs] == [("input", "input"), ("p_weight", "param"),
+                                                            ("p_bias", "param")]
+
+    class Tied(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = torch.nn.Embedding(10, 4)
+            self.head = torch.nn.Linear(4, 10, bias=False)
+            self.head.weight = self.emb.weight
+
+        def forward(self, i):
+            return self.head(self.emb(i))
+
+    res = frontend.trace(Tied(), (torch.randint(0, 10, (2, 3)),))
+    assert [(v.name, v.role) for v in res.trace.inputs] == [("i", "input"), ("p_emb_weight", "param")]
+
+
+def test_report_ops_carry_provenance_and_prims():
+    path = FIXTURES / "helpers_other_file.py"
+    fn, args, kwargs, res = traced(path, "helpers_other_file_example")
+    report = compiler.compile(fn, *args, executors=["torch"], **kwargs)
+    assert len(report.ops) == len(res.trace.bound_symbols)
+    for op, b in zip(report.ops, res.trace.bound_symbols):
+        p = b.provenance
+        assert (op.name, op.file, op.line, op.col, op.end_col) == (b.sym.name, p.file, p.line, p.col, p.end_col)
+        ours = lambda frames: [(f.file, f.line, f.function) for f in frames if f.file.startswith(str(FIXTURES))]  # noqa
+        assert ours(op.stack) == ours(p.stack) and ours(op.stack)
+        assert op.region is not None
+        if b.sym.decomposition is not None and op.name != "torch.Tensor.contiguous":
+            assert op.prims and all(n.startswith("prims.") for n in op.prims), op
+        if op.name == "torch.nn.functional.linear":
+            assert op.prims == []
+    assert {(s.file, s.line) for r in report.regions for s in r.source_lines} >= {
+        (str(FIXTURES / "helper_ops.py"), line) for line in marked_lines(FIXTURES / "helper_ops.py", "# OP:")}

@@ -12,7 +12,6 @@ import {
   RevealOutputChannelOn,
   ServerOptions,
   State,
-  TransportKind,
   DidChangeConfigurationNotification,
 } from 'vscode-languageclient/node';
 import { chooseInterpreter, InterpreterChoice, SERVER_ARGS } from './logic/interpreter';
@@ -32,7 +31,7 @@ import {
   RegionsResult,
   StatusParams,
 } from './logic/protocol';
-import { classifyProbe, describeProblem, PROBE_SCRIPT, ProblemReport, RawProbe } from './logic/serverCheck';
+import { classifyProbe, describeProblem, installCommand, PROBE_SCRIPT, ProblemReport, RawProbe } from './logic/serverCheck';
 import { GeneratedDocuments, GENERATED_SCHEME } from './generated';
 import { RegionsView } from './regionsView';
 
@@ -254,9 +253,14 @@ class FusionLens implements vscode.Disposable {
       resolveReady(client);
       this.refreshRegions(0);
     } catch (e) {
+      const failed = this.client;
+      this.client = undefined;
+      void failed?.dispose(1000).catch(() => undefined);
+      const why = this.stderrTail.filter((l) => /Error|error:/.test(l)).pop() ?? (e as Error).message ?? String(e);
       this.log.error(`Server failed to start: ${(e as Error).message ?? e}`);
       this.fail({
-        message: `FusionLens: the server failed to start (${(e as Error).message ?? e}). See the FusionLens log.`,
+        message: `FusionLens: the server (${this.interpreter?.command ?? 'python'} -m lsp_server) failed to start: ${why}. See the FusionLens log.`,
+        install: /ModuleNotFoundError|ImportError/.test(why) ? installCommand(this.interpreter?.command ?? 'python3', findRepoRoot()) : undefined,
       });
       resolveReady(undefined);
     }
@@ -297,12 +301,33 @@ class FusionLens implements vscode.Disposable {
     }
   }
 
+  /** Last lines the server wrote to stderr (for the message when it dies at startup). */
+  private stderrTail: string[] = [];
+
   private createClient(python: string, cwd: string | undefined): LanguageClient {
-    const serverOptions: ServerOptions = {
-      command: python,
-      args: SERVER_ARGS,
-      transport: TransportKind.stdio,
-      options: { cwd, env: { ...process.env, PYTHONUNBUFFERED: '1' } },
+    // Spawn the process ourselves so its stderr can also be kept for error messages;
+    // vscode-languageclient still copies it to the log channel.
+    const serverOptions: ServerOptions = async () => {
+      this.stderrTail = [];
+      const child = cp.spawn(python, SERVER_ARGS, {
+        cwd,
+        env: { ...process.env, PYTHONUNBUFFERED: '1' },
+        stdio: 'pipe',
+        windowsHide: true,
+      });
+      child.stderr.setEncoding('utf8');
+      child.stderr.on('data', (d: string) => {
+        this.stderrTail.push(...d.split(/\r?\n/).filter((l) => l.trim()));
+        this.stderrTail.splice(0, Math.max(0, this.stderrTail.length - 30));
+      });
+      child.on('exit', (code, signal) => {
+        if (code !== 0 && code !== null) {
+          this.log.warn(`Server process exited with code ${code}`);
+        } else if (signal) {
+          this.log.warn(`Server process killed by ${signal}`);
+        }
+      });
+      return child;
     };
     const clientOptions: LanguageClientOptions = {
       documentSelector: [{ scheme: 'file', language: 'python' }],
@@ -611,8 +636,13 @@ class FusionLens implements vscode.Disposable {
   }
 
   private async openReturned(result: unknown): Promise<void> {
-    const u = result && typeof result === 'object' ? (result as { uri?: unknown }).uri : undefined;
+    const r = (result && typeof result === 'object' ? result : {}) as { uri?: unknown; message?: unknown };
+    const u = r.uri;
     if (typeof u !== 'string') {
+      // The server already shows its own "compile it first" warning (those start with "FusionLens:").
+      if (typeof r.message === 'string' && r.message && !r.message.startsWith('FusionLens')) {
+        void vscode.window.showWarningMessage(`FusionLens: ${r.message}`);
+      }
       return;
     }
     const uri = vscode.Uri.parse(u);

@@ -14,7 +14,10 @@ export const PROBE_SCRIPT = [
   'import sys',
   'v = "%d.%d.%d" % sys.version_info[:3]',
   'if sys.version_info < (3, 9): print("FUSIONLENS-OLD " + v); sys.exit(3)',
+  'import importlib.util',
   'import lsp_server',
+  '# The server module pulls in pygls and lsprotocol; import it without starting anything.',
+  'if importlib.util.find_spec("lsp_server.server") is not None: import lsp_server.server',
   'print("FUSIONLENS-OK " + v)',
 ].join('\n');
 

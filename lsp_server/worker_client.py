@@ -62,7 +62,7 @@ class Worker:
             sys.executable, "-m", "lsp_server.worker",
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE, env=env, cwd=self.cwd or None,
-            start_new_session=True, limit=1 << 28)
+            start_new_session=(os.name == "posix"), limit=1 << 28)
         self._stderr_task = asyncio.get_running_loop().create_task(self._pump_stderr(self.proc))
         try:
             msg = await asyncio.wait_for(self._read_message(), STARTUP_TIMEOUT_S)
@@ -119,8 +119,8 @@ class Worker:
         proc = self.proc
         if proc is not None and proc.returncode is None:
             try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
+                _kill_group(proc.pid)
+            except (ProcessLookupError, PermissionError, OSError):
                 pass
 
     async def kill(self) -> None:
@@ -129,8 +129,8 @@ class Worker:
             return
         if proc.returncode is None:
             try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
+                _kill_group(proc.pid)
+            except (ProcessLookupError, PermissionError, OSError):
                 try:
                     proc.kill()
                 except ProcessLookupError:
@@ -203,6 +203,15 @@ class Worker:
                 raise WorkerError("crashed", f"compile worker died ({how}) while compiling; "
                                   "it will be restarted" + self._tail_text())
             return msg
+
+
+def _kill_group(pid: int) -> None:
+    """SIGKILL the worker's process group (it is a session leader: pgid == pid); where there
+    are no process groups (Windows), kill the process."""
+    if hasattr(os, "killpg"):
+        os.killpg(pid, signal.SIGKILL)
+    else:
+        os.kill(pid, signal.SIGTERM)
 
 
 def _describe_exit(code: Optional[int]) -> str:

@@ -44,8 +44,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def _real_nvfuser() -> bool:
-    backend, _ = nx.load_backend()
-    return backend is not None and torch.cuda.is_available()
+    return torch.cuda.is_available() and nx.load_backend()[0] is not None
 
 
 REAL = _real_nvfuser()
@@ -492,7 +491,7 @@ def test_reference_runs_are_labelled(runner):
 
 def test_without_nvfuser_generate_gives_source_but_does_not_run(monkeypatch):
     monkeypatch.setattr(nx, "_override", None)
-    monkeypatch.setattr(nx, "_loaded", (None, nx.NOT_INSTALLED))
+    monkeypatch.setattr(nx, "_find_spec", lambda name: None)
     group, tensors, _ = function_group(lambda x: torch.softmax(x, -1), f32(8, 32))
     assert nx.EXECUTOR.available(torch.device("cpu")) == (False, nx.NOT_INSTALLED)
     gen = nx.generate(group, "cpu")
@@ -508,31 +507,33 @@ def test_without_nvfuser_generate_gives_source_but_does_not_run(monkeypatch):
 
 def _fake_importer(errors: dict):
     def import_module(name):
-        e = errors[name]
-        raise e
+        raise errors[name]
     return types.SimpleNamespace(import_module=import_module)
 
 
 def test_available_reasons(monkeypatch):
     monkeypatch.setattr(nx, "_override", None)
-    # nothing installed
+    # nothing installed: said without importing anything, whatever the device
     monkeypatch.setattr(nx, "_loaded", None)
-    monkeypatch.setattr(nx, "importlib", _fake_importer({
-        "nvfuser_direct": ModuleNotFoundError("No module named 'nvfuser_direct'", name="nvfuser_direct"),
-        "nvfuser": ModuleNotFoundError("No module named 'nvfuser'", name="nvfuser")}))
+    monkeypatch.setattr(nx, "_find_spec", lambda name: None)
+    monkeypatch.setattr(nx, "importlib", _fake_importer({}))  # an import attempt would raise KeyError
     assert nx.EXECUTOR.available("cuda") == (False, "nvFuser is not installed (no module nvfuser_direct or nvfuser)")
+    assert nx.EXECUTOR.available("cpu") == (False, "nvFuser is not installed (no module nvfuser_direct or nvfuser)")
+    # installed, CPU tensor: not even imported
+    monkeypatch.setattr(nx, "_find_spec", lambda name: object() if name == "nvfuser_direct" else None)
+    assert nx.EXECUTOR.available(torch.device("cpu")) == (False, "nvFuser needs a CUDA device; this tensor is on cpu")
+    assert nx._loaded is None
     # installed but broken: the ImportError text
-    monkeypatch.setattr(nx, "_loaded", None)
     monkeypatch.setattr(nx, "importlib", _fake_importer({
         "nvfuser_direct": ImportError("libnvrtc.so.13: cannot open shared object file: No such file or directory"),
         "nvfuser": ModuleNotFoundError("No module named 'nvfuser'", name="nvfuser")}))
     ok, why = nx.EXECUTOR.available("cuda")
     assert not ok and why == ("importing nvfuser_direct failed: ImportError: libnvrtc.so.13: cannot open shared "
                               "object file: No such file or directory")
-    # installed, CPU tensor
+    # installed and importing, CUDA tensor
     monkeypatch.setattr(nx, "_loaded", (nx.Backend(ref, "nvfuser_direct", "0.2.34"), ""))
-    assert nx.EXECUTOR.available(torch.device("cpu")) == (False, "nvFuser needs a CUDA device; this tensor is on cpu")
     assert nx.EXECUTOR.available(torch.device("cuda", 0)) == (True, "")
+    assert nx.EXECUTOR.available(torch.device("cpu")) == (False, "nvFuser needs a CUDA device; this tensor is on cpu")
 
 
 def test_unavailable_path_through_compile(monkeypatch):
@@ -541,8 +542,7 @@ def test_unavailable_path_through_compile(monkeypatch):
     x = f32(8, 32)
     rep = compiler.compile(lambda x: torch.softmax(x, -1) * 2, x, executors=["nvfuser", "torch"])
     assert not [d for d in rep.diagnostics if d.severity == "error"], rep.diagnostics
-    backend, reason = nx.load_backend()
-    expected = reason if backend is None else "nvFuser needs a CUDA device; this tensor is on cpu"
+    expected = nx.NOT_INSTALLED if nx.installed_api() is None else "nvFuser needs a CUDA device; this tensor is on cpu"
     messages = [d.message for d in rep.diagnostics]
     assert f"executor nvfuser is not usable here: {expected}; its work goes to the next executor" in messages
     assert all(r.executor == "torch" for r in rep.regions)

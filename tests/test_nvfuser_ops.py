@@ -23,7 +23,7 @@ from test_ops import BUGS
 # Compiler bugs found by tests/test_ops.py (its BUGS) break some samples whatever the executor;
 # not strict: several (the factory ones) compile correctly even so.
 
-REAL = nx.load_backend()[0] is not None and torch.cuda.is_available()
+REAL = torch.cuda.is_available() and nx.load_backend()[0] is not None
 
 
 def _cases():

@@ -129,6 +129,7 @@ def assemble(c: Compiled, target: R.Target, executors: list) -> R.CompileReport:
             for o in b.outputs:
                 region_of[o.name] = r.id
     decomposed_by_output = {o.name: b for b in c.traces["decomposed"].bound_symbols for o in b.outputs}
+    optimised_by_output = {o.name: b for b in c.traces["optimised"].bound_symbols for o in b.outputs}
     ops = []
     for i, b in enumerate(c.traces["acquired"].bound_symbols):
         p = b.provenance
@@ -136,9 +137,11 @@ def assemble(c: Compiled, target: R.Target, executors: list) -> R.CompileReport:
         dec = next((decomposed_by_output[o.name] for o in b.outputs if o.name in decomposed_by_output), None)
         prims = [s.sym.name for s in passes.flatten([dec])] if dec is not None and dec.subsymbols else []
         stack = [R.Frame(f.file, f.line, f.function) for f in (p.stack if p else ())]
+        # its line as it runs: the optimised op (inputs renamed by CSE and aliases) if it survived
+        shown = next((optimised_by_output[o.name] for o in b.outputs if o.name in optimised_by_output), b)
         ops.append(R.OpRecord(i, b.sym.name, region, p.file if p else "", p.line if p else 0,
                               p.end_line if p else 0, p.col if p else 0, p.end_col if p else 0,
-                              stack, _format_line(b), prims))
+                              stack, _format_line(shown), prims))
     fallbacks = []
     for b in c.traces["decomposed"].bound_symbols:
         if b.note:

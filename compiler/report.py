@@ -107,6 +107,8 @@ class Fallback:
 
 @dataclass
 class Diagnostic:
+    """Lines are 1-based, columns 0-based (as in Python's ast and code positions)."""
+
     severity: str  # "error" | "warning" | "information"
     message: str
     file: Optional[str] = None

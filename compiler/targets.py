@@ -81,7 +81,7 @@ def load_module(path: str):
     try:
         spec.loader.exec_module(module)
     except SyntaxError as e:
-        raise TargetError(f"SyntaxError: {e.msg}", e.filename or path, e.lineno, e.offset) from e
+        raise TargetError(f"SyntaxError: {e.msg}", e.filename or path, e.lineno, (e.offset or 1) - 1) from e
     except Exception as e:
         file, line = user_location(e, path)
         raise TargetError(f"importing {os.path.basename(path)} raised {type(e).__name__}: {e}",
@@ -168,7 +168,7 @@ def compile_target(path: str, name: str, *, executors=None, benchmark: bool = Tr
     except OSError as e:
         return fail(f"cannot read {path}: {e}")
     except SyntaxError as e:
-        return fail(f"SyntaxError: {e.msg}", path, e.lineno, e.offset)
+        return fail(f"SyntaxError: {e.msg}", path, e.lineno, (e.offset or 1) - 1)  # report columns are 0-based
     if name not in found:
         return fail(f"no @compiler.example target named {name!r} in {os.path.basename(path)}"
                     f" (found: {', '.join(found) or 'none'})")

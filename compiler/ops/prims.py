@@ -159,7 +159,7 @@ take_along_axis = _prim("take_along_axis", lambda a, index, dim: torch.take_alon
 
 def _prod(a, dims):
     for d in sorted(dims, reverse=True):
-        a = torch.prod(a, d)
+        a = torch.prod(a, d, dtype=a.dtype)
     return a
 
 
@@ -167,7 +167,8 @@ def _reduce_meta(a, dims):
     return _empty(_reduced(a, dims), a.dtype)
 
 
-sum = _prim("sum", lambda a, dims: torch.sum(a, dims), REDUCTION, meta=_reduce_meta)  # noqa: A001
+# dtype=a.dtype: torch.sum would widen integers to int64; the prim keeps its input's dtype.
+sum = _prim("sum", lambda a, dims: torch.sum(a, dims, dtype=a.dtype), REDUCTION, meta=_reduce_meta)  # noqa: A001
 amax = _prim("amax", lambda a, dims: torch.amax(a, dims), REDUCTION, meta=_reduce_meta)
 amin = _prim("amin", lambda a, dims: torch.amin(a, dims), REDUCTION, meta=_reduce_meta)
 prod = _prim("prod", _prod, REDUCTION, meta=_reduce_meta)

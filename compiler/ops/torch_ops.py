@@ -211,8 +211,8 @@ def reduction(prim, x: Value, dim=None, keepdim=False, dtype=None, accumulate=Tr
     """Reduce over `dim`, accumulating low-precision floats in float32 as torch does."""
     dims = _dims(x, dim)
     out_dtype = dtype or x.dtype
-    if prim is prims.sum and dtype is None and not _is_float(x.dtype):
-        out_dtype = torch.int64  # torch sums integers and bools in int64
+    if prim in (prims.sum, prims.prod) and dtype is None and not _is_float(x.dtype):
+        out_dtype = torch.int64  # torch sums and multiplies integers and bools in int64
     compute = torch.float32 if (accumulate and out_dtype in _LOW_PRECISION) else out_dtype
     y = cast(x, compute)
     if x.ndim and dims:
@@ -446,6 +446,19 @@ def outer(input, vec2):
 
 # --- activations --------------------------------------------------------------------------
 
+def opmath(fn):
+    """Compute a composite activation in float32 for float16/bfloat16 inputs, as torch's
+    kernels do, and round once at the end (exp in float16 overflows early)."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(input, *args, **kwargs):
+        if _is_value(input) and input.dtype in _LOW_PRECISION:
+            return cast(fn(cast(input, torch.float32), *args, **kwargs), input.dtype)
+        return fn(input, *args, **kwargs)
+    return wrapper
+
+
 @register(F.relu, torch.relu, torch.Tensor.relu)
 def relu(input, inplace=False):
     return where(le(input, 0), 0, input)  # keeps NaN like torch.relu
@@ -462,6 +475,7 @@ def leaky_relu(input, negative_slope=0.01, inplace=False):
 
 
 @register(F.gelu)
+@opmath
 def gelu(input, approximate="none"):
     if approximate == "tanh":
         inner = mul(add(input, mul(mul(mul(input, input), input), 0.044715)), math.sqrt(2.0 / math.pi))
@@ -470,22 +484,26 @@ def gelu(input, approximate="none"):
 
 
 @register(F.silu)
+@opmath
 def silu(input, inplace=False):
     return mul(input, sigmoid(input))
 
 
 @register(F.softplus)
+@opmath
 def softplus(input, beta=1.0, threshold=20.0):
     scaled = mul(input, beta)
     return where(gt(scaled, threshold), input, div(log1p(exp(scaled)), beta))
 
 
 @register(F.mish)
+@opmath
 def mish(input, inplace=False):
     return mul(input, tanh(softplus(input)))
 
 
 @register(F.elu)
+@opmath
 def elu(input, alpha=1.0, inplace=False):
     return where(gt(input, 0), input, mul(expm1(input), alpha))
 
@@ -575,15 +593,17 @@ def _resolve_shape(shape, numel):
     return tuple(shape)
 
 
-_varargs = {torch.Tensor.view: _pack_varargs, torch.Tensor.reshape: _pack_varargs}
-
-
-@register(torch.reshape, torch.Tensor.reshape, torch.Tensor.view, adapters=_varargs)
+@register(torch.reshape, torch.Tensor.reshape, adapters={torch.Tensor.reshape: _pack_varargs})
 def reshape(input, shape):
-    if not isinstance(shape, (tuple, list, torch.Size)):
-        raise NoDecomposition("view as another dtype")
     shape = _resolve_shape(shape, input.numel())
     return input if shape == input.shape else prims.reshape(input, shape)
+
+
+@register(torch.Tensor.view, name="torch.Tensor.view", adapters={torch.Tensor.view: _pack_varargs})
+def view(input, shape):
+    if isinstance(shape, torch.dtype):
+        raise NoDecomposition("view as another dtype")
+    return reshape(input, shape)
 
 
 @register(torch.Tensor.view_as, name="torch.Tensor.view_as")
@@ -650,7 +670,7 @@ def expand(input, size, *, implicit=False):
     return broadcast_to_shape(input, shape)
 
 
-@register(torch.broadcast_to, torch.Tensor.broadcast_to)
+@register(torch.broadcast_to, torch.Tensor.broadcast_to, adapters={torch.Tensor.broadcast_to: _pack_varargs})
 def broadcast_to(input, size):
     return expand(input, size)
 
@@ -943,7 +963,7 @@ def std(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
 def logsumexp(input, dim, keepdim=False):
     dims = _dims(input, dim)
     m = amax(input, dims, True)
-    m = where(isnan(m), 0.0, where(eq(abs(m), math.inf), 0.0, m)) if False else m
+    m = where(eq(abs(m), math.inf), 0.0, m)  # as torch: rows of -inf give -inf, not nan
     s = sum(exp(sub(input, m)), dims, True)
     out = add(log(s), m)
     return out if keepdim else squeeze(out, dims)
@@ -958,6 +978,12 @@ def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None, out=None):  # 
 
 # --- normalisation and softmax ------------------------------------------------------------
 
+def _softmax_dim(input, dim):
+    if dim is None:  # torch's legacy implicit dim (torch.nn.functional._get_softmax_dim)
+        return 0 if input.ndim in (0, 1, 3) else 1
+    return dim
+
+
 def _softmax_dtype(input, dtype):
     x = cast(input, dtype) if dtype is not None else input
     compute = torch.float32 if x.dtype in _LOW_PRECISION else x.dtype
@@ -966,6 +992,7 @@ def _softmax_dtype(input, dtype):
 
 @register(F.softmax, torch.softmax, torch.Tensor.softmax, torch.special.softmax)
 def softmax(input, dim=None, _stacklevel=3, dtype=None):
+    dim = _softmax_dim(input, dim)
     x, compute = _softmax_dtype(input, dtype)
     xc = cast(x, compute)
     shifted = sub(xc, amax(xc, dim, True))
@@ -975,6 +1002,7 @@ def softmax(input, dim=None, _stacklevel=3, dtype=None):
 
 @register(F.log_softmax, torch.log_softmax, torch.Tensor.log_softmax)
 def log_softmax(input, dim=None, _stacklevel=3, dtype=None):
+    dim = _softmax_dim(input, dim)
     x, compute = _softmax_dtype(input, dtype)
     xc = cast(x, compute)
     shifted = sub(xc, amax(xc, dim, True))

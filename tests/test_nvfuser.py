@@ -683,3 +683,25 @@ def test_a_definition_nvfuser_rejects_is_declined(monkeypatch):
         with pytest.raises(Decline, match="nvFuser could not compile this region: RuntimeError: INTERNAL ASSERT "
                                           "FAILED at csrc/scheduler/registry.cpp$"):
             nx.generate(group, torch.device("cuda"))
+
+
+# --- jit reuse, and inputs nvFuser cannot take ------------------------------------------------------
+
+def test_jit_reuses_the_region_and_its_definitions(runner):
+    fn = lambda x, w: F.silu(x) * w + 1  # noqa: E731
+    jfn = compiler.jit(fn, executors=["nvfuser", "torch"])
+    x, w = runner.to(f32(8, 32)), runner.to(f32(32))
+    for _ in range(3):
+        assert_close((jfn(x, w),), (fn(x, w),), "jit")
+    assert jfn.cache_info()["misses"] == 1 and jfn.cache_info()["hits"] == 2
+    regions = [r for r in jfn.last.compiled.plan.regions if r.executor == "nvfuser"]
+    assert len(regions) == 1
+    xt = runner.to(f32(32, 8)).t()  # a new signature: a new compile
+    assert_close((jfn(xt, w),), (fn(xt, w),), "jit transposed")
+
+
+def test_cpu_tensor_inputs_on_a_cuda_device_are_declined(monkeypatch):
+    group, _, _ = function_group(lambda x: torch.exp(x), f32(8, 32))  # traced on the CPU
+    with nx.use_backend(_stand_in("nvfuser_direct"), reference=False):
+        with pytest.raises(Decline, match="input x is a CPU tensor with 2 dims; nvFuser takes only 0-dim CPU tensors"):
+            nx.generate(group, torch.device("cuda"))

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import itertools
 import keyword
+import re
 import math
 import os
 import threading
@@ -305,7 +306,8 @@ def _ident(name: str) -> str:
     clean = "".join(c if c.isalnum() or c == "_" else "_" for c in name)
     if not clean or clean[0].isdigit():
         clean = "v_" + clean
-    if clean in _RESERVED or clean.startswith(("_fl_", "acc_", "on_", "wf_", "r_", "c_", "i_")):
+    if (clean in _RESERVED or clean.startswith(("_fl_", "acc_", "on_", "wf_", "r_", "c_", "i_", "fl_"))
+            or re.fullmatch(r"out\d+(_ptr)?", clean) or clean.endswith("_ptr")):
         clean = "v_" + clean
     return clean
 

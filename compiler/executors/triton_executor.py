@@ -26,8 +26,18 @@ binaries. `Generated.specs` describes each kernel for an ahead-of-time
 `triton.compile(ASTSource(...), target=GPUTarget("cuda", 90, 32))` check (see
 tests/test_triton_hopper.py).
 
-On a CPU the kernels run under Triton's interpreter, which must be switched on with
-TRITON_INTERPRET=1 in the environment before triton is imported.
+On a CPU the kernels run under Triton's interpreter (numpy), switched on by
+TRITON_INTERPRET=1. It must be set before triton is first imported (Triton decorates its
+@jit standard library -- tl.sum, tl.max, tl.sigmoid -- at import) and while a generated
+module is exec'd (Triton >= 3.4 reads it at each @triton.jit). `available()` says so when
+triton was imported without it. Each distinct generated module is exec'd once per process
+(`load_source`), so identical regions share their compiled kernels.
+
+Numerics: float16/bfloat16 are computed in float32 with one rounding at the store, plus
+the roundings the program asks for (convert_element_type to a 16-bit type rounds there);
+amax/amin propagate NaN as torch does; remainder uses an IEEE quotient (div_rn); tanh,
+expm1, log1p, round and trunc are small helpers over stable tl functions (libdevice is not
+used: the interpreter does not run it).
 """
 
 from __future__ import annotations
@@ -639,7 +649,9 @@ class _Emitter:
         elif short == "remainder":
             a, c = operands
             if out.dtype in FLOATS:
-                expr = f"{a} - tl.floor({a} / {c}) * {c}"
+                # IEEE division (div_rn), as torch: an approximate quotient can land on the
+                # wrong side of an integer and shift the result by a whole divisor
+                expr = f"{a} - tl.floor(tl.div_rn({a}, {c})) * {c}"
             else:
                 self.helpers.add("_fl_imod")
                 expr = f"_fl_imod({a}, {c})"

@@ -79,7 +79,7 @@ function executorIcon(executor: string): Icon {
 export function regionRow(target: string, r: RegionInfo): RegionRow {
   const timing =
     r.timeMs !== null
-      ? `${timeBar(r.timeMs, r.eagerMs)} ${formatMs(r.timeMs)}${r.eagerMs !== null ? ` / ${formatMs(r.eagerMs)} eager` : ''}`
+      ? `${timeBar(r.timeMs, r.eagerMs, 8)} ${formatMs(r.timeMs)}${r.eagerMs !== null ? ` / ${formatMs(r.eagerMs)} eager` : ''}`
       : 'not timed';
   const lines = formatLines(r.lines);
   const ratio = r.timeMs !== null && r.eagerMs !== null && r.timeMs > 0 ? formatSpeedup(r.eagerMs / r.timeMs) : '';
@@ -99,8 +99,8 @@ export function regionRow(target: string, r: RegionInfo): RegionRow {
     key: `${target}/${r.id}`,
     target,
     regionId: r.id,
-    label: `${r.id} · ${r.executor}`,
-    description: [timing, lines].filter((x) => x).join(' · '),
+    label: lines ? `${r.id} · ${r.executor} · ${lines}` : `${r.id} · ${r.executor}`,
+    description: timing,
     tooltip,
     icon: executorIcon(r.executor),
     lines: r.lines,

@@ -27,6 +27,9 @@ export function deviceLabel(device: string | undefined | null): string {
     return '';
   }
   const d = device.trim();
+  if (/^(unknown|none|auto)$/i.test(d)) {
+    return '';
+  }
   if (/^cpu\b/i.test(d)) {
     return 'CPU';
   }
@@ -82,7 +85,7 @@ export function statusView(s: StatusInputs): StatusView {
   const msg = last?.message ? truncate(last.message, 48) : '';
   if (last?.state === 'compiling') {
     return {
-      text: parts('$(sync~spin) FusionLens', dev, msg ? `compiling: ${msg}` : 'compiling…'),
+      text: parts('$(sync~spin) FusionLens', dev, msg ? (/^compil/i.test(msg) ? msg : `compiling: ${msg}`) : 'compiling…'),
       tooltip: `Compiling${last.message ? `: ${last.message}` : '…'}${dev ? `\nDevice: ${dev}` : ''}`,
       kind: 'normal',
       action: 'showRegions',

@@ -10,7 +10,7 @@
 //   E2E_FAKE_COMPILER=1 use tests/lsp/fake_compile.py instead of the real compiler
 //   E2E_TIMEOUT_S       compile wait              (default: 300)
 //   E2E_CHROMIUM        chromium binary           (default: /usr/bin/chromium)
-//   E2E_PHASES          comma list: trusted,untrusted (default: both)
+//   E2E_PHASES          comma list: trusted,untrusted,missing (default: all)
 // Nothing asserts on wall time; waits are generous upper bounds.
 
 import { spawn, spawnSync } from 'node:child_process';
@@ -44,7 +44,7 @@ const FAKE = (() => {
 })();
 const COMPILE_TIMEOUT = Number(process.env.E2E_TIMEOUT_S ?? 300) * 1000;
 const CHROMIUM = process.env.E2E_CHROMIUM ?? '/usr/bin/chromium';
-const PHASES = (process.env.E2E_PHASES ?? 'trusted,untrusted').split(',').map((s) => s.trim());
+const PHASES = (process.env.E2E_PHASES ?? 'trusted,untrusted,missing').split(',').map((s) => s.trim());
 const TARGET = 'gpt_block_example';
 // An inlay hint reads like "R3 · torch · 12 µs" or "R0+R20 · torch" (the editor renders
 // spaces as no-break spaces, which \s matches).
@@ -446,8 +446,11 @@ async function trustedPhase(browser) {
       if (!box) {
         throw new Error('no hinted line on screen');
       }
-      await page.mouse.move(box.x + 5, box.y + box.height / 2);
-      await page.mouse.move(box.x + 60, box.y + box.height / 2, { steps: 5 });
+      // Hover over a word of the source text (not the hint, not the indentation).
+      const word = hinted.locator('span span, span').filter({ hasText: /^\s*(self|x|return|[a-z_]+)\s*$/ }).first();
+      const wbox = (await word.boundingBox().catch(() => null)) ?? { x: box.x + 120, y: box.y, width: 10, height: box.height };
+      await page.mouse.move(wbox.x + 2, wbox.y + wbox.height / 2);
+      await page.mouse.move(wbox.x + wbox.width / 2, wbox.y + wbox.height / 2, { steps: 4 });
       const hover = page.locator('.monaco-hover:not(.hidden)').filter({ hasText: 'FusionLens' }).first();
       await hover.waitFor({ state: 'visible', timeout: 20000 });
       const text = await hover.innerText();
@@ -538,6 +541,38 @@ async function untrustedPhase(browser) {
   }
 }
 
+async function missingServerPhase(browser) {
+  const dirs = sandbox('missing');
+  // An interpreter that cannot see any installed package (-S: no site-packages, -I: no
+  // PYTHONPATH, no current folder): the server is "not installed" for it.
+  const wrapper = path.join(dirs.root, 'bare-python');
+  fs.writeFileSync(wrapper, `#!/bin/sh\nexec "${PYTHON}" -I -S "$@"\n`, { mode: 0o755 });
+  writeSettings(dirs, { 'fusionlens.pythonPath': wrapper });
+  fs.writeFileSync(path.join(dirs['user-data'], 'Machine', 'settings.json'), JSON.stringify({ 'fusionlens.pythonPath': wrapper }));
+  installVsix(dirs);
+  const cs = await startCodeServer(dirs, { trust: true });
+  const { context, page } = await openWorkbench(browser, cs.port, dirs.ws);
+  try {
+    await openFile(page, 'mlp.py');
+    await check(page, 'a missing server is reported with the install command', async () => {
+      const toast = page.locator('.notification-toast', { hasText: /not installed/ }).first();
+      await toast.waitFor({ timeout: 60000 });
+      const text = await toast.innerText();
+      log(`notification: ${text.replace(/\s+/g, ' ')}`);
+      if (!/pip install (-e |fusionlens)/.test(text)) {
+        throw new Error('no install command in the message');
+      }
+      if (!/Install in Terminal/.test(text)) {
+        throw new Error('no "Install in Terminal" button');
+      }
+      await until('status bar: server missing', async () => /server missing/.test(await statusBarText(page)), 10000);
+    });
+  } finally {
+    await context.close();
+    await cs.stop();
+  }
+}
+
 async function main() {
   log(`vsix ${VSIX}; python ${PYTHON}; fake compiler: ${FAKE}; output ${OUT}`);
   if (!fs.existsSync(VSIX)) {
@@ -550,6 +585,9 @@ async function main() {
     }
     if (PHASES.includes('untrusted')) {
       await untrustedPhase(browser);
+    }
+    if (PHASES.includes('missing')) {
+      await missingServerPhase(browser);
     }
   } finally {
     await browser.close();

@@ -1,0 +1,102 @@
+import { test } from 'node:test';
+import * as assert from 'node:assert/strict';
+import { buildViewModel, regionsAtLine, targetAtLine } from '../../src/logic/regionsModel';
+import { formatLines, formatMs, formatSpeedup, lineBlocks, timeBar } from '../../src/logic/format';
+import { normalizeRegions } from '../../src/logic/protocol';
+
+const raw = {
+  uri: 'file:///w/gpt_block.py',
+  version: 3,
+  targets: [
+    {
+      name: 'gpt_block_example',
+      line: 91,
+      status: 'ok',
+      message: '',
+      speedup: 1.8,
+      compiledMs: 0.5,
+      eagerMs: 0.9,
+      regions: [
+        { id: 'R0', executor: 'triton', ops: ['layer_norm', 'add'], lines: [76, 77], timeMs: 0.01, eagerMs: 0.04, boundary: { reason: 'library call', detail: 'matmul' } },
+        { id: 'R1', executor: 'torch', ops: ['linear'], lines: [34], timeMs: 0.2, eagerMs: 0.2, boundary: null },
+      ],
+    },
+    { name: 'gpt_block_sdpa_example', line: 98, status: 'not compiled', message: null, speedup: null, compiledMs: null, eagerMs: null, regions: [] },
+  ],
+};
+
+test('normalizeRegions keeps good data and repairs bad', () => {
+  const r = normalizeRegions(raw, 'x');
+  assert.equal(r.version, 3);
+  assert.equal(r.targets[0].regions[0].lines.length, 2);
+  const bad = normalizeRegions({ targets: [{ name: 't', regions: [{ id: 1, lines: [3, -1, 'x'], timeMs: 'fast' }] }] }, 'file:///a.py');
+  assert.equal(bad.uri, 'file:///a.py');
+  assert.deepEqual(bad.targets[0].regions[0].lines, [3]);
+  assert.equal(bad.targets[0].regions[0].timeMs, null);
+  assert.equal(bad.targets[0].regions[0].id, '1');
+  assert.equal(bad.targets[0].status, 'not compiled');
+  assert.deepEqual(normalizeRegions(null, 'u').targets, []);
+});
+
+test('view model: targets with their regions, executor, lines and a time bar', () => {
+  const vm = buildViewModel(normalizeRegions(raw, ''));
+  assert.equal(vm.message, undefined);
+  assert.equal(vm.rows.length, 2);
+  const [t0, t1] = vm.rows;
+  assert.equal(t0.label, 'gpt_block_example');
+  assert.equal(t0.description, '2 regions · 1.80x vs eager · 0.50 ms / 0.90 ms eager');
+  assert.equal(t0.icon, 'pass');
+  assert.equal(t0.children[0].label, 'R0 · triton · L77–78');
+  assert.equal(t0.children[0].description, '██░░░░░░ 10.0 µs / 40.0 µs eager');
+  assert.match(t0.children[0].tooltip, /Ends because: library call: matmul/);
+  assert.match(t0.children[0].tooltip, /4\.00x/);
+  assert.deepEqual(t0.children[0].lines, [76, 77]);
+  assert.equal(t0.children[1].description, '████████ 0.20 ms / 0.20 ms eager');
+  assert.equal(t1.description, 'not compiled');
+  assert.equal(t1.children.length, 0);
+});
+
+test('view model messages', () => {
+  assert.match(buildViewModel(null).message!, /Open a Python file/);
+  assert.match(buildViewModel(null, 'server down').message!, /server down/);
+  assert.match(buildViewModel({ uri: 'u', version: null, targets: [] }).message!, /@compiler.example/);
+});
+
+test('error and not-allowed targets', () => {
+  const vm = buildViewModel(
+    normalizeRegions({ targets: [{ name: 'a', line: 1, status: 'error', message: 'ZeroDivisionError: x' }, { name: 'b', line: 5, status: 'not allowed' }] }, 'u'),
+  );
+  assert.equal(vm.rows[0].description, 'failed: ZeroDivisionError: x');
+  assert.equal(vm.rows[0].icon, 'error');
+  assert.match(vm.rows[1].description, /not run/);
+  assert.equal(vm.rows[1].icon, 'shield');
+});
+
+test('target and region at the cursor', () => {
+  const r = normalizeRegions(raw, '');
+  assert.equal(targetAtLine(r, 34)?.name, 'gpt_block_example'); // a line in its regions
+  assert.equal(targetAtLine(r, 99)?.name, 'gpt_block_sdpa_example'); // inside the second def
+  assert.equal(targetAtLine(r, 97)?.name, 'gpt_block_sdpa_example'); // on its decorator
+  assert.equal(targetAtLine(r, 5), undefined); // above every target, in no region
+  assert.equal(regionsAtLine(r, 77)[0].region.id, 'R0');
+  assert.equal(regionsAtLine(r, 10).length, 0);
+  assert.equal(targetAtLine({ uri: '', version: null, targets: [] }, 3), undefined);
+});
+
+test('formatting', () => {
+  assert.equal(formatLines([5, 3, 4, 9, 9]), 'L4–6, L10');
+  assert.equal(formatLines([]), '');
+  assert.deepEqual(lineBlocks([7, 1, 2, 3]), [[1, 3], [7, 7]]);
+  assert.equal(formatMs(null), '–');
+  assert.equal(formatMs(0.0123), '12.3 µs');
+  assert.equal(formatMs(1.5), '1.50 ms');
+  assert.equal(formatMs(42.42), '42.4 ms');
+  assert.equal(formatMs(1234), '1234 ms');
+  assert.equal(formatSpeedup(1.234), '1.23x');
+  assert.equal(formatSpeedup(12.3), '12x');
+  assert.equal(formatSpeedup(null), '');
+  assert.equal(timeBar(1, 2, 10), '█████░░░░░');
+  assert.equal(timeBar(3, 2, 4), '███▸');
+  assert.equal(timeBar(null, 2, 4), '░░░░');
+  assert.equal(timeBar(0.001, 100, 4), '█░░░');
+});

@@ -297,3 +297,18 @@ def test_compile_end_to_end_examples():
         assert any(r.executor == "triton" for r in rep.regions)
     rep = _compile(lambda x: torch.softmax(x, -1), torch.randn(5, 70, device=DEVICE))
     assert [r.executor for r in rep.regions] == ["triton"]
+
+
+def test_helper_functions_across_magnitudes_and_special_values():
+    # tanh/expm1/log1p/round are our helpers (no libdevice): tiny, huge, inf and nan inputs
+    def f(x):
+        return torch.tanh(x), torch.expm1(x), torch.log1p(x.abs()), torch.round(x), torch.sign(x)
+
+    mags = torch.logspace(-30, 2, 400, device=DEVICE)
+    special = torch.tensor([0.0, 0.0625, -0.0625, 0.5, 1.5, 2.5, -2.5, 88.0, -88.0, 1e4, float("inf"),
+                            -float("inf"), float("nan")], device=DEVICE)
+    x = torch.cat([mags, -mags, special])
+    group, ins = group_from_fn(f, x)
+    out = tx.generate(group, DEVICE).fn(*ins)
+    for a, e in zip(out, f(x)):
+        torch.testing.assert_close(a, e, rtol=1e-5, atol=0.0, equal_nan=True)

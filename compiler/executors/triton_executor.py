@@ -100,7 +100,8 @@ def _fl_log1p(x):
     # log(1 + x) without losing small x: log(u) * x / (u - 1) with u = 1 + x (Kahan)
     u = 1.0 + x
     d = u - 1.0
-    return tl.where(d == 0.0, x, tl.log(u) * (x / tl.where(d == 0.0, 1.0, d)))
+    r = tl.log(u) * (x / tl.where(d == 0.0, 1.0, d))
+    return tl.where(d == 0.0, x, tl.where(u == float("inf"), u, r))
 ''',
     "_fl_expm1": '''@triton.jit
 def _fl_expm1(x):
@@ -113,9 +114,13 @@ def _fl_expm1(x):
 ''',
     "_fl_tanh": '''@triton.jit
 def _fl_tanh(x):
-    # tanh(x) = -expm1(-2|x|) / (2 + expm1(-2|x|)), sign restored; exact near 0, no overflow
-    e = _fl_expm1(-2.0 * tl.abs(x))
-    t = -e / (2.0 + e)
+    # one exp and one division: 1 - 2 / (exp(2|x|) + 1), sign restored (no overflow: exp -> inf
+    # gives 1); below |x| = 1/16 an odd polynomial keeps the relative accuracy of tiny x
+    ax = tl.abs(x)
+    big = 1.0 - 2.0 / (tl.exp(2.0 * ax) + 1.0)
+    x2 = ax * ax
+    small = ax * (1.0 + x2 * (-0.3333333333333333 + x2 * (0.13333333333333333 + x2 * -0.05396825396825397)))
+    t = tl.where(ax < 0.0625, small, big)
     return tl.where(x < 0.0, -t, t)
 ''',
     "_fl_round": '''@triton.jit
@@ -150,7 +155,7 @@ def _fl_min(a, b):
     return tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)
 ''',
 }
-HELPER_DEPS = {"_fl_tanh": ["_fl_expm1"]}
+HELPER_DEPS: dict = {}
 
 
 # --- availability and op support ------------------------------------------------------------

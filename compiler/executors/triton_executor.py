@@ -83,7 +83,7 @@ UNARY_EXPR = {
     "erf": "tl.erf({a})", "floor": "tl.floor({a})", "ceil": "tl.ceil({a})", "round": "_fl_round({a})",
     "trunc": "_fl_trunc({a})", "reciprocal": "1.0 / {a}", "logical_not": "{a} == 0",
     "bitwise_not": "~{a}", "isnan": "{a} != {a}",
-    "sign": "tl.where({a} != {a}, {a}, tl.where({a} > 0, 1.0, tl.where({a} < 0, -1.0, 0.0)))",
+    "sign": "tl.where({a} > 0, 1.0, tl.where({a} < 0, -1.0, 0.0))",  # sign(nan) = 0, as torch
 }
 FLOAT_ONLY_UNARY = {"exp", "exp2", "log", "log2", "log1p", "expm1", "sqrt", "rsqrt", "sin", "cos", "tan",
                     "tanh", "sigmoid", "erf", "floor", "ceil", "round", "trunc", "reciprocal", "sign"}

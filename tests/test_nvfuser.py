@@ -589,6 +589,17 @@ def _example_targets():
 HAS_PARTITIONER = hasattr(importlib.import_module("compiler.fusion"), "plan_with_fusion")
 
 
+def _xfail_if_torch_alone_fails(fn, args, kwargs, errors):
+    """A compiler bug outside nvFuser (the torch executor alone fails too) is xfail, said so."""
+    try:
+        alone = compiler.compile(fn, *args, executors=["torch"], **kwargs)
+        torch_errors = [d.message for d in alone.diagnostics if d.severity == "error"]
+    except Exception as e:  # noqa: BLE001
+        torch_errors = [f"{type(e).__name__}: {e}"]
+    if torch_errors:
+        pytest.xfail(f"not an nvFuser problem: executors=['torch'] fails too: {torch_errors[0]}")
+
+
 @pytest.mark.skipif(not HAS_PARTITIONER, reason="compiler.fusion.plan_with_fusion has not landed")
 @pytest.mark.parametrize("stem,target", _example_targets())
 def test_example_through_fusion_pass(runner, stem, target):
@@ -597,8 +608,13 @@ def test_example_through_fusion_pass(runner, stem, target):
     args = tuple(runner.to(a) for a in args)
     if isinstance(fn, torch.nn.Module):
         fn = fn.to(runner.device)
-    rep = compiler.compile(fn, *args, executors=["nvfuser", "torch"], **kwargs)
-    errors = [d for d in rep.diagnostics if d.severity == "error"]
+    try:
+        rep = compiler.compile(fn, *args, executors=["nvfuser", "torch"], **kwargs)
+        errors = [d.message for d in rep.diagnostics if d.severity == "error"]
+    except Exception as e:  # noqa: BLE001 - compared with the torch executor alone below
+        rep, errors = None, [f"{type(e).__name__}: {e}"]
+    if errors:
+        _xfail_if_torch_alone_fails(fn, args, kwargs, errors)
     assert not errors, errors
     nv = [r for r in rep.regions if r.executor == "nvfuser"]
     mapped = set(nx.UNARY) | set(nx.BINARY) | set(nx.REDUCTIONS) | {"where", "var_mean"}

@@ -272,17 +272,19 @@ sample("torch.Tensor.type", "type_dtype", lambda a: a.type(torch.float64) * 2, t
 sample("torch.Tensor.type", "type_string", lambda a: a.type("torch.DoubleTensor") * 2, t(3, 4), dtypes=ONLY_F32,
        decomposes=False, why_not="string")
 sample("torch.Tensor.contiguous", "contiguous", lambda a: a.transpose(0, 1).contiguous() * 2, t(3, 4))
+sample("torch.Tensor.contiguous", "contiguous_view", lambda a: a.transpose(0, 1).contiguous().view(-1, 2) * 2,
+       t(3, 4))
 sample("torch.clone", "clone", lambda a: torch.clone(a) + a.clone(), nt(3, 4))
 sample("torch.Tensor.detach", "detach", lambda a: a.detach() + torch.detach(a) + a.data, t(3, 4))
 
 # --- shapes ----------------------------------------------------------------------------------
 
-sample("torch.reshape", "view_neg1", lambda a: a.view(-1, 4) * 2 + a.view(12).view(3, 4).view(-1, 4), t(3, 4))
-sample("torch.reshape", "view_tuple", lambda a: a.view((2, 6)) + 1, t(3, 4))
+sample("torch.Tensor.view", "view_neg1", lambda a: a.view(-1, 4) * 2 + a.view(12).view(3, 4).view(-1, 4), t(3, 4))
+sample("torch.Tensor.view", "view_tuple", lambda a: a.view((2, 6)) + 1, t(3, 4))
 sample("torch.reshape", "reshape_nc", lambda a: a.reshape(-1) + torch.reshape(a, (12,)) + a.reshape(2, 6).reshape(12),
        nt(3, 4))
 sample("torch.reshape", "reshape_empty", lambda a: a.reshape(-1, 2) + 1, t(0, 4))
-sample("torch.reshape", "view_dtype", lambda a: a.view(torch.int32) + 1, t(3, 4), dtypes=ONLY_F32,
+sample("torch.Tensor.view", "view_dtype", lambda a: a.view(torch.int32) + 1, t(3, 4), dtypes=ONLY_F32,
        decomposes=False, why_not="view as another dtype")
 sample("torch.Tensor.view_as", "view_as", lambda a, b: a.view_as(b) + b, t(3, 4), t(2, 6))
 sample("torch.flatten", "flatten", lambda a: torch.flatten(a) .sum() + a.flatten(1).sum(-1).sum(), t(2, 3, 4))
@@ -328,6 +330,7 @@ sample("torch.cat", "cat_promote_empty", lambda a, b, e: torch.cat([a, b, e], 0)
 sample("torch.stack", "stack", lambda a, b: torch.stack([a, b]) + torch.stack((a, b), dim=-1).permute(2, 0, 1), t(3, 4),
        t(3, 4))
 sample("torch.tril", "tril", lambda a: torch.tril(a) + a.tril(1) + a.tril(-1), t(4, 5))
+sample("torch.tril", "tril_bool", lambda m: torch.tril(m) | m.triu(1), bools(4, 4))
 sample("torch.triu", "triu", lambda a: torch.triu(a) + a.triu(2) + torch.triu(a, -1), t(2, 4, 3))
 
 # --- factories -------------------------------------------------------------------------------

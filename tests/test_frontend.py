@@ -42,6 +42,19 @@ def run_target(path: Path, name: str):
 
 EXAMPLE_CASES = [pytest.param(p, n, id=f"{p.stem}:{n}") for p in sorted(EXAMPLES.glob("*.py"))
                  for n in example_targets(p)]
+# Examples whose programs hit a known compiler bug; xfail(strict) in the stage test until it is fixed.
+VIEW_BUG = ("x.transpose(..).contiguous().view(..): contiguous is dropped as an alias and Tensor.view prints as "
+            "torch.Tensor.view, so the program views a non-contiguous tensor (RuntimeError)")
+STAGE_BUGS = {"causal_attention_example": VIEW_BUG, "bert_layer_example": VIEW_BUG, "gpt_block_example": VIEW_BUG}
+
+
+def _stage_cases():
+    out = []
+    for p in EXAMPLE_CASES + FIXTURE_CASES:
+        reason = STAGE_BUGS.get(p.values[1])
+        out.append(pytest.param(*p.values, id=p.id, marks=[pytest.mark.xfail(reason=reason, strict=True)]
+                                if reason else []))
+    return out
 FIXTURE_CASES = [pytest.param(FIXTURES / f, n, id=f"{f}:{n}")
                  for f, n in [("helpers_other_file.py", "helpers_other_file_example"),
                               ("unsupported_op.py", "unsupported_op_example")]]
@@ -323,7 +336,7 @@ def _flat(trace):
     return trace.with_("flat", passes.flatten(trace.bound_symbols))
 
 
-@pytest.mark.parametrize("path,name", EXAMPLE_CASES + FIXTURE_CASES)
+@pytest.mark.parametrize("path,name", _stage_cases())
 def test_every_stage_runs_on_its_own(path, name):
     fn, args, kwargs = run_target(path, name)
     with torch.no_grad():

@@ -721,3 +721,30 @@ def test_cpu_tensor_inputs_on_a_cuda_device_are_declined(monkeypatch):
     with nx.use_backend(_stand_in("nvfuser_direct"), reference=False):
         with pytest.raises(Decline, match="input x is a CPU tensor with 2 dims; nvFuser takes only 0-dim CPU tensors"):
             nx.generate(group, torch.device("cuda"))
+
+
+def test_inputs_nvfuser_fails_on_run_through_torch_and_say_so(monkeypatch):
+    group, tensors, eager = function_group(lambda x: torch.softmax(x, -1), f32(8, 32))
+    for v in group.inputs:
+        v.device = torch.device("cuda")
+    monkeypatch.setattr(nx, "_example_inputs", lambda g, device: [t.clone() for t in tensors])
+    stand_in = _stand_in("nvfuser_direct")
+
+    class Picky(stand_in.FusionDefinition):
+        def execute(self, inputs, **kwargs):
+            if not inputs[0].is_contiguous():
+                raise RuntimeError("unsupported allocation domain\nmore")
+            return super().execute(inputs, **kwargs)
+
+    stand_in.FusionDefinition = Picky
+    with nx.use_backend(stand_in, reference=False):
+        gen = nx.generate(group, torch.device("cuda"))
+        xt = f32(32, 8).t()
+        for _ in range(2):
+            assert_close(gen.fn(xt), (torch.softmax(xt, -1),), "fallback")
+        assert gen.torch_fallbacks == 2 and gen.executions == 1  # the compile in generate
+        assert "RuntimeError: unsupported allocation domain; these inputs run the region's prims through torch" \
+            in gen.errors[0]
+        assert "2 calls ran through torch instead" in gen.status()
+        assert_close(gen.fn(*tensors), (eager,), "contiguous still on nvFuser")
+        assert gen.executions == 2

@@ -617,6 +617,7 @@ class Generated:
     runnable: bool = False  # fn can run here
     nvfuser_ran: bool = False  # True only once the real nvFuser's fd.execute has returned
     executions: int = 0  # fd.execute calls that returned, on whatever backend ran them
+    torch_fallbacks: int = 0  # calls whose inputs nvFuser failed on: the prims ran through torch
     cuda_source: Optional[str] = None  # the generated CUDA, when nvFuser ran and offers it
     scheduler: Optional[str] = None  # e.g. "pointwise", "inner_persistent" (from kernel names)
     scheduled_ir: Optional[str] = None
@@ -629,7 +630,10 @@ class Generated:
         if not self.nvfuser_ran:
             return self.note
         kernels = f"{self.kernels} kernel{'s' if self.kernels != 1 else ''}"
-        return f"{self.note}: {kernels}" + (f" ({self.scheduler} scheduler)" if self.scheduler else "")
+        text = f"{self.note}: {kernels}" + (f" ({self.scheduler} scheduler)" if self.scheduler else "")
+        if self.torch_fallbacks:
+            text += f"; {self.torch_fallbacks} calls ran through torch instead ({self.errors[-1]})"
+        return text
 
     def report_code(self) -> str:
         """The definition, its status, and the CUDA nvFuser generated for it when it ran."""
@@ -697,25 +701,48 @@ def _collect(gen: Generated, fd, backend: Backend, inputs: list):
         gen.scheduler = scheduler
 
 
+_FAILED = object()
+
+
 def _make_fn(group: FusionGroup, gen: Generated, backend: Optional[Backend], why_not: str,
-             device_type: str) -> Callable:
-    cache: dict = {}  # InputSpec tuple -> fd
+             device_type: str) -> tuple:
+    """(fn, run): fn(*tensors) for the program; run(tensors, fallback) underneath.
+
+    With fallback (the program's calls on the real package), an input signature nvFuser
+    fails on (building or executing its definition) runs the group's prims through torch
+    from then on, and the Generated records it: `torch_fallbacks`, `errors`, `status()`.
+    Without it (compiling in generate, or the test reference), failures raise.
+    """
+    cache: dict = {}  # InputSpec tuple -> fd, or _FAILED
     n_inputs = len(group.inputs)
 
-    def fn(*tensors):
+    def run(tensors, fallback: bool):
         if backend is None:
             raise RuntimeError(f"nvFuser region {group.id} cannot run here: {why_not}")
         if len(tensors) != n_inputs:
             raise TypeError(f"region {group.id} takes {n_inputs} tensors, got {len(tensors)}")
         key = tuple(InputSpec.of_tensor(t, device_type) for t in tensors)
         fd = cache.get(key)
+        if fd is _FAILED:
+            gen.torch_fallbacks += 1
+            return gen.eager_fn(*tensors)
         first = fd is None
-        if first:
-            source, body, _ = _source(group, list(key), backend.api)
-            fd = build_definition(body, backend)
-            cache[key] = fd
-            gen.definitions[key] = source
-        outs = fd.execute(list(tensors))
+        try:
+            if first:
+                source, body, _ = _source(group, list(key), backend.api)
+                gen.definitions[key] = source
+                fd = build_definition(body, backend)
+            outs = fd.execute(list(tensors))
+        except Exception as e:  # noqa: BLE001 - nvFuser raises RuntimeErrors of many kinds
+            if not fallback or backend.reference:
+                raise
+            cache[key] = _FAILED
+            first_line = (str(e).strip().splitlines() or [""])[0]
+            gen.errors.append(f"nvFuser failed on inputs {list(key)}: {type(e).__name__}: {first_line}; "
+                              "these inputs run the region's prims through torch")
+            gen.torch_fallbacks += 1
+            return gen.eager_fn(*tensors)
+        cache[key] = fd
         gen.executions += 1
         if not backend.reference and not gen.nvfuser_ran:
             gen.nvfuser_ran = True
@@ -723,7 +750,10 @@ def _make_fn(group: FusionGroup, gen: Generated, backend: Optional[Backend], why
         if first:
             _collect(gen, fd, backend, list(tensors))
         return tuple(o if o.is_contiguous() else o.contiguous() for o in outs)
-    return fn
+
+    def fn(*tensors):
+        return run(tensors, True)
+    return fn, run
 
 
 def _example_inputs(group: FusionGroup, device) -> list:
@@ -775,12 +805,12 @@ class NvFuserExecutor:
         else:
             gen.note = f"{backend.label} ready; not run yet"
         gen.source = f"# status: {gen.note}\n{source}"
-        gen.fn = _make_fn(group, gen, backend if usable else None, why, dev.type)
+        gen.fn, run = _make_fn(group, gen, backend if usable else None, why, dev.type)
         if usable and not backend.reference:
             # Compile now on contiguous example inputs: the report gets the CUDA and the
             # scheduler, and a definition nvFuser rejects is declined rather than failing later.
             try:
-                gen.fn(*_example_inputs(group, dev))
+                run(_example_inputs(group, dev), False)
             except Exception as e:  # noqa: BLE001 - nvFuser errors are RuntimeErrors of many kinds
                 first = str(e).strip().splitlines()
                 raise Decline(f"nvFuser could not compile this region: {type(e).__name__}: "

@@ -24,8 +24,13 @@ Two Python APIs are supported:
 Both export `FusionDefinition` and `DataType` at the top level and share the calls used
 here: `fd.define_tensor(shape=, contiguity=, dtype=, is_cpu=, stride_order=)`,
 `fd.define_scalar(value, dtype=)`, `fd.ops.<op>(...)`, `fd.add_output(t)`. Reductions,
-var_mean and the keepdim flag are passed positionally because the keyword changed between
-versions (`keep_dim` in early nvfuser_direct, `keepdim` later).
+var_mean and the keepdim flag are passed positionally because the keywords changed between
+versions (`axes`/`dims`; `keep_dim` in early nvfuser_direct, `keepdim` elsewhere).
+
+Where nvFuser is really there, `generate` compiles the region once on contiguous example
+inputs, so the report gets the CUDA and the scheduler, and a definition nvFuser rejects is
+declined (Decline) rather than failing later. An input signature nvFuser fails on at run
+time runs the group's prims through torch, and `Generated` records it.
 
 The scheduler name comes from the generated kernels' names (`nvfuser_<scheduler>_f0_c1_r0_g0`,
 as nvFuser's own tests show); the kernel count is the number of `__global__` functions.
@@ -39,7 +44,9 @@ through a code index; nothing copied):
   increasing broadcast_dims, sum/max/min/prod(arg, dims, keepdim, dtype),
   var_mean(arg, dims, correction=1, keepdim=False) -> (var, mean))
 - NVIDIA/Fuser python/python_direct/runtime.cpp (FusionExecutorCache.get_cuda_kernel,
-  get_most_recent_scheduled_ir)
+  get_most_recent_scheduled_ir) and bindDefineTensor in python/python_direct
+  (define_tensor(shape, contiguity, dtype=Float, is_cpu=False, stride_order=[]); a None
+  contiguity on a non-size-1 dim makes an expanded broadcast)
 - NVIDIA/Fuser python/nvfuser/__init__.py and python/python_frontend/python_bindings.cpp
   (the older frontend: last_cuda_code, last_scheduled_fusion_ir, define_tensor, define_scalar,
   computeTensorDescriptor: the contiguity / stride_order convention re-implemented below)

@@ -280,9 +280,9 @@ class FusionLens implements vscode.Disposable {
     if (!p) {
       return;
     }
-    const actions = p.install ? ['Install in Terminal', 'Copy Command', 'Open Settings', 'Show Log'] : ['Open Settings', 'Show Log', 'Retry'];
+    const actions = p.install ? ['Install', 'Copy Command', 'Settings', 'Log'] : ['Settings', 'Log', 'Retry'];
     const pick = await vscode.window.showErrorMessage(p.message, ...actions);
-    if (pick === 'Install in Terminal' && p.install) {
+    if (pick === 'Install' && p.install) {
       const term = vscode.window.createTerminal({ name: 'FusionLens install' });
       term.show();
       term.sendText(p.install);
@@ -292,9 +292,9 @@ class FusionLens implements vscode.Disposable {
       }
     } else if (pick === 'Copy Command' && p.install) {
       await vscode.env.clipboard.writeText(p.install);
-    } else if (pick === 'Open Settings') {
+    } else if (pick === 'Settings') {
       await vscode.commands.executeCommand('workbench.action.openSettings', 'fusionlens.pythonPath');
-    } else if (pick === 'Show Log') {
+    } else if (pick === 'Log') {
       this.log.show();
     } else if (pick === 'Retry') {
       await this.restart('retry');
@@ -363,6 +363,19 @@ class FusionLens implements vscode.Disposable {
             }
             return next(params, token);
           },
+        },
+        provideCodeLenses: async (document, token, next) => {
+          const lenses = await next(document, token);
+          if (!lenses || vscode.workspace.isTrusted) {
+            return lenses;
+          }
+          // The server only knows execution is off; say why, and offer to trust the folder.
+          for (const lens of lenses) {
+            if (lens.command && /^Not compiled/.test(lens.command.title)) {
+              lens.command = { title: 'Not compiled: this workspace is not trusted (Restricted Mode) · Manage Trust', command: 'workbench.trust.manage' };
+            }
+          }
+          return lenses;
         },
         executeCommand: async (command, args, next) => {
           // Code lenses and code actions from the server land here.

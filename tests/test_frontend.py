@@ -416,3 +416,64 @@ def test_argument_names_do_not_shadow_program_globals():
     assert not {"prims", "operator", "torch", "math", "inf", "nan"} & set(names)
     for trace in (res.trace, passes.decompose(res.trace)):
         assert checking.mismatch(trace.python_callable()(*args), fn(*args)) is None
+
+
+NESTED_USER_CODE = '''
+import functools
+import torch
+import torch.nn as nn
+
+
+def helper(x, k):
+    return x * k  # L:helper
+
+
+class M(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+        self.fc.register_forward_hook(lambda mod, inp, out: out * 2)  # L:hook
+
+    @property
+    def scale(self):
+        return self.fc.weight.sum()  # L:property
+
+    def forward(self, x):
+        ys = [torch.sin(x + i) for i in range(2)]  # L:comprehension
+        f = functools.partial(helper, k=3.0)
+        z = f(ys[0]) + (lambda t: t.exp())(ys[1])  # L:lambda
+        y = self.fc(z) * self.scale  # L:module
+        y = y.relu()  # L:relu
+        return (y
+                + 1)  # L:multiline
+'''
+
+
+def test_provenance_through_comprehensions_lambdas_hooks_properties(tmp_path):
+    path = tmp_path / "nested_user_code.py"
+    path.write_text(NESTED_USER_CODE)
+    module = targets.load_module(str(path))
+    res = frontend.trace(module.M(), (torch.randn(2, 4),))
+    line = {v: k for k, v in marked_lines(path, "# L:").items()}
+    got = [(short(b.sym.name), b.provenance.line, b.provenance.stack[0].function, b.provenance.stack[1].function)
+           for b in res.trace.bound_symbols]
+    assert got == [
+        ("add", line["comprehension"], "<listcomp>", "forward"), ("sin", line["comprehension"], "<listcomp>", "forward"),
+        ("add", line["comprehension"], "<listcomp>", "forward"), ("sin", line["comprehension"], "<listcomp>", "forward"),
+        ("mul", line["helper"], "helper", "forward"),
+        ("exp", line["lambda"], "<lambda>", "forward"),
+        ("add", line["lambda"], "forward", "test_provenance_through_comprehensions_lambdas_hooks_properties"),
+        ("linear", line["module"], "forward", "test_provenance_through_comprehensions_lambdas_hooks_properties"),
+        ("mul", line["hook"], "<lambda>", "forward"),
+        ("sum", line["property"], "scale", "forward"),
+        ("mul", line["module"], "forward", "test_provenance_through_comprehensions_lambdas_hooks_properties"),
+        ("relu", line["relu"], "forward", "test_provenance_through_comprehensions_lambdas_hooks_properties"),
+        ("add", line["multiline"] - 1, "forward", "test_provenance_through_comprehensions_lambdas_hooks_properties"),
+    ]
+    text = lines_of(path)
+    spans = [text[b.provenance.line - 1][b.provenance.col:b.provenance.end_col] for b in res.trace.bound_symbols
+             if b.provenance.line == b.provenance.end_line]
+    assert spans[:2] == ["x + i", "torch.sin(x + i)"]
+    assert "t.exp()" in spans and "out * 2" in spans and "self.fc.weight.sum()" in spans
+    last = res.trace.bound_symbols[-1].provenance
+    assert (last.line, last.end_line) == (line["multiline"] - 1, line["multiline"])

@@ -353,6 +353,15 @@ async function openWorkbench(browser, port, ws) {
   await page.goto(`http://127.0.0.1:${port}/?folder=${encodeURIComponent(ws)}`);
   await page.locator('.monaco-workbench').waitFor({ timeout: 90000 });
   await page.locator('.part.statusbar').waitFor({ timeout: 60000 });
+  // Widen the side bar (drag its sash) so the regions view's bars and times are readable.
+  const side = await page.locator('.part.sidebar').boundingBox().catch(() => null);
+  if (side) {
+    const y = side.y + side.height / 2;
+    await page.mouse.move(side.x + side.width + 1, y);
+    await page.mouse.down();
+    await page.mouse.move(side.x + side.width + 260, y, { steps: 8 });
+    await page.mouse.up();
+  }
   return { context, page };
 }
 
@@ -368,7 +377,7 @@ async function trustedPhase(browser) {
     await screenshot(page, 'workbench');
     await openFile(page, 'gpt_block.py');
 
-    await check(page, 'status bar shows FusionLens and the device', async () => {
+    await check(page, 'status bar shows FusionLens', async () => {
       await until('a FusionLens status item', async () => /FusionLens/.test(await statusBarText(page)), 90000);
     });
 
@@ -398,6 +407,11 @@ async function trustedPhase(browser) {
     let regionLine = 0;
     await check(page, 'regions view lists the regions of the file', async () => {
       await runCommand(page, 'FusionLens: Refresh Regions').catch(() => undefined);
+      // Collapse the folder tree so the regions view gets the height of the side bar.
+      const folders = page.locator('.pane-header', { hasText: /^workspace/i }).first();
+      if ((await folders.getAttribute('aria-expanded').catch(() => null)) === 'true') {
+        await folders.click();
+      }
       const pane = regionsPane(page);
       await pane.waitFor({ timeout: 20000 });
       const header = pane.locator('.pane-header');

@@ -475,6 +475,7 @@ async function trustedPhase(browser) {
       if (!/t\d+\s*=|def |prims\.|torch\./.test(text)) {
         throw new Error('hover code does not look like trace code');
       }
+      await screenshot(page, 'hover');
       await page.mouse.move(5, 5);
     });
 

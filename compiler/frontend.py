@@ -170,11 +170,18 @@ class Tracer:
             return self.opaque(lambda x, _p=prop: getattr(x, _p), f"Tensor.{prop}", args, kwargs, where)
         if name == "__setitem__":
             return self.opaque(_inplace_wrapper(name), "setitem", args, kwargs, where)
+        if func is torch.Tensor.view and len(args) == 2 and isinstance(args[1], torch.dtype):
+            return self.opaque(func, name, args, kwargs, where, "a view as another dtype is not decomposed")
         entry = torch_ops.lookup(func)
         if entry is None and (functional := _is_inplace(name)):
             owner = torch.Tensor if hasattr(torch.Tensor, name) else torch
             fn = getattr(owner, functional, None)
             entry = torch_ops.lookup(fn) if fn is not None else None
+            target = self.values.get(id(args[0])) if args and isinstance(args[0], torch.Tensor) else None
+            if target is not None and target.role == "input":
+                self.notes.append(Note("warning", f"in-place {name} on the input {target.name}: the compiled "
+                                       "program leaves the caller's tensor unchanged, eager PyTorch updates it",
+                                       where))
             if args and isinstance(args[0], torch.Tensor) and args[0]._base is not None:
                 self.notes.append(Note("warning", f"in-place {name} on a view: FusionLens traces it as a new "
                                        "value, so later reads of the viewed tensor may differ from eager", where))
@@ -187,13 +194,13 @@ class Tracer:
             args, kwargs = adapter(args, kwargs)
         return sym, args, _drop_defaults(sym, kwargs), ""
 
-    def opaque(self, func, label, args, kwargs, where):
+    def opaque(self, func, label, args, kwargs, where, why=None):
         printed = torch_ops.qualified_name(func)
         if printed is None:
             printed = self._unique(f"op_{_sanitize(label)}")
             self.extra_globals[printed] = func
         sym = Symbol(printed, func, kind="opaque", tags=(torch_ops.LIBRARY,))
-        reason = f"FusionLens has no symbol for {printed}; it runs as one torch call"
+        reason = f"{why or f'FusionLens has no symbol for {printed}'}; it runs as one torch call"
         return sym, args, kwargs, reason
 
     def note_data_dependent(self, name, args, out):
@@ -293,6 +300,12 @@ def trace(fn, args=(), kwargs=None, name: Optional[str] = None) -> TraceResult:
     kwargs = kwargs or {}
     tracer = Tracer(name or target_name(fn))
     tracer.known = _parameter_names(fn)
+    # Trace on copies of the caller's tensors: an in-place op in `fn` must not change them
+    # (the compiled program is functional and is checked on the originals).
+    copies: dict = {}
+    copy = lambda x: copies.setdefault(id(x), x.clone(memory_format=torch.preserve_format)) \
+        if isinstance(x, torch.Tensor) else x  # noqa: E731
+    args, kwargs = pytree.tree_map(copy, (tuple(args), dict(kwargs)))
     signature = []
     for pname, value in _signature_names(fn, args, kwargs):
         leaves = pytree.tree_leaves(value)

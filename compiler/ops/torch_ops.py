@@ -593,17 +593,14 @@ def _resolve_shape(shape, numel):
     return tuple(shape)
 
 
-@register(torch.reshape, torch.Tensor.reshape, adapters={torch.Tensor.reshape: _pack_varargs})
+# Tensor.view records as reshape: the trace is functional, and once `.contiguous()` is
+# dropped as an alias a view of a transposed value must still work. (Tensor.view(dtype) is
+# another op; the frontend records it as is.)
+@register(torch.reshape, torch.Tensor.reshape, torch.Tensor.view,
+          adapters={torch.Tensor.reshape: _pack_varargs, torch.Tensor.view: _pack_varargs})
 def reshape(input, shape):
     shape = _resolve_shape(shape, input.numel())
     return input if shape == input.shape else prims.reshape(input, shape)
-
-
-@register(torch.Tensor.view, name="torch.Tensor.view", adapters={torch.Tensor.view: _pack_varargs})
-def view(input, shape):
-    if isinstance(shape, torch.dtype):
-        raise NoDecomposition("view as another dtype")
-    return reshape(input, shape)
 
 
 @register(torch.Tensor.view_as, name="torch.Tensor.view_as")

@@ -31,15 +31,10 @@ EXECUTORS = os.environ.get("FUSIONLENS_OP_EXECUTORS", "torch").split(",")
 
 # Bugs in compiler/ found by these samples, reported with a repro and a suggested fix.
 # Each marks the listed samples' tests xfail(strict=True): once fixed, delete the entry.
-VIEW_BUG = ("x.transpose(..).contiguous().view(..): contiguous is dropped as an alias and Tensor.view now prints "
-            "as torch.Tensor.view, so the program views a non-contiguous tensor and raises RuntimeError "
-            "(regression from 6321105)")
 BUGS = {
     "tril_bool": "tril/triu of a bool tensor: where(keep, input, 0) promotes bool to int64, the decomposition "
                  "is rejected and falls back (torch_ops._triangle)",
     "causal_mask": "tril of a bool tensor falls back (see tril_bool)",
-    "contiguous_view": VIEW_BUG,
-    "inplace_on_input": "compile/jit check and first-call result use the inputs after tracing mutated them",
 }
 
 
@@ -124,6 +119,8 @@ def check_decomposed(s, args, expected):
 
 
 def check_compiled(s, dtype, args, expected):
+    if dtype == torch.float16:
+        return  # float16 numerics are checked on the decomposed traces; the program path is bf16's
     if dtype == F32:  # compile and jit build the same report; compile once per sample
         report = compiler.compile(s.fn, *clone_args(args), executors=EXECUTORS)
         assert report.status == "ok" and not _errors(report, s), _errors(report, s)

@@ -479,6 +479,27 @@ async function trustedPhase(browser) {
       await page.mouse.move(5, 5);
     });
 
+    await check(page, 'a settings change reaches the server (fusionlens.inlayHints off and on)', async () => {
+      // Workspace settings: the folder is watched (edits of the User settings file on disk are
+      // not noticed by code-server).
+      const file = path.join(dirs.ws, '.vscode', 'settings.json');
+      fs.mkdirSync(path.dirname(file), { recursive: true });
+      if (!fs.existsSync(file)) {
+        fs.writeFileSync(file, '{}');
+      }
+      const hinted = async () => (await page.locator('.editor-instance .monaco-editor .view-lines .view-line').allInnerTexts()).some((l) => HINT.test(l));
+      const set = (v) => {
+        const cfg = JSON.parse(fs.readFileSync(file, 'utf8'));
+        cfg['fusionlens.inlayHints'] = v;
+        fs.writeFileSync(file, JSON.stringify(cfg, null, 2));
+      };
+      set(false);
+      await until('the hints to go', async () => !(await hinted()), 30000);
+      await screenshot(page, 'inlay-hints-off');
+      set(true);
+      await until('the hints to come back', hinted, 30000);
+    });
+
     await check(page, 'status bar shows device and speedup after compiling', async () => {
       await until('status with device and speedup', async () => {
         const t = await statusBarText(page);

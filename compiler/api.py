@@ -159,7 +159,7 @@ def assemble(c: Compiled, target: R.Target, executors: list) -> R.CompileReport:
                 "optimised": c.traces["optimised"].python(), "execution": plan.trace.python()},
         regions=regions, ops=ops, fallbacks=fallbacks, diagnostics=diagnostics,
         signature=list(c.traced.trace.signature), device=str(device), device_name=timing.device_name(device),
-        versions=_versions(), compile_ms=round(c.compile_ms, 3))
+        versions=_versions(), compile_ms=round(c.compile_ms, 3), previews=list(plan.previews))
 
 
 def _format_line(b) -> str:
@@ -184,6 +184,10 @@ def check_and_benchmark(c: Compiled, rep: R.CompileReport, fn, args, kwargs, *, 
     """Check the program against eager on the example inputs; optionally time everything."""
     inputs = user_tensors(fn, args, kwargs) + c.constants
     actual = c.fn(*inputs)
+    for region, r in zip(rep.regions, c.plan.regions):  # what ran may be known only now
+        if hasattr(r.generated, "report_code"):
+            region.code, region.note, region.kernels = r.generated.report_code(), r.generated.status(), \
+                r.generated.kernels
     problem = checking.mismatch(actual, c.traced.eager_output)
     if problem:
         rep.diagnostics.append(R.Diagnostic(

@@ -374,20 +374,40 @@ def _source_lines(bsyms) -> list:
     return out
 
 
-def plan_with_fusion(optimised: Trace, fusers: list, device, notes: list):
-    from compiler.program import Plan, Region, torch_region
-
+def _partitioned(optimised: Trace, fusers: list):
+    """(flat trace, nodes in order, a function making the FusionGroup of a group node)."""
     flat = _flat_trace(optimised, fusers)
     output_names = {v.name for v in values_in(flat.output)}
     nodes, _ = partition(flat.bound_symbols, fusers, output_names)
-
-    used_later: dict = {}  # value name -> set of node ids reading it
+    used_by: dict = {}  # value name -> ids of the nodes reading it
     for n in nodes:
-        ops = n.ops if isinstance(n, _Group) else [n]
-        for b in ops:
+        for b in (n.ops if isinstance(n, _Group) else [n]):
             for v in b.inputs():
-                used_later.setdefault(v.name, set()).add(id(n))
+                used_by.setdefault(v.name, set()).add(id(n))
 
+    def make_group(n: _Group, rid: str) -> FusionGroup:
+        inputs, seen = [], set()
+        for b in n.ops:
+            for v in b.inputs():
+                if v.name not in n.produced and v.name not in seen:
+                    seen.add(v.name)
+                    inputs.append(v)
+        outputs = [o for b in n.ops for o in b.outputs
+                   if o.name in output_names or (used_by.get(o.name, set()) - {id(n)})]
+        return FusionGroup(rid, list(n.ops), inputs, outputs, n.domain, tuple(n.rdims or ()),
+                           _source_lines(n.ops))
+
+    return flat, nodes, make_group
+
+
+def _has_work(n: _Group) -> bool:
+    return any(b.sym.tags & _FUSIBLE_TAGS for b in n.ops)
+
+
+def plan_with_fusion(optimised: Trace, fusers: list, device, notes: list):
+    from compiler.program import Plan, Region, torch_region
+
+    flat, nodes, make_group = _partitioned(optimised, fusers)
     regions, exec_bsyms, extra = [], [], {}
     for n in nodes:
         rid = f"R{len(regions)}"
@@ -401,20 +421,9 @@ def plan_with_fusion(optimised: Trace, fusers: list, device, notes: list):
             regions.append(r)
             exec_bsyms.append(n)
             continue
-        produced = n.produced
-        inputs, seen = [], set()
-        for b in n.ops:
-            for v in b.inputs():
-                if v.name not in produced and v.name not in seen:
-                    seen.add(v.name)
-                    inputs.append(v)
-        outputs = [o for b in n.ops for o in b.outputs
-                   if o.name in output_names or (used_later.get(o.name, set()) - {id(n)})]
-        has_work = any(b.sym.tags & _FUSIBLE_TAGS for b in n.ops)
-        group = FusionGroup(rid, list(n.ops), inputs, outputs, n.domain, tuple(n.rdims or ()),
-                            _source_lines(n.ops))
+        group = make_group(n, rid)
         generated, decline = None, ""
-        if has_work:
+        if _has_work(n):
             try:
                 generated = n.ex.generate(group, device)
             except Decline as e:
@@ -432,20 +441,51 @@ def plan_with_fusion(optimised: Trace, fusers: list, device, notes: list):
             continue
         call_name = f"{n.ex.name}_{rid}"
         sym = Symbol(call_name, generated.fn, kind="region", tags=(n.ex.name,))
-        spec = passes_tuple_spec(len(outputs))
         lines = sorted({(b.provenance.file, b.provenance.line) for b in n.ops if b.provenance})
         where = ", ".join(f"{os.path.basename(f)}:{ln}" for f, ln in lines)
-        bound = BoundSymbol(sym, tuple(inputs), {}, list(outputs), spec, n.ops[0].provenance,
-                            note=f"{len(n.ops)} ops from {where}")
+        bound = BoundSymbol(sym, tuple(group.inputs), {}, list(group.outputs), passes_tuple_spec(len(group.outputs)),
+                            n.ops[0].provenance, note=f"{len(n.ops)} ops from {where}")
         extra[call_name] = generated.fn
-        regions.append(Region(rid, n.ex.name, list(n.ops), inputs, list(outputs), code=generated.source,
-                              fn=generated.fn, eager_fn=getattr(generated, "eager_fn", None),
+        regions.append(Region(rid, n.ex.name, list(n.ops), group.inputs, list(group.outputs),
+                              code=report_code(generated), fn=generated.fn,
+                              eager_fn=getattr(generated, "eager_fn", None),
                               boundary=n.boundary or Boundary("end of the program", "no later op reads it"),
-                              kernels=getattr(generated, "kernels", 1), bound=bound))
+                              kernels=getattr(generated, "kernels", 1), bound=bound,
+                              note=generated.status() if hasattr(generated, "status") else "",
+                              generated=generated))
         exec_bsyms.append(bound)
     trace = flat.with_("execution", exec_bsyms)
     trace.extra_globals.update(extra)
     return Plan(trace, regions, notes)
+
+
+def report_code(generated) -> str:
+    """What the report shows of a region: the generated source, and for nvFuser also the
+    CUDA kernel it produced once it has run."""
+    return generated.report_code() if hasattr(generated, "report_code") else generated.source
+
+
+def preview(optimised: Trace, ex) -> list:
+    """For an executor that cannot run here but can still write its code (nvFuser without
+    a GPU): the regions it would take and the code it would run, as plain dicts."""
+    _, nodes, make_group = _partitioned(optimised, [ex])
+    out = []
+    for n in nodes:
+        if isinstance(n, _Group) and _has_work(n):
+            group = make_group(n, f"P{len(out)}")
+            out.append({"id": group.id, "ops": [b.sym.name for b in group.bsyms],
+                        "source_lines": [{"file": b.provenance.file, "line": b.provenance.line}
+                                         for b in _distinct_lines(group.bsyms)],
+                        "code": ex.definition_source(group)})
+    return out
+
+
+def _distinct_lines(bsyms):
+    seen = set()
+    for b in bsyms:
+        if b.provenance and (b.provenance.file, b.provenance.line) not in seen:
+            seen.add((b.provenance.file, b.provenance.line))
+            yield b
 
 
 def passes_tuple_spec(n: int):

@@ -10,7 +10,7 @@ compiled once into a Python function.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import torch
 from torch.utils import _pytree as pytree
@@ -34,6 +34,7 @@ class Region:
     note: str = ""
     kernels: int = 1
     bound: Optional[BoundSymbol] = None  # its op in the execution trace
+    generated: Any = None  # the fusion executor's Generated (nvFuser's says whether nvFuser ran)
 
 
 @dataclass
@@ -41,6 +42,7 @@ class Plan:
     trace: Trace  # the execution trace
     regions: list
     notes: list = field(default_factory=list)  # (severity, message, provenance)
+    previews: list = field(default_factory=list)  # code of executors that cannot run here
 
 
 def torch_region(rid: str, b: BoundSymbol) -> Region:
@@ -49,22 +51,26 @@ def torch_region(rid: str, b: BoundSymbol) -> Region:
 
 
 def plan(optimised: Trace, executor_names: list, device: torch.device) -> Plan:
-    fusers = []
-    notes = []
+    from compiler import fusion
+
+    fusers, notes, previews = [], [], []
     for name in executor_names:
         ex = executor_registry.get(name)
         ok, why = ex.available(device)
         if not ok:
             notes.append(("warning", f"executor {name} is not usable here: {why}; its work goes to the "
                                      "next executor", None))
+            if hasattr(ex, "definition_source"):  # still show what it would run
+                previews.append({"executor": name, "reason": why, "regions": fusion.preview(optimised, ex)})
         elif ex.fuses:
             fusers.append(ex)
     if fusers:
-        from compiler import fusion
-
-        return fusion.plan_with_fusion(optimised, fusers, device, notes)
-    regions = [torch_region(f"R{i}", b) for i, b in enumerate(optimised.bound_symbols)]
-    return Plan(optimised.with_("execution", list(optimised.bound_symbols)), regions, notes)
+        result = fusion.plan_with_fusion(optimised, fusers, device, notes)
+    else:
+        regions = [torch_region(f"R{i}", b) for i, b in enumerate(optimised.bound_symbols)]
+        result = Plan(optimised.with_("execution", list(optimised.bound_symbols)), regions, notes)
+    result.previews = previews
+    return result
 
 
 def interpret(trace: Trace, inputs: list) -> dict:

@@ -153,6 +153,9 @@ class CompileReport:
     device_name: str = "CPU"
     versions: dict = field(default_factory=dict)
     compile_ms: Optional[float] = None
+    # executors asked for but unusable here that can still write their code (nvFuser
+    # without a GPU): [{executor, reason, regions: [{id, ops, source_lines, code}]}]
+    previews: list = field(default_factory=list)
     schema_version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict:

@@ -162,3 +162,13 @@ def test_mismatch_is_reported_as_error(monkeypatch):
     finally:
         executors.unregister("testfuser")
     assert any(d.severity == "error" and "does not match eager" in d.message for d in rep.diagnostics)
+
+
+def test_unusable_nvfuser_still_shows_its_definition():
+    rep = compiler.compile(lambda x: torch.softmax(x * 2, -1), torch.randn(4, 8), executors=["nvfuser", "torch"])
+    assert all(r.executor == "torch" for r in rep.regions)  # it never claims nvFuser ran
+    (preview,) = rep.previews
+    assert preview["executor"] == "nvfuser" and "not installed" in preview["reason"]
+    code = preview["regions"][0]["code"]
+    assert "FusionDefinition" in code and "fd.ops.exp" in code and "fd.add_output" in code
+    assert preview["regions"][0]["source_lines"][0]["file"] == os.path.abspath(__file__)

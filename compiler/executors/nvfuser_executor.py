@@ -790,6 +790,10 @@ class NvFuserExecutor:
     def can_take(self, bsym) -> Optional[str]:
         return can_take(bsym)
 
+    def definition_source(self, group: FusionGroup) -> str:
+        """The definition that would run on a CUDA device, for reports where nvFuser cannot."""
+        return definition_source(group, installed_api() or "nvfuser_direct", "cuda")
+
     def generate(self, group: FusionGroup, device) -> Generated:
         dev = torch.device(device) if device is not None else torch.device("cpu")
         for v in group.inputs:

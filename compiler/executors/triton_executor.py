@@ -205,6 +205,11 @@ class TritonExecutor:
     def generate(self, group: FusionGroup, device=None) -> "Generated":
         return generate(group, device)
 
+    def definition_source(self, group: FusionGroup) -> str:
+        """The code this executor would run for `group` (contiguous inputs), without running
+        or even importing triton: for reports on machines where the executor is unavailable."""
+        return source_only(group)
+
     def available(self, device) -> tuple:
         device = torch.device(device)
         problem = _triton_imports()
@@ -1251,6 +1256,17 @@ def _eager(group: FusionGroup) -> Callable:
         return tuple(env[o.name] for o in outputs)
 
     return eager_fn
+
+
+def source_only(group: FusionGroup) -> str:
+    try:
+        an = _Analysis(group)
+        default = [_stride_key(v.shape, _contiguous_strides(v.shape)) for v in an.inputs]
+        return build_source(group, an, default)[0]
+    except Decline as e:
+        return f"# Triton would decline region {group.id}: {e}\n"
+    except Exception as e:  # pragma: no cover - a generator gap
+        return f"# Triton code generation failed for region {group.id}: {type(e).__name__}: {e}\n"
 
 
 def generate(group: FusionGroup, device=None) -> Generated:

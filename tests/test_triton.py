@@ -312,3 +312,11 @@ def test_helper_functions_across_magnitudes_and_special_values():
     out = tx.generate(group, DEVICE).fn(*ins)
     for a, e in zip(out, f(x)):
         torch.testing.assert_close(a, e, rtol=1e-5, atol=0.0, equal_nan=True)
+
+
+def test_definition_source_needs_no_triton_run():
+    group, _ = group_from_fn(C.softmax, torch.randn(4, 40))
+    src = tx.EXECUTOR.definition_source(group)
+    assert "@triton.jit" in src and "def fl_R0_launch(" in src and "prims.amax" in src
+    empty, _ = group_from_fn(C.softmax, torch.randn(0, 40))
+    assert "would decline" in tx.EXECUTOR.definition_source(empty)

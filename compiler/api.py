@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import inspect
 import os
@@ -82,14 +83,15 @@ def build(fn, args, kwargs, executors: Optional[list] = None, name: Optional[str
                     (time.perf_counter() - start) * 1e3, device, names)
 
 
+@functools.lru_cache(maxsize=1)
 def _versions() -> dict:
     out = {"python": platform.python_version(), "torch": torch.__version__}
-    for dist in ("fusionlens", "triton", "nvfuser", "nvfuser_direct"):
-        try:
-            out[dist] = importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            pass
-    return out
+    for dist in importlib.metadata.distributions():
+        name = (dist.metadata["Name"] or "").lower()
+        # nvFuser wheels are named per CUDA and torch version (nvfuser-cu130-torch210)
+        if name in ("fusionlens", "triton") or name.startswith("nvfuser"):
+            out["nvfuser" if name.startswith("nvfuser") else name] = dist.version
+    return dict(out)
 
 
 def _tensor_info(v) -> R.TensorInfo:

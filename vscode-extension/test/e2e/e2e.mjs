@@ -532,6 +532,18 @@ async function trustedPhase(browser) {
       await goToLine(page, 91);
       await until('the plain lens again', async () => (await lensTexts(page)).some((t) => t.includes('Compile & benchmark')), 30000);
     });
+
+    await check(page, 'palette: Compile and Benchmark Current Target, then Show Kernel Code at the cursor', async () => {
+      await goToLine(page, 94); // inside gpt_block_example
+      await runCommand(page, 'FusionLens: Compile and Benchmark Current Target');
+      await until('the lens with timings again', async () => (await lensTexts(page)).some((t) => /region/.test(t) && /x vs eager|ms/.test(t)), COMPILE_TIMEOUT, 1000);
+      await goToLine(page, 77); // x = x + self.attn(self.ln_1(x)): compiled
+      await runCommand(page, 'FusionLens: Show Kernel Code');
+      const editor = page.locator('.editor-instance .monaco-editor').filter({ hasText: 'FusionLens region' }).first();
+      await editor.waitFor({ timeout: 30000 });
+      const tabs = await page.locator('.tabs-container .tab').allInnerTexts();
+      log(`tabs: ${tabs.join(' | ')}`);
+    });
   } catch (e) {
     if (!(e instanceof GateFailed)) {
       throw e;

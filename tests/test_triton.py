@@ -320,3 +320,15 @@ def test_definition_source_needs_no_triton_run():
     assert "@triton.jit" in src and "def fl_R0_launch(" in src and "prims.amax" in src
     empty, _ = group_from_fn(C.softmax, torch.randn(0, 40))
     assert "would decline" in tx.EXECUTOR.definition_source(empty)
+
+
+def test_report_code_shows_the_variant_that_ran():
+    case = C.by_name("softmax_transposed")
+    x = torch.randn(53, 6, device=DEVICE).t()
+    group, ins = group_from_fn(case.fn, x)
+    gen = tx.generate(group, DEVICE)
+    assert gen.report_code() == gen.source and "strides (53, 1)" in gen.source
+    gen.fn(*ins)
+    assert "strides (1, 6)" in gen.report_code()
+    assert "non-contiguous" in gen.status()
+    assert ("interpreter" in gen.status()) == (not CUDA)

@@ -283,6 +283,23 @@ class Generated:
     eager_fn: Callable  # the same prims run one by one with torch
     specs: list = field(default_factory=list)  # [KernelSpec] of the contiguous variant
     variants: dict = field(default_factory=dict)  # stride signature -> source, filled as seen
+    default_key: tuple = ()  # the stride signature of contiguous inputs
+    last_key: Optional[tuple] = None  # the stride signature of the latest call
+    interpreted: bool = False  # generated under TRITON_INTERPRET=1
+
+    def report_code(self) -> str:
+        """The source of the variant that ran last (the contiguous one before any call)."""
+        key = self.default_key if self.last_key is None else self.last_key
+        return self.variants.get(key, self.source)
+
+    def status(self) -> str:
+        """One line for a report; empty when there is nothing to say."""
+        parts = []
+        if self.interpreted:
+            parts.append("ran by Triton's interpreter on the CPU (numpy): checks the kernel, not its speed")
+        if self.last_key is not None and self.last_key != self.default_key:
+            parts.append("generated for the strides of its non-contiguous inputs")
+        return "; ".join(parts)
 
 
 @dataclass
@@ -1285,10 +1302,14 @@ def generate(group: FusionGroup, device=None) -> Generated:
     shapes = [tuple(v.shape) for v in an.inputs]
     dtypes = [v.dtype for v in an.inputs]
 
+    gen = Generated(source, None, 1, _eager(group), [spec], variants, tuple(default),
+                    interpreted=os.environ.get("TRITON_INTERPRET") == "1")
+
     def launch(*tensors):
         if len(tensors) != len(shapes):
             raise TypeError(f"region {group.id} takes {len(shapes)} tensors, got {len(tensors)}")
         key = tuple(_stride_key(s, t.stride()) for s, t in zip(shapes, tensors))
+        gen.last_key = key
         fn = launchers.get(key)
         if fn is None:
             for t, s, d, v in zip(tensors, shapes, dtypes, an.inputs):
@@ -1301,7 +1322,8 @@ def generate(group: FusionGroup, device=None) -> Generated:
                 variants[key] = src
         return fn(*tensors)
 
-    return Generated(source, launch, 1, _eager(group), [spec], variants)
+    gen.fn = launch
+    return gen
 
 
 EXECUTOR = TritonExecutor()

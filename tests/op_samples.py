@@ -11,11 +11,10 @@ torch callables that map to it, and the prims its samples decompose into.
 
 from __future__ import annotations
 
-import math
 import operator
 import sys
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch

@@ -6,12 +6,10 @@ from __future__ import annotations
 import ast
 import functools
 import os
-import re
 from pathlib import Path
 
 import pytest
 import torch
-from torch.utils import _pytree as pytree
 
 import compiler
 from compiler import api, checking, frontend, passes, targets

@@ -10,6 +10,7 @@
 //   E2E_FAKE_COMPILER=1 use tests/lsp/fake_compile.py instead of the real compiler
 //   E2E_TIMEOUT_S       compile wait              (default: 300)
 //   E2E_CHROMIUM        chromium binary           (default: /usr/bin/chromium)
+//   E2E_KEEP=1          keep the temp HOME/user-data/workspace folders
 //   E2E_PHASES          comma list: trusted,untrusted,missing (default: all)
 // Nothing asserts on wall time; waits are generous upper bounds.
 
@@ -161,6 +162,21 @@ function sandbox(name) {
   return dirs;
 }
 
+/** Keep the extension's log (and the extension host's) in OUT, then delete the sandbox. */
+function finishSandbox(dirs, phase) {
+  const logs = path.join(dirs['user-data'], 'logs');
+  const walk = (d) => (fs.existsSync(d) ? fs.readdirSync(d, { withFileTypes: true }).flatMap((e) => (e.isDirectory() ? walk(path.join(d, e.name)) : [path.join(d, e.name)])) : []);
+  for (const f of walk(logs)) {
+    const base = path.basename(f);
+    if (base === 'FusionLens.log' || base === 'exthost.log' || base === 'remoteexthost.log') {
+      fs.copyFileSync(f, path.join(OUT, `${phase}-${base}`));
+    }
+  }
+  if (process.env.E2E_KEEP !== '1') {
+    fs.rmSync(dirs.root, { recursive: true, force: true });
+  }
+}
+
 function csEnv(dirs) {
   const pyPath = [REPO, FAKE ? path.join(REPO, 'tests', 'lsp') : null, process.env.PYTHONPATH].filter(Boolean).join(path.delimiter);
   const env = {
@@ -232,7 +248,7 @@ function installVsix(dirs) {
   }
 }
 
-async function startCodeServer(dirs, { trust }) {
+async function startCodeServer(dirs, { trust, name }) {
   const port = await freePort();
   const args = [
     CS_ENTRY,
@@ -249,7 +265,7 @@ async function startCodeServer(dirs, { trust }) {
   } else {
     args.push('--disable-workspace-trust');
   }
-  const logFile = path.join(OUT, `code-server-${trust ? 'trusted' : 'untrusted'}.log`);
+  const logFile = path.join(OUT, `${name}-code-server.log`);
   const fd = fs.openSync(logFile, 'w');
   // detached: the child calls setsid(), so the whole process group (extension host,
   // language server, compile worker) can be stopped with one kill(-pgid).
@@ -371,7 +387,7 @@ async function trustedPhase(browser) {
   const dirs = sandbox('trusted');
   writeSettings(dirs, {});
   installVsix(dirs);
-  const cs = await startCodeServer(dirs, { trust: true });
+  const cs = await startCodeServer(dirs, { trust: true, name: 'trusted' });
   const { context, page } = await openWorkbench(browser, cs.port, dirs.ws);
   try {
     await screenshot(page, 'workbench');
@@ -553,6 +569,7 @@ async function trustedPhase(browser) {
     await screenshot(page, 'trusted-end');
     await context.close();
     await cs.stop();
+    finishSandbox(dirs, 'trusted');
   }
 }
 
@@ -560,7 +577,7 @@ async function untrustedPhase(browser) {
   const dirs = sandbox('untrusted');
   writeSettings(dirs, { 'fusionlens.compileTrigger': 'onOpen', 'security.workspace.trust.startupPrompt': 'never', 'security.workspace.trust.untrustedFiles': 'open' });
   installVsix(dirs);
-  const cs = await startCodeServer(dirs, { trust: false });
+  const cs = await startCodeServer(dirs, { trust: false, name: 'untrusted' });
   const { context, page } = await openWorkbench(browser, cs.port, dirs.ws);
   try {
     await screenshot(page, 'untrusted-workbench');
@@ -586,6 +603,7 @@ async function untrustedPhase(browser) {
   } finally {
     await context.close();
     await cs.stop();
+    finishSandbox(dirs, 'untrusted');
   }
 }
 
@@ -598,7 +616,7 @@ async function missingServerPhase(browser) {
   writeSettings(dirs, { 'fusionlens.pythonPath': wrapper });
   fs.writeFileSync(path.join(dirs['user-data'], 'Machine', 'settings.json'), JSON.stringify({ 'fusionlens.pythonPath': wrapper }));
   installVsix(dirs);
-  const cs = await startCodeServer(dirs, { trust: true });
+  const cs = await startCodeServer(dirs, { trust: true, name: 'missing' });
   const { context, page } = await openWorkbench(browser, cs.port, dirs.ws);
   try {
     await openFile(page, 'mlp.py');
@@ -618,6 +636,7 @@ async function missingServerPhase(browser) {
   } finally {
     await context.close();
     await cs.stop();
+    finishSandbox(dirs, 'missing');
   }
 }
 

@@ -88,3 +88,42 @@ def test_every_generated_kernel_compiles_for_sm90(monkeypatch, tmp_path):
     assert not failed, "\n".join(f"{r['label']}: {r.get('error')}" for r in failed)
     for r in rows:
         assert r["cubin_bytes"] > 0, r
+
+
+def _row(fn_name, n, dtype):
+    import torch.nn.functional as F
+
+    fns = {
+        "softmax": (lambda x: torch.softmax(x, -1), lambda: (torch.randn(4, n, dtype=dtype),)),
+        "layer_norm": (lambda x, w, b: F.layer_norm(x, (n,), w, b),
+                       lambda: (torch.randn(4, n, dtype=dtype), torch.randn(n, dtype=dtype), torch.randn(n, dtype=dtype))),
+        "residual_norm": (C.residual_norm, lambda: (torch.randn(4, n, dtype=dtype), torch.randn(4, n, dtype=dtype),
+                                                     torch.randn(n, dtype=dtype), torch.randn(n, dtype=dtype))),
+    }
+    fn, make = fns[fn_name]
+    group, _ = group_from_fn(fn, *make(), gid=f"H_{fn_name}_{n}")
+    gen = tx.generate(group, torch.device("cpu"))
+    return {"label": f"{fn_name}/{n}/{str(dtype).removeprefix('torch.')}", "source": gen.source,
+            "specs": [dataclasses.asdict(s) for s in gen.specs]}
+
+
+def test_full_size_rows_compile_without_spills(tmp_path):
+    """Rows of 16k (one pass in registers, the largest) and 32k (looped) elements."""
+    problem = _ptxas_problem()
+    if problem:
+        pytest.skip(problem)
+    cases = [_row(name, n, torch.float32) for name in ("softmax", "layer_norm", "residual_norm")
+             for n in (tx.MAX_SINGLE_PASS, 2 * tx.MAX_SINGLE_PASS)]
+    path = tmp_path / "rows.json"
+    path.write_text(json.dumps(cases))
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+    proc = subprocess.run([sys.executable, "-m", "compiler.codegen_triton.aot", str(path)], capture_output=True,
+                          text=True, env=env, cwd=REPO, timeout=600)
+    rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert len(rows) == len(cases), proc.stderr[-3000:]
+    for r in rows:
+        assert r["ok"], r
+        if "local_bytes" in r:  # cuobjdump was there to read the resource usage
+            assert r["local_bytes"] == 0 and r.get("stack_bytes", 0) == 0, r

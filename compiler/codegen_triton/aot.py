@@ -43,9 +43,38 @@ def compile_one(source: str, spec: dict, arch: int = 90) -> dict:
     for key in ("shared", "num_warps"):
         if meta is not None and hasattr(meta, key):
             out[key] = getattr(meta, key)
-    for key in ("n_regs", "n_spills"):
-        if hasattr(compiled, key):
-            out[key] = getattr(compiled, key)
+    out.update(resource_usage(asm.get("cubin", b"")))
+    return out
+
+
+def resource_usage(cubin: bytes) -> dict:
+    """Registers, stack and local (spill) bytes per thread from the cubin, read with the
+    cuobjdump bundled in the triton wheel; {} when it is not there."""
+    import re
+    import shutil
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    import triton
+
+    tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    tool = str(tool) if tool.exists() else shutil.which("cuobjdump")
+    if not tool or not cubin:
+        return {}
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        try:
+            text = subprocess.run([tool, "--dump-resource-usage", f.name], capture_output=True, text=True,
+                                  timeout=60).stdout
+        except Exception:
+            return {}
+    out = {}
+    for key, name in (("REG", "regs"), ("STACK", "stack_bytes"), ("LOCAL", "local_bytes")):
+        m = re.search(rf"\b{key}:(\d+)", text)
+        if m:
+            out[name] = int(m.group(1))
     return out
 
 

@@ -57,7 +57,10 @@ from torch.utils import _pytree as pytree
 from compiler.fusion import Decline, FusionGroup
 
 # Tuning knobs (module attributes so tests and benchmarks can lower or raise them).
-MAX_SINGLE_PASS = 8192  # largest row (reduced elements) kept in registers in one pass
+# Largest row (reduced elements) kept in registers in one pass. At 16384 float32 elements
+# and 32 warps (16 per thread) the sm_90 cubins of softmax / LayerNorm / residual+LayerNorm
+# use 32-58 registers and spill nothing (cuobjdump); at 32768 they start to use stack.
+MAX_SINGLE_PASS = 16384
 LOOP_BLOCK_N = 2048  # chunk of a row per loop iteration when the row does not fit
 POINTWISE_BLOCK = 1024
 ONE_PROGRAM_LIMIT = 1 << 16  # a full reduction (one row) larger than this is left to torch
@@ -770,7 +773,8 @@ def _pick_reduction(an: _Analysis, rows_contiguous: bool) -> tuple:
         bn = _next_pow2(ncols) if single else _next_pow2(LOOP_BLOCK_N)
         bm = min(_next_pow2(nrows), max(1, 2048 // bn), 64) if single else 1
     tile = bm * bn
-    warps = 1 if tile <= 128 else 2 if tile <= 512 else 4 if tile <= 2048 else 8 if tile <= 4096 else 16
+    warps = (1 if tile <= 128 else 2 if tile <= 512 else 4 if tile <= 2048 else 8 if tile <= 4096 else
+             16 if tile <= 8192 else 32)
     return bm, bn, not single, warps
 
 

@@ -306,6 +306,14 @@ def main(argv=None) -> int:
     print(f"# {name}; {versions()}", flush=True)
     from compiler.executors import triton_executor as tx
 
+    try:  # one torch.compile per (function, shape, dtype): more than dynamo's default 8
+        import torch._dynamo
+
+        for knob in ("cache_size_limit", "recompile_limit"):
+            if hasattr(torch._dynamo.config, knob):
+                setattr(torch._dynamo.config, knob, 64)
+    except Exception:
+        pass
     ok, why = tx.EXECUTOR.available(device)
     if not ok:
         print(f"the triton executor is not available here: {why}")

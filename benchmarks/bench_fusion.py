@@ -307,11 +307,12 @@ def main(argv=None) -> int:
     from compiler.executors import triton_executor as tx
 
     try:  # one torch.compile per (function, shape, dtype): more than dynamo's default 8
-        import torch._dynamo
+        import importlib
 
+        dynamo_config = importlib.import_module("torch._dynamo").config
         for knob in ("cache_size_limit", "recompile_limit"):
-            if hasattr(torch._dynamo.config, knob):
-                setattr(torch._dynamo.config, knob, 64)
+            if hasattr(dynamo_config, knob):
+                setattr(dynamo_config, knob, 64)
     except Exception:
         pass
     ok, why = tx.EXECUTOR.available(device)

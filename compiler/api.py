@@ -181,6 +181,19 @@ def run(c: Compiled, args, kwargs, fn=None):
     return c.fn(*user_tensors(fn, args, kwargs), *c.constants)
 
 
+_RANDOM_OPS = ("rand", "randn", "randint", "rand_like", "randn_like", "randint_like", "bernoulli", "multinomial",
+               "normal", "dropout", "uniform_", "normal_", "random_", "exponential_")
+
+
+def _is_random(c: Compiled) -> bool:
+    return any("random" in b.sym.tags or b.sym.name.rsplit(".", 1)[-1].removeprefix("op_").removeprefix(
+        "Tensor_") in _RANDOM_OPS for b in c.traces["acquired"].bound_symbols)
+
+
+def _shapes_only(tree):
+    return pytree.tree_map(lambda t: t.new_zeros(()).expand(t.shape) if isinstance(t, torch.Tensor) else t, tree)
+
+
 def check_and_benchmark(c: Compiled, rep: R.CompileReport, fn, args, kwargs, *, benchmark: bool,
                         repeats: int, warmup: int, torch_compile: bool) -> None:
     """Check the program against eager on the example inputs; optionally time everything."""
@@ -191,6 +204,12 @@ def check_and_benchmark(c: Compiled, rep: R.CompileReport, fn, args, kwargs, *, 
             region.code, region.note, region.kernels = r.generated.report_code(), r.generated.status(), \
                 r.generated.kernels
     problem = checking.mismatch(actual, c.traced.eager_output)
+    if problem and _is_random(c):  # random values differ from eager's draw: compare shapes and dtypes only
+        problem = checking.mismatch(_shapes_only(actual), _shapes_only(c.traced.eager_output))
+    if torch.is_grad_enabled() and any(t.requires_grad for t in inputs):
+        rep.diagnostics.append(R.Diagnostic(
+            "information", "FusionLens compiles inference: the compiled program's outputs carry no autograd "
+            "graph, though inputs or parameters require grad", rep.target.file, rep.target.line))
     if problem:
         rep.diagnostics.append(R.Diagnostic(
             "error", f"the compiled program does not match eager PyTorch on the example inputs: {problem}",
@@ -295,6 +314,8 @@ class JitFunction:
     def signature(self, args, kwargs) -> tuple:
         # A module traced in eval mode must not serve calls in training mode (dropout).
         mode = self.fn.training if isinstance(self.fn, torch.nn.Module) else None
+        if isinstance(self.fn, torch.nn.Module):  # a replaced parameter or buffer is a new signature
+            mode = (mode, tuple(map(id, self.fn.parameters())), tuple(map(id, self.fn.buffers())))
         if not kwargs and all(isinstance(a, torch.Tensor) for a in args):
             return (mode, tuple(_leaf_key(a) for a in args))  # fast path: positional tensors only
         flat, spec = pytree.tree_flatten((args, kwargs))

@@ -58,6 +58,21 @@ def _is_inplace(name: str) -> Optional[str]:
     return None
 
 
+def _inplace_function_wrapper(func):
+    """The functional form of an in-place torch function (torch.nn.init.constant_(tensor, v))."""
+    def functional(*args, **kwargs):
+        if args:
+            y = args[0].clone()
+            func(y, *args[1:], **kwargs)
+        else:
+            key = next(k for k, v in kwargs.items() if isinstance(v, torch.Tensor))
+            y = kwargs[key].clone()
+            func(**{**kwargs, key: y})
+        return y
+    functional.__name__ = f"functional_{getattr(func, '__name__', 'inplace')}"
+    return functional
+
+
 def _inplace_wrapper(method_name: str):
     def functional(x, *args, **kwargs):
         y = x.clone()
@@ -98,7 +113,7 @@ class Tracer:
         self.bound_symbols: list = []
         self.notes: list = []
         self.extra_globals: dict = {}
-        self.taken: set = set()
+        self.taken: set = {"torch", "prims", "operator", "math", "inf", "nan"}  # the program's globals
 
     # --- values ---------------------------------------------------------------------------
 
@@ -185,6 +200,8 @@ class Tracer:
             if args and isinstance(args[0], torch.Tensor) and args[0]._base is not None:
                 self.notes.append(Note("warning", f"in-place {name} on a view: FusionLens traces it as a new "
                                        "value, so later reads of the viewed tensor may differ from eager", where))
+            if entry is None and not hasattr(torch.Tensor, name):  # a function such as nn.init.constant_
+                return self.opaque(_inplace_function_wrapper(func), name, args, kwargs, where)
             if entry is None:
                 return self.opaque(_inplace_wrapper(name), f"Tensor.{name}", args, kwargs, where)
         if entry is None:

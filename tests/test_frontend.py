@@ -290,9 +290,6 @@ def test_unknown_ops_of_every_kind_never_crash_tracing():
     assert checking.mismatch(compiler.jit(fn, executors=["torch"])(x), fn(x)) is None
 
 
-@pytest.mark.xfail(strict=True, reason="an in-place torch.nn.init function (not a Tensor method) is wrapped as "
-                   "getattr(tensor, 'constant_') with the tensor passed by keyword: the compiled program raises "
-                   "TypeError (frontend._inplace_wrapper)")
 def test_inplace_init_function_in_traced_code():
     def fn(x):
         w = torch.empty(4, 4)
@@ -404,9 +401,6 @@ def test_report_ops_carry_provenance_and_prims():
         (str(FIXTURES / "helper_ops.py"), line) for line in marked_lines(FIXTURES / "helper_ops.py", "# OP:")}
 
 
-@pytest.mark.xfail(strict=True, reason="input names are not kept apart from the printed program's globals "
-                   "(torch, prims, operator, math, inf, nan): an argument named `prims` or `operator` "
-                   "shadows the module inside the program (frontend.Tracer._unique should reserve them)")
 def test_argument_names_do_not_shadow_program_globals():
     def fn(prims, operator, x):
         return torch.exp(prims) + operator[1:].sum() * x

@@ -180,9 +180,6 @@ def test_buffer_updated_in_place_is_seen():
     same(jfn(x), bn(x))
 
 
-@pytest.mark.xfail(strict=True, reason="jit keeps the parameter tensors of the first trace: a parameter "
-                   "replaced by a new tensor (module.weight = nn.Parameter(...), load_state_dict(assign=True)) "
-                   "is not seen (JitFunction keys only on the call's arguments)")
 def test_parameter_replaced_is_seen():
     model = torch.nn.Linear(4, 4)
     jfn = compiler.jit(model, executors=EXECUTORS)
@@ -247,9 +244,6 @@ def test_compile_error_in_user_code_raises_compile_error():
     assert err.file == __file__ and err.line == fn.__code__.co_firstlineno + 1
 
 
-@pytest.mark.xfail(strict=True, reason="the check compares the program with eager numerically even when the "
-                   "output depends on random ops (dropout in training mode): it reports an error and jit runs "
-                   "every call of that signature eagerly")
 def test_training_mode_dropout_runs_compiled():
     model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.Dropout(0.1)).train()
     jfn = compiler.jit(model, executors=EXECUTORS)

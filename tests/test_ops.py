@@ -31,11 +31,7 @@ EXECUTORS = os.environ.get("FUSIONLENS_OP_EXECUTORS", "torch").split(",")
 
 # Bugs in compiler/ found by these samples, reported with a repro and a suggested fix.
 # Each marks the listed samples' tests xfail(strict=True): once fixed, delete the entry.
-BUGS = {
-    "tril_bool": "tril/triu of a bool tensor: where(keep, input, 0) promotes bool to int64, the decomposition "
-                 "is rejected and falls back (torch_ops._triangle)",
-    "causal_mask": "tril of a bool tensor falls back (see tril_bool)",
-}
+BUGS: dict = {}  # sample name -> reason, for a known compiler bug (xfail strict)
 
 
 def _cases(bugs):

@@ -110,8 +110,6 @@ def test_cse_does_not_merge_random_ops():
     assert out.abs().sum() > 0
 
 
-@pytest.mark.xfail(strict=True, reason="F.dropout/torch.dropout have no 'random' tag, so CSE merges two "
-                   "training-mode dropouts of the same input into one mask (torch_ops.dropout)")
 def test_cse_does_not_merge_dropout_in_training():
     def fn(x):
         return F.dropout(x, 0.5, training=True) - F.dropout(x, 0.5, training=True)

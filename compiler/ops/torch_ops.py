@@ -250,7 +250,11 @@ def mul(input, other):
           torch.Tensor.true_divide)
 def div(input, other, *, rounding_mode=None):
     if rounding_mode == "floor":
-        return floor(elementwise(prims.div, input, other, promote="int_to_float"))  # float inputs only
+        dtype = result_dtype(input, other)
+        if not _is_float(dtype):
+            raise NoDecomposition("integer floor division")
+        compute = torch.float32 if dtype in _LOW_PRECISION else dtype  # round once, as torch does
+        return cast(floor(elementwise(prims.div, cast(input, compute), cast(other, compute))), dtype)
     if rounding_mode is not None:
         raise NoDecomposition(f"rounding_mode={rounding_mode!r}")
     return elementwise(prims.div, input, other, promote="int_to_float")
@@ -513,7 +517,7 @@ def hardtanh(input, min_val=-1.0, max_val=1.0, inplace=False):
     return clamp(input, min_val, max_val)
 
 
-@register(F.dropout, torch.dropout)
+@register(F.dropout, torch.dropout, tags=("random",))
 def dropout(input, p=0.5, training=True, inplace=False):
     if not training or p == 0:
         return input
@@ -796,7 +800,7 @@ def _triangle(input, diagonal, lower):
                                (rows, cols), (1,))
     offset = prims.sub(c, r)
     keep = prims.le(offset, diagonal) if lower else prims.ge(offset, diagonal)
-    return where(keep, input, 0)
+    return where(keep, input, _scalar_as(0, input.dtype))  # False for bool: keeps the dtype
 
 
 @register(torch.tril, torch.Tensor.tril)

@@ -303,9 +303,10 @@ class CacheEntry:
 class JitFunction:
     """A compiled callable: traces and compiles once per input signature, then reuses it."""
 
-    def __init__(self, fn, executors: Optional[list] = None):
+    def __init__(self, fn, executors: Optional[list] = None, max_entries: int = 64):
         self.fn = fn
         self.executors = executors
+        self.max_entries = max_entries  # a Python number that changes every call would grow it forever
         self.cache: dict = {}
         self.hits = 0
         self.misses = 0
@@ -327,6 +328,8 @@ class JitFunction:
         if entry is None:
             self.misses += 1
             entry = self._compile(key, args, kwargs)
+            if len(self.cache) >= self.max_entries:  # forget the oldest signature
+                self.cache.pop(next(iter(self.cache)))
             self.cache[key] = entry
         else:
             self.hits += 1
@@ -363,8 +366,8 @@ class JitFunction:
         self.last = None
 
 
-def jit(fn, executors: Optional[list] = None) -> JitFunction:
-    return JitFunction(fn, executors)
+def jit(fn, executors: Optional[list] = None, max_entries: int = 64) -> JitFunction:
+    return JitFunction(fn, executors, max_entries)
 
 
 def _require_jit(jfn) -> JitFunction:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 import re
 
 from torch.utils import _pytree as pytree
@@ -106,7 +108,20 @@ def dce(trace: Trace) -> Trace:
 def _cse_key(b: BoundSymbol):
     if b.sym.kind == "opaque" or "random" in b.sym.tags:
         return None
-    return (b.sym.name, format_arg(b.args), format_arg(b.kwargs))
+    args, kwargs = b.args, b.kwargs
+    if b.sym.decomposition is not None:  # softmax(x, -1) and softmax(x, dim=-1) are one op
+        try:
+            bound = _signature(b.sym.decomposition).bind(*args, **kwargs)
+            bound.apply_defaults()
+            args, kwargs = tuple(bound.arguments.items()), {}
+        except TypeError:
+            pass
+    return (b.sym.name, format_arg(args), format_arg(kwargs))
+
+
+@functools.lru_cache(maxsize=None)
+def _signature(fn):
+    return inspect.signature(fn)
 
 
 def cse(trace: Trace) -> Trace:

@@ -251,3 +251,11 @@ def test_training_mode_dropout_runs_compiled():
     assert out.shape == (4, 8)
     assert not [d.message for d in compiler.last_report(jfn).diagnostics if d.severity == "error"]
     assert not jfn.last.eager_fallback
+
+
+def test_cache_is_bounded():
+    jf = compiler.jit(lambda x, k: x * k, max_entries=3)
+    x = torch.randn(2)
+    for k in range(5):  # a Python number is specialised: each value is a new signature
+        assert torch.equal(jf(x, float(k)), x * k)
+    assert jf.cache_info()["entries"] == 3 and jf.cache_info()["misses"] == 5

@@ -235,3 +235,13 @@ def test_printer_special_values_round_trip():
     res = acquire(fn, x)
     for stage in (res.trace, passes.decompose(res.trace)):
         assert checking.mismatch(run(stage, res, x), fn(x)) is None
+
+
+def test_cse_sees_through_keyword_spelling():
+    from compiler import frontend, passes
+
+    def f(x):
+        return torch.softmax(x, -1) + torch.softmax(x, dim=-1)
+
+    t = passes.optimise(passes.decompose(frontend.trace(f, (torch.randn(3, 4),)).trace))
+    assert sum("softmax" in b.sym.name for b in t.bound_symbols) == 1

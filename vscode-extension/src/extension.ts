@@ -422,13 +422,31 @@ class FusionLens implements vscode.Disposable {
     }
   }
 
-  async restart(why: string): Promise<void> {
-    this.log.info(`Restarting the server (${why})`);
-    await this.starting?.catch(() => undefined);
-    await this.stopClient();
-    this.lastStatus = null;
-    this.starting = this.startClient();
-    await this.starting;
+  private restartQueue: Promise<void> = Promise.resolve();
+  private restartPending = false;
+
+  /**
+   * Restarts run one at a time, and requests that arrive while one is waiting share it (trust
+   * being granted also changes the effective interpreter settings: one restart, not two
+   * clients registering the same server commands).
+   */
+  restart(why: string): Promise<void> {
+    this.log.info(`Restart requested (${why})`);
+    if (this.restartPending) {
+      return this.restartQueue;
+    }
+    this.restartPending = true;
+    this.restartQueue = this.restartQueue
+      .catch(() => undefined)
+      .then(async () => {
+        this.restartPending = false;
+        await this.starting?.catch(() => undefined);
+        await this.stopClient();
+        this.lastStatus = null;
+        this.starting = this.startClient();
+        await this.starting;
+      });
+    return this.restartQueue;
   }
 
   private async requireClient(): Promise<LanguageClient> {

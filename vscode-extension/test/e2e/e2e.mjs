@@ -416,9 +416,11 @@ async function trustedPhase(browser) {
         throw new Error('no lens above line 91');
       }
       await best.link.click();
+      const seen = new Set();
       await until(
         'a lens with regions and timings',
         async () => {
+          seen.add((await statusBarText(page)).trim());
           const texts = await lensTexts(page);
           if (/failed/i.test(texts.join(' '))) {
             throw new Fatal(`lens says: ${texts.join(' | ')}`);
@@ -429,6 +431,7 @@ async function trustedPhase(browser) {
         1000,
       );
       log(`lenses: ${(await lensTexts(page)).join(' | ')}`);
+      log(`status bar texts seen while compiling: ${[...seen].join(' | ')}`);
     });
 
     let regionLine = 0;
@@ -610,6 +613,26 @@ async function untrustedPhase(browser) {
         throw new Error(`something compiled in an untrusted workspace: ${t.join(' | ')}`);
       }
       log(`untrusted lenses: ${t.join(' | ')}; status: ${await statusBarText(page)}`);
+    });
+
+    await check(page, 'trusting the workspace restarts the server and compiles', async () => {
+      // The status item opens the workspace trust editor.
+      await page.locator('.statusbar-item', { hasText: 'FusionLens' }).first().click();
+      const trust = page.locator('.workspace-trust-editor .monaco-button', { hasText: /^Trust/ }).first();
+      await trust.waitFor({ timeout: 20000 });
+      await trust.click();
+      // The trust editor may open as a modal editor over the workbench: close it.
+      await page.keyboard.press('Escape');
+      const modalClose = page.locator('.modal-editor-part .codicon-close, .modal-editor-container .codicon-close').first();
+      if (await modalClose.isVisible().catch(() => false)) {
+        await modalClose.click();
+      }
+      await openFile(page, 'gpt_block.py');
+      await until('the restricted status to go', async () => !/restricted/.test(await statusBarText(page)), 60000);
+      await goToLine(page, 91);
+      // compileTrigger is onOpen in this phase: the trusted server compiles by itself.
+      await until('a compiled lens', async () => (await lensTexts(page)).some((t) => /region/.test(t) && /x vs eager|ms/.test(t)), COMPILE_TIMEOUT, 1000);
+      log(`after trust: ${(await lensTexts(page)).join(' | ')}; status: ${await statusBarText(page)}`);
     });
   } finally {
     await context.close();

@@ -513,9 +513,24 @@ class _Scope:
         self.lines: list = []
         self.memo: dict = {}
         self.indent = indent
+        self.last_loc = None
 
     def add(self, text: str):
         self.lines.append(self.indent + text)
+
+    def mark(self, b):
+        """A comment naming the user's line, when the next lines come from a new one."""
+        p = getattr(b, "provenance", None)
+        if p is None or (p.file, p.line) == self.last_loc:
+            return
+        self.last_loc = (p.file, p.line)
+        try:
+            from compiler.ir import display_path
+
+            text = p.source()
+        except Exception:  # pragma: no cover - a file that went away
+            return
+        self.add(f"# {display_path(p.file)}:{p.line}  {text}")
 
 
 class _Emitter:
@@ -648,6 +663,7 @@ class _Emitter:
             a, shape, bdims = b.args[0], b.args[1], b.args[2]
             amap = tuple(mapping[bdims[i]] if a.shape[i] != 1 else None for i in range(a.ndim))
             src = self.val(a, amap)
+            scope.mark(b)
             scope.add(f"{name} = {src}{comment}({a.name}, {list(shape)}, {list(bdims)})")
             return
         operands = [self.val(x, mapping) for x in b.args if not isinstance(x, torch.dtype)]
@@ -696,6 +712,7 @@ class _Emitter:
         else:  # pragma: no cover - can_take filters these
             raise Decline(f"prims.{short} is not generated for Triton")
         shown = ", ".join(x.name if isinstance(x, Value) else format_small(x) for x in b.args)
+        scope.mark(b)
         scope.add(f"{name} = {expr}{comment}({shown})")
 
 
@@ -1032,6 +1049,7 @@ class _Writer:
         src = b.args[0]
         x = em.val(src, tuple(range(an.n)))
         outs = b.outputs
+        body.mark(b)
         if short == "var_mean":
             var_o, mean_o = outs
             corr = b.args[2] if len(b.args) > 2 else b.kwargs.get("correction", 1)
@@ -1063,6 +1081,8 @@ class _Writer:
             m_o, s_o = mb.outputs[0], outs[0]
             m, s = _ident(m_o.name), _ident(s_o.name)
             a = em.val(mb.args[0], full)
+            loop.mark(b)
+            fin.mark(b)
             init.add(f"on_{m} = tl.full([BLOCK_M, 1], float(\"-inf\"), tl.float32)  # running max")
             init.add(f"on_{s} = tl.zeros([BLOCK_M, 1], tl.float32)  # running sum of exp(x - running max)")
             em.helpers.add("_fl_max")
@@ -1078,6 +1098,8 @@ class _Writer:
             self._register(em, s_o, s)
             return
         x = em.val(src, full)
+        loop.mark(b)
+        fin.mark(b)
         if short == "var_mean":
             var_o, mean_o = outs
             corr = b.args[2] if len(b.args) > 2 else b.kwargs.get("correction", 1)

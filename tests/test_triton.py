@@ -141,7 +141,9 @@ def test_source_is_readable():
     gen, group, *_ = _check(C.by_name("gelu_tanh"), torch.float32)
     src = gen.source
     assert src.startswith(f"# FusionLens · Triton code for region {group.id}")
-    assert "# from:" in src and "F.gelu(x + bias" in src  # the user's line
+    assert "# from:" in src and "F.gelu(x + bias" in src  # the user's line, in the header
+    kernel = src.split("@triton.jit")[-1]
+    assert "test_triton_cases.py:" in kernel and "F.gelu(x + bias" in kernel  # and above its prims
     assert "@triton.jit" in src and "def fl_T_gelu_tanh_launch(" in src
     for b in group.bsyms:  # one line per prim, commented with the prim's name
         assert f"= " in src and f"# {b.sym.name}(" in src, b.sym.name

@@ -574,6 +574,21 @@ async function trustedPhase(browser) {
       const tabs = await page.locator('.tabs-container .tab').allInnerTexts();
       log(`tabs: ${tabs.join(' | ')}`);
     });
+
+    await check(page, 'Restart Server starts a fresh server', async () => {
+      await openFile(page, 'gpt_block.py');
+      await runCommand(page, 'FusionLens: Restart Server');
+      await goToLine(page, 91);
+      // A fresh server has no results: the lens offers to compile again.
+      await until('the plain lens from the new server', async () => (await lensTexts(page)).some((t) => t.includes('Compile & benchmark')) && !(await lensTexts(page)).some((t) => /region/.test(t)), 60000);
+      const notes = await notificationsText(page);
+      if (/failed to start|already exists/.test(notes)) {
+        throw new Error(`restart reported: ${notes}`);
+      }
+      if (/server missing|stopped/.test(await statusBarText(page))) {
+        throw new Error(`status after restart: ${await statusBarText(page)}`);
+      }
+    });
   } catch (e) {
     if (!(e instanceof GateFailed)) {
       throw e;

@@ -334,3 +334,17 @@ def test_report_code_shows_the_variant_that_ran():
     assert "strides (1, 6)" in gen.report_code()
     assert "non-contiguous" in gen.status()
     assert ("interpreter" in gen.status()) == (not CUDA)
+
+
+def test_declines_mixed_devices():
+    from compiler.ir import BoundSymbol, Value
+    from compiler.ops import prims
+
+    x = Value("x", (4, 4), torch.float32, torch.device("cuda", 0))
+    s = Value("s", (), torch.float32, torch.device("cpu"))
+    sb = Value("t0", (4, 4), torch.float32, torch.device("cuda", 0))
+    out = Value("t1", (4, 4), torch.float32, torch.device("cuda", 0))
+    group = FusionGroup("mixed", [BoundSymbol(prims.broadcast_in_dim, (s, (4, 4), ()), {}, [sb]),
+                                  BoundSymbol(prims.mul, (x, sb), {}, [out])], [x, s], [out], (4, 4))
+    with pytest.raises(Decline, match="different devices"):
+        tx.generate(group, torch.device("cuda", 0))

@@ -375,6 +375,10 @@ class _Analysis:
             for o in b.outputs:
                 self.producer[o.name] = b
                 self.values[o.name] = o
+        devices = sorted({str(v.device) for v in self.inputs + self.outputs})
+        if len(devices) > 1:
+            raise Decline(f"the region's tensors are on different devices ({', '.join(devices)}); "
+                          "one kernel reads one device")
         if math.prod(self.domain) == 0:
             raise Decline("the region is empty (a zero-size dimension); torch runs it")
         for b in group.bsyms:

@@ -353,7 +353,7 @@ class FusionLens implements vscode.Disposable {
         window: {
           showDocument: async (params, token, next) => {
             const uri = vscode.Uri.parse(params.uri);
-            if (!params.external && GeneratedDocuments.isGenerated(uri)) {
+            if (!params.external && GeneratedDocuments.isGenerated(uri, this.settings().cacheFolder)) {
               this.recentlyShown.set(uri.toString(), Date.now());
               const sel = params.selection
                 ? new vscode.Range(params.selection.start.line, params.selection.start.character, params.selection.end.line, params.selection.end.character)
@@ -651,8 +651,9 @@ class FusionLens implements vscode.Disposable {
     );
     this.refreshRegions(0);
     if (res && res.ok === false) {
+      const why = typeof res.message === 'string' && res.message ? `: ${res.message}` : '. The Problems panel and the log say why.';
       const pick = await vscode.window.showWarningMessage(
-        `FusionLens: compiling ${what} failed. The Problems panel and the log say why.`,
+        `FusionLens: compiling ${what} did not succeed${why}`,
         'Show Problems',
         'Show Log',
       );

@@ -23,13 +23,20 @@ export class GeneratedDocuments implements vscode.TextDocumentContentProvider {
     return vscode.Uri.from({ scheme: GENERATED_SCHEME, path: file.path });
   }
 
-  /** Is this a file the server generated (under its cache folder, or outside the workspace)? */
-  static isGenerated(file: vscode.Uri): boolean {
+  /**
+   * Is this a file the server generated? Under `fusionlens.cacheFolder`, under the default
+   * `<tmp>/fusionlens-lsp-<uid>/generated/`, in a `.fusionlens-cache` folder, or outside the
+   * workspace (the server only asks to show documents it wrote).
+   */
+  static isGenerated(file: vscode.Uri, cacheFolder?: string | null): boolean {
     if (file.scheme !== 'file' || !file.path.endsWith('.py')) {
       return false;
     }
+    if (cacheFolder && !path.relative(path.resolve(cacheFolder), file.fsPath).startsWith('..')) {
+      return true;
+    }
     const parts = file.fsPath.split(path.sep);
-    if (parts.some((p) => p === '.fusionlens-cache' || p === 'fusionlens' || p === '.fusionlens')) {
+    if (parts.some((p, i) => p === '.fusionlens-cache' || (p === 'generated' && /^fusionlens-lsp/.test(parts[i - 1] ?? '')))) {
       return true;
     }
     return vscode.workspace.getWorkspaceFolder(file) === undefined;

@@ -40,6 +40,8 @@ export interface RegionsResult {
 export interface CompileResult {
   targets: string[];
   ok: boolean;
+  /** Why nothing ran or what failed, when ok is false. */
+  message?: string;
 }
 
 export const METHOD_REGIONS = 'fusionlens/regions';

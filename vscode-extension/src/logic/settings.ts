@@ -11,6 +11,8 @@ export interface ServerSettings {
   device: Device;
   timeoutSeconds: number;
   inlayHints: boolean;
+  debounceMs: number;
+  cacheFolder: string | null;
 }
 
 export const DEFAULTS: ServerSettings = {
@@ -21,6 +23,8 @@ export const DEFAULTS: ServerSettings = {
   device: 'auto',
   timeoutSeconds: 60,
   inlayHints: true,
+  debounceMs: 300,
+  cacheFolder: null,
 };
 
 /** The keys of the `fusionlens` section that go to the server. */
@@ -53,6 +57,8 @@ export function toServerSettings(get: (key: string) => unknown, trusted: boolean
   }
   const allow = get('allowExecution');
   const hints = get('inlayHints');
+  const debounce = get('debounceMs');
+  const cacheFolder = get('cacheFolder');
   return {
     allowExecution: trusted && (typeof allow === 'boolean' ? allow : DEFAULTS.allowExecution),
     compileTrigger: oneOf(get('compileTrigger'), ['onOpen', 'onSave', 'manual'] as const, DEFAULTS.compileTrigger),
@@ -61,6 +67,8 @@ export function toServerSettings(get: (key: string) => unknown, trusted: boolean
     device: oneOf(get('device'), ['auto', 'cpu', 'cuda'] as const, DEFAULTS.device),
     timeoutSeconds: positiveNumber(get('timeoutSeconds'), DEFAULTS.timeoutSeconds, false),
     inlayHints: typeof hints === 'boolean' ? hints : DEFAULTS.inlayHints,
+    debounceMs: typeof debounce === 'number' && Number.isFinite(debounce) && debounce >= 0 ? Math.round(debounce) : DEFAULTS.debounceMs,
+    cacheFolder: typeof cacheFolder === 'string' && cacheFolder.trim() ? cacheFolder.trim() : null,
   };
 }
 

@@ -36,6 +36,7 @@ test('limited support in untrusted workspaces; interpreter settings are restrict
   assert.equal(u.supported, 'limited');
   assert.ok(u.restrictedConfigurations.includes('fusionlens.pythonPath'));
   assert.ok(u.restrictedConfigurations.includes('fusionlens.allowExecution'));
+  assert.ok(u.restrictedConfigurations.includes('fusionlens.cacheFolder'));
 });
 
 test('activates on Python files', () => {

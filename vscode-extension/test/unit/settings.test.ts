@@ -13,16 +13,18 @@ test('defaults match docs/lsp.md', () => {
     device: 'auto',
     timeoutSeconds: 60,
     inlayHints: true,
+    debounceMs: 300,
+    cacheFolder: null,
   });
   assert.deepEqual(SERVER_KEYS.sort(), Object.keys(DEFAULTS).sort());
 });
 
 test('values are passed through', () => {
   const s = toServerSettings(
-    from({ allowExecution: false, compileTrigger: 'manual', executors: ['triton', 'torch'], benchmarkRepeats: 5, device: 'cuda', timeoutSeconds: 12.5, inlayHints: false, pythonPath: '/x' }),
+    from({ allowExecution: false, compileTrigger: 'manual', executors: ['triton', 'torch'], benchmarkRepeats: 5, device: 'cuda', timeoutSeconds: 12.5, inlayHints: false, debounceMs: 0, cacheFolder: '/c', pythonPath: '/x' }),
     true,
   );
-  assert.deepEqual(s, { allowExecution: false, compileTrigger: 'manual', executors: ['triton', 'torch'], benchmarkRepeats: 5, device: 'cuda', timeoutSeconds: 12.5, inlayHints: false });
+  assert.deepEqual(s, { allowExecution: false, compileTrigger: 'manual', executors: ['triton', 'torch'], benchmarkRepeats: 5, device: 'cuda', timeoutSeconds: 12.5, inlayHints: false, debounceMs: 0, cacheFolder: '/c' });
   assert.ok(!('pythonPath' in s), 'pythonPath is the extension\'s, not the server\'s');
 });
 
@@ -39,6 +41,8 @@ test('bad values fall back to defaults', () => {
   assert.equal(s.device, 'auto');
   assert.equal(s.timeoutSeconds, 60);
   assert.equal(s.inlayHints, true);
+  assert.equal(toServerSettings(from({ debounceMs: -5, cacheFolder: '  ' }), true).debounceMs, 300);
+  assert.equal(toServerSettings(from({ cacheFolder: '  ' }), true).cacheFolder, null);
   assert.deepEqual(toServerSettings(from({ executors: [' triton ', 3, ''] }), true).executors, ['triton']);
   assert.equal(toServerSettings(from({ benchmarkRepeats: 2.6 }), true).benchmarkRepeats, 3);
 });

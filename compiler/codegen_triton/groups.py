@@ -14,7 +14,7 @@ from torch.utils import _pytree as pytree
 
 from compiler import frontend, passes
 from compiler.fusion import FusionGroup
-from compiler.ir import Value, display_path, values_in
+from compiler.ir import display_path, values_in
 
 
 def group_from_fn(fn, *args, gid: str = "R0") -> tuple:

@@ -755,7 +755,7 @@ def _pow_expr(a: str, e) -> str:
             return f"tl.where({a} == {a}, 1.0, 1.0)"
         n = abs(e)
         # repeated squaring, spelt out
-        terms, base, out = [], a, None
+        base, out = a, None
         while n:
             if n & 1:
                 out = base if out is None else f"({out} * {base})"
@@ -1068,7 +1068,7 @@ class _Writer:
             return
         o = outs[0]
         name = _ident(o.name)
-        ident, acc_t = _identity(short, o.dtype)
+        ident, _ = _identity(short, o.dtype)
         xv = x if o.dtype in FLOATS or src.dtype == o.dtype else f"{x}.to({TL_DTYPE[o.dtype]})"
         red = _reduce_expr(short, o.dtype, em)
         body.add(f"{name} = {red.format(v=f'tl.where(mask, {xv}, {ident})')}[:, None]  # prims.{short}({src.name}, "

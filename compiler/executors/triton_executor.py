@@ -215,14 +215,15 @@ class TritonExecutor:
 
     def available(self, device) -> tuple:
         device = torch.device(device)
+        if device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+            # answered before importing triton, which costs most of a second
+            return False, ("no CUDA device; set TRITON_INTERPRET=1 (before triton is imported) to run "
+                           "Triton's interpreter on the CPU")
         problem = _triton_imports()
         if device.type == "cuda":
             if problem:
                 return False, problem
             return True, ""
-        if os.environ.get("TRITON_INTERPRET") != "1":
-            return False, ("no CUDA device; set TRITON_INTERPRET=1 (before triton is imported) to run "
-                           "Triton's interpreter on the CPU")
         if problem:
             return False, problem
         problem = _interpreter_problem()

@@ -47,6 +47,15 @@ const COMPILE_TIMEOUT = Number(process.env.E2E_TIMEOUT_S ?? 300) * 1000;
 const CHROMIUM = process.env.E2E_CHROMIUM ?? '/usr/bin/chromium';
 const PHASES = (process.env.E2E_PHASES ?? 'trusted,untrusted,missing').split(',').map((s) => s.trim());
 const TARGET = 'gpt_block_example';
+// Lines (1-based) of the example, read from the file so edits to it do not break the test.
+const EXAMPLE_LINES = (() => {
+  const src = fs.readFileSync(path.join(REPO, 'examples', 'gpt_block.py'), 'utf8').split('\n');
+  const def = src.findIndex((l) => l.startsWith(`def ${TARGET}(`));
+  if (def < 1) {
+    throw new Error(`examples/gpt_block.py has no def ${TARGET}`);
+  }
+  return { decorator: def, body: def + 2 }; // 0-based def == 1-based decorator line
+})();
 // An inlay hint reads like "R3 · torch · 12 µs" or "R0+R20 · torch" (the editor renders
 // spaces as no-break spaces, which \s matches).
 const HINT = /\bR?\w*\d\S*\s·\s(torch|triton|nvfuser|mixed)\b/;
@@ -396,24 +405,24 @@ async function trustedPhase(browser) {
     });
 
     await gate(page, 'code lens offers Compile & benchmark', async () => {
-      await goToLine(page, 91);
+      await goToLine(page, EXAMPLE_LINES.decorator);
       await until('the Compile & benchmark lens', async () => (await lensTexts(page)).some((t) => t.includes('Compile & benchmark')), 90000);
     });
 
     await gate(page, 'Compile and benchmark from the code lens updates the lens with timings', async () => {
-      // The lens of gpt_block_example: the one just above line 91 (its decorator).
-      const num = page.locator('.editor-instance .monaco-editor .line-numbers', { hasText: /^91$/ }).first();
-      const y91 = (await num.boundingBox()).y;
+      // The lens of gpt_block_example: the one just above its decorator line.
+      const num = page.locator('.editor-instance .monaco-editor .line-numbers', { hasText: new RegExp(`^${EXAMPLE_LINES.decorator}$`) }).first();
+      const yDecorator = (await num.boundingBox()).y;
       const links = page.locator('.codelens-decoration a', { hasText: 'Compile & benchmark' });
       let best = null;
       for (let i = 0; i < (await links.count()); i++) {
         const b = await links.nth(i).boundingBox();
-        if (b && b.y < y91 && (!best || b.y > best.y)) {
+        if (b && b.y < yDecorator && (!best || b.y > best.y)) {
           best = { y: b.y, link: links.nth(i) };
         }
       }
       if (!best) {
-        throw new Error('no lens above line 91');
+        throw new Error(`no lens above line ${EXAMPLE_LINES.decorator}`);
       }
       await best.link.click();
       const seen = new Set();
@@ -539,7 +548,7 @@ async function trustedPhase(browser) {
     });
 
     await check(page, 'Show Generated Trace opens a read-only Python document', async () => {
-      await goToLine(page, 93);
+      await goToLine(page, EXAMPLE_LINES.body);
       await runCommand(page, 'FusionLens: Show Generated Trace');
       const tab = page.locator('.tabs-container .tab', { hasText: /\.py/ }).filter({ hasText: TARGET }).first();
       await tab.waitFor({ timeout: 30000 });
@@ -559,15 +568,15 @@ async function trustedPhase(browser) {
     await check(page, 'Clear Cache puts the lens back to Compile & benchmark', async () => {
       await openFile(page, 'gpt_block.py');
       await runCommand(page, 'FusionLens: Clear Cache');
-      await goToLine(page, 91);
+      await goToLine(page, EXAMPLE_LINES.decorator);
       await until('the plain lens again', async () => (await lensTexts(page)).some((t) => t.includes('Compile & benchmark')), 30000);
     });
 
     await check(page, 'palette: Compile and Benchmark Current Target, then Show Kernel Code at the cursor', async () => {
-      await goToLine(page, 94); // inside gpt_block_example
+      await goToLine(page, EXAMPLE_LINES.body); // inside gpt_block_example
       await runCommand(page, 'FusionLens: Compile and Benchmark Current Target');
       await until('the lens with timings again', async () => (await lensTexts(page)).some((t) => /region/.test(t) && /x vs eager|ms/.test(t)), COMPILE_TIMEOUT, 1000);
-      await goToLine(page, 77); // x = x + self.attn(self.ln_1(x)): compiled
+      await goToLine(page, regionLine || 1); // a line of the first region in the view: compiled
       await runCommand(page, 'FusionLens: Show Kernel Code');
       const editor = page.locator('.editor-instance .monaco-editor').filter({ hasText: 'FusionLens region' }).first();
       await editor.waitFor({ timeout: 30000 });
@@ -578,7 +587,7 @@ async function trustedPhase(browser) {
     await check(page, 'Restart Server starts a fresh server', async () => {
       await openFile(page, 'gpt_block.py');
       await runCommand(page, 'FusionLens: Restart Server');
-      await goToLine(page, 91);
+      await goToLine(page, EXAMPLE_LINES.decorator);
       // A fresh server has no results: the lens offers to compile again.
       await until('the plain lens from the new server', async () => (await lensTexts(page)).some((t) => t.includes('Compile & benchmark')) && !(await lensTexts(page)).some((t) => /region/.test(t)), 60000);
       const notes = await notificationsText(page);
@@ -618,7 +627,7 @@ async function untrustedPhase(browser) {
     await openFile(page, 'gpt_block.py');
     await check(page, 'untrusted workspace: status bar says restricted and nothing runs', async () => {
       await until('restricted status', async () => /restricted/i.test(await statusBarText(page)), 90000);
-      await goToLine(page, 91);
+      await goToLine(page, EXAMPLE_LINES.decorator);
       await until('lenses that say execution is off', async () => {
         const t = await lensTexts(page);
         return t.some((x) => /Not compiled.*not trusted/i.test(x));
@@ -644,7 +653,7 @@ async function untrustedPhase(browser) {
       }
       await openFile(page, 'gpt_block.py');
       await until('the restricted status to go', async () => !/restricted/.test(await statusBarText(page)), 60000);
-      await goToLine(page, 91);
+      await goToLine(page, EXAMPLE_LINES.decorator);
       // compileTrigger is onOpen in this phase: the trusted server compiles by itself.
       await until('a compiled lens', async () => (await lensTexts(page)).some((t) => /region/.test(t) && /x vs eager|ms/.test(t)), COMPILE_TIMEOUT, 1000);
       log(`after trust: ${(await lensTexts(page)).join(' | ')}; status: ${await statusBarText(page)}`);

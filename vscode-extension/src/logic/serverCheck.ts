@@ -13,7 +13,7 @@ export type ProbeOutcome =
 export const PROBE_SCRIPT = [
   'import sys',
   'v = "%d.%d.%d" % sys.version_info[:3]',
-  'if sys.version_info < (3, 9): print("FUSIONLENS-OLD " + v); sys.exit(3)',
+  'if sys.version_info < (3, 11): print("FUSIONLENS-OLD " + v); sys.exit(3)',
   'import importlib.util',
   'import lsp_server',
   '# The server module pulls in pygls and lsprotocol; import it without starting anything.',
@@ -97,7 +97,7 @@ export function describeProblem(o: ProbeOutcome, python: string, source: string,
         message: `FusionLens: cannot run Python "${python}" (from ${source}): ${o.detail}. Select an interpreter in the Python extension or set "fusionlens.pythonPath".`,
       };
     case 'python-too-old':
-      return { message: `FusionLens needs Python 3.9 or newer; ${who} is ${o.version}. Select another interpreter or set "fusionlens.pythonPath".` };
+      return { message: `FusionLens needs Python 3.11 or newer; ${who} is ${o.version}. Select another interpreter or set "fusionlens.pythonPath".` };
     case 'not-installed': {
       const cmd = installCommand(python, repoRoot);
       return {

@@ -36,7 +36,9 @@ test('a missing dependency of the server', () => {
 });
 
 test('other failures', () => {
-  assert.equal(classifyProbe(raw({ stdout: 'FUSIONLENS-OLD 3.7.1', exitCode: 3 })).kind, 'python-too-old');
+  const old = classifyProbe(raw({ stdout: 'FUSIONLENS-OLD 3.10.4', exitCode: 3 }));
+  assert.equal(old.kind, 'python-too-old');
+  assert.match(describeProblem(old, 'python3', 'default')!.message, /needs Python 3\.11 or newer.*3\.10\.4/);
   assert.equal(classifyProbe(raw({ timedOut: true })).kind, 'timeout');
   assert.equal(classifyProbe(raw({ exitCode: 127, stderr: 'pyenv: python3.9: command not found' })).kind, 'python-not-found');
   const o = classifyProbe(raw({ stderr: 'SyntaxError: invalid syntax' }));

@@ -292,6 +292,17 @@ def _leaf_key(x):
         return (type(x), id(x))
 
 
+_STATE_GENERATION = [0]  # bumped whenever any module registers (or replaces) a parameter or buffer
+
+
+def _bump(*_):
+    _STATE_GENERATION[0] += 1
+
+
+torch.nn.modules.module.register_module_parameter_registration_hook(_bump)
+torch.nn.modules.module.register_module_buffer_registration_hook(_bump)
+
+
 @dataclass
 class CacheEntry:
     compiled: Optional[Compiled]
@@ -311,12 +322,13 @@ class JitFunction:
         self.hits = 0
         self.misses = 0
         self.last: Optional[CacheEntry] = None
+        self._state_generation = -1
+        self._state: tuple = ()
 
     def signature(self, args, kwargs) -> tuple:
         # A module traced in eval mode must not serve calls in training mode (dropout).
-        mode = self.fn.training if isinstance(self.fn, torch.nn.Module) else None
-        if isinstance(self.fn, torch.nn.Module):  # a replaced parameter or buffer is a new signature
-            mode = (mode, tuple(map(id, self.fn.parameters())), tuple(map(id, self.fn.buffers())))
+        # A replaced parameter or buffer is a new signature too.
+        mode = (self.fn.training, self._state_ids()) if isinstance(self.fn, torch.nn.Module) else None
         if not kwargs and all(isinstance(a, torch.Tensor) for a in args):
             return (mode, tuple(_leaf_key(a) for a in args))  # fast path: positional tensors only
         flat, spec = pytree.tree_flatten((args, kwargs))
@@ -340,6 +352,15 @@ class JitFunction:
         if not kwargs and len(args) == c.n_user_inputs:
             return c.fn(*args, *c.constants)
         return c.fn(*user_tensors(self.fn, args, kwargs), *c.constants)
+
+    def _state_ids(self) -> tuple:
+        """Ids of the module's parameters and buffers, recomputed only after some module
+        somewhere registered a parameter or buffer (walking the module on every call costs
+        more than the rest of the call)."""
+        if self._state_generation != _STATE_GENERATION[0]:
+            self._state_generation = _STATE_GENERATION[0]
+            self._state = (tuple(map(id, self.fn.parameters())), tuple(map(id, self.fn.buffers())))
+        return self._state
 
     def _compile(self, key, args, kwargs) -> CacheEntry:
         name = frontend.target_name(self.fn)

@@ -11,9 +11,7 @@ from __future__ import annotations
 import functools
 import importlib.metadata
 import inspect
-import os
 import platform
-import sys
 import time
 from dataclasses import dataclass
 from typing import Any, Optional
@@ -22,7 +20,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from compiler import checking, executors as executor_registry, frontend, passes, program, report as R, timing
-from compiler.ir import Trace
+from compiler.ir import distinct_lines
 
 __all__ = ["compile", "jit", "last_report", "last_traces", "CompileError"]
 
@@ -105,13 +103,7 @@ def _diag(severity, message, where) -> R.Diagnostic:
 
 
 def _source_lines(bsyms) -> list:
-    seen, out = set(), []
-    for b in bsyms:
-        p = b.provenance
-        if p is not None and (p.file, p.line) not in seen:
-            seen.add((p.file, p.line))
-            out.append(R.SourceLine(p.file, p.line))
-    return out
+    return [R.SourceLine(p.file, p.line) for p in distinct_lines(bsyms)]
 
 
 def target_of(fn, name: str) -> R.Target:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import inspect
 import re
-import sys
 from typing import Any, Optional
 
 import torch

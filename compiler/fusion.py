@@ -49,10 +49,9 @@ class Decline(Exception):
 
 # --- the partitioner ----------------------------------------------------------------------
 
-import torch  # noqa: E402
-
 from compiler import passes  # noqa: E402
-from compiler.ir import BoundSymbol, NameGen, Symbol, Trace, Value, values_in  # noqa: E402
+from compiler.ir import (BoundSymbol, NameGen, Symbol, Trace, Value, display_path, distinct_lines,  # noqa: E402
+                         values_in)
 from compiler.ops import prims as P  # noqa: E402
 from compiler.report import Boundary  # noqa: E402
 
@@ -363,15 +362,7 @@ def sink_broadcasts(trace: Trace, fusers) -> list:
 
 
 def _source_lines(bsyms) -> list:
-    seen, out = set(), []
-    for b in bsyms:
-        p = b.provenance
-        if p is not None and (p.file, p.line) not in seen:
-            seen.add((p.file, p.line))
-            from compiler.ir import display_path
-
-            out.append(f"{display_path(p.file)}:{p.line}  {p.source()}")
-    return out
+    return [f"{display_path(p.file)}:{p.line}  {p.source()}" for p in distinct_lines(bsyms)]
 
 
 def _partitioned(optimised: Trace, fusers: list):
@@ -474,18 +465,9 @@ def preview(optimised: Trace, ex) -> list:
         if isinstance(n, _Group) and _has_work(n):
             group = make_group(n, f"P{len(out)}")
             out.append({"id": group.id, "ops": [b.sym.name for b in group.bsyms],
-                        "source_lines": [{"file": b.provenance.file, "line": b.provenance.line}
-                                         for b in _distinct_lines(group.bsyms)],
+                        "source_lines": [{"file": p.file, "line": p.line} for p in distinct_lines(group.bsyms)],
                         "code": ex.definition_source(group)})
     return out
-
-
-def _distinct_lines(bsyms):
-    seen = set()
-    for b in bsyms:
-        if b.provenance and (b.provenance.file, b.provenance.line) not in seen:
-            seen.add((b.provenance.file, b.provenance.line))
-            yield b
 
 
 def passes_tuple_spec(n: int):

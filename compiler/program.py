@@ -13,10 +13,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 import torch
-from torch.utils import _pytree as pytree
 
 from compiler import executors as executor_registry
-from compiler.ir import BoundSymbol, Trace, Value, format_call
+from compiler.ir import BoundSymbol, Trace, format_call, run_ops
 from compiler.report import Boundary
 
 
@@ -75,14 +74,4 @@ def plan(optimised: Trace, executor_names: list, device: torch.device) -> Plan:
 
 def interpret(trace: Trace, inputs: list) -> dict:
     """Run a trace op by op and keep every value: name -> tensor (for per-region timing)."""
-    env = {v.name: x for v, x in zip(trace.inputs, inputs)}
-    read = lambda x: env[x.name] if isinstance(x, Value) else x  # noqa: E731
-    with torch.no_grad():
-        for b in trace.bound_symbols:
-            args, kwargs = pytree.tree_map(read, (b.args, b.kwargs))
-            result = b.sym.impl(*args, **kwargs)
-            flat = [result] if b.out_spec is None else [x for x in pytree.tree_leaves(result)
-                                                         if isinstance(x, torch.Tensor)]
-            for v, x in zip(b.outputs, flat):
-                env[v.name] = x
-    return env
+    return run_ops(trace.bound_symbols, {v.name: x for v, x in zip(trace.inputs, inputs)})

@@ -13,7 +13,6 @@ import asyncio
 import atexit
 import dataclasses
 import hashlib
-import json
 import logging
 import os
 import re

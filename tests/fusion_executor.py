@@ -9,9 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from torch.utils import _pytree as pytree
-
-from compiler.ir import Value
+from compiler.ir import ops_callable
 
 
 @dataclass
@@ -23,16 +21,7 @@ class Generated:
 
 
 def run_group(group):
-    def fn(*tensors):
-        env = {v.name: t for v, t in zip(group.inputs, tensors)}
-        read = lambda x: env[x.name] if isinstance(x, Value) else x  # noqa: E731
-        for b in group.bsyms:
-            args, kwargs = pytree.tree_map(read, (b.args, b.kwargs))
-            result = b.sym.impl(*args, **kwargs)
-            for v, t in zip(b.outputs, [result] if b.out_spec is None else list(result)):
-                env[v.name] = t
-        return tuple(env[o.name] for o in group.outputs)
-    return fn
+    return ops_callable(group.bsyms, group.inputs, group.outputs)
 
 
 class TorchFusion:

@@ -74,7 +74,7 @@ from typing import Any, Callable, Optional
 import torch
 
 from compiler.fusion import Decline, FusionGroup
-from compiler.ir import Value, display_path, dtype_name
+from compiler.ir import Value, display_path, dtype_name, ops_callable
 
 NOT_INSTALLED = "nvFuser is not installed (no module nvfuser_direct or nvfuser)"
 REFERENCE_LABEL = "tests/nvfuser_reference.py (a torch re-implementation for tests; not nvFuser)"
@@ -653,25 +653,7 @@ class Generated:
 
 
 def _eager_fn(group: FusionGroup) -> Callable:
-    from torch.utils import _pytree as pytree
-
-    names = [v.name for v in group.inputs]
-    outputs = [v.name for v in group.outputs]
-    bsyms = list(group.bsyms)
-
-    def run(*tensors):
-        env = dict(zip(names, tensors))
-        read = lambda x: env[x.name] if isinstance(x, Value) else x  # noqa: E731
-        with torch.no_grad():
-            for b in bsyms:
-                args, kwargs = pytree.tree_map(read, (b.args, b.kwargs))
-                result = b.sym.impl(*args, **kwargs)
-                flat = [result] if b.out_spec is None else [x for x in pytree.tree_leaves(result)
-                                                             if isinstance(x, torch.Tensor)]
-                for v, x in zip(b.outputs, flat):
-                    env[v.name] = x
-        return tuple(env[n] for n in outputs)
-    return run
+    return ops_callable(group.bsyms, group.inputs, group.outputs)
 
 
 _KERNEL = re.compile(r"__global__\s+void\s+(\w+)\s*\(")

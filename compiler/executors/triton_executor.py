@@ -1286,24 +1286,9 @@ def _exec_source(source: str, label: str) -> dict:
 
 
 def _eager(group: FusionGroup) -> Callable:
-    from compiler.ir import Value
+    from compiler.ir import ops_callable
 
-    bsyms, inputs, outputs = list(group.bsyms), list(group.inputs), list(group.outputs)
-
-    def eager_fn(*tensors):
-        env = {v.name: t for v, t in zip(inputs, tensors)}
-        read = lambda x: env[x.name] if isinstance(x, Value) else x  # noqa: E731
-        with torch.no_grad():
-            for b in bsyms:
-                args, kwargs = pytree.tree_map(read, (b.args, b.kwargs))
-                result = b.sym.impl(*args, **kwargs)
-                flat = [result] if b.out_spec is None and len(b.outputs) == 1 else [
-                    x for x in pytree.tree_leaves(result) if isinstance(x, torch.Tensor)]
-                for v, x in zip(b.outputs, flat):
-                    env[v.name] = x
-        return tuple(env[o.name] for o in outputs)
-
-    return eager_fn
+    return ops_callable(group.bsyms, group.inputs, group.outputs)
 
 
 def source_only(group: FusionGroup) -> str:

@@ -375,10 +375,9 @@ def _unary(prim_name, promote):
     return register(*fns)(decomposition)
 
 
-for _name in _FLOAT_UNARY:
-    globals()[_name] = _unary(_name, promote=True)
-for _name in _SAME_UNARY:
-    globals()[_name] = _unary(_name, promote=False)
+exp, exp2, log, log2, log1p, expm1, sqrt, rsqrt, sin, cos, tan, tanh, sigmoid, erf, reciprocal = (
+    _unary(name, promote=True) for name in _FLOAT_UNARY)
+abs, neg, floor, ceil, round, trunc, sign = (_unary(name, promote=False) for name in _SAME_UNARY)  # noqa: A001
 
 
 @register(torch.logical_not, torch.Tensor.logical_not)

@@ -11,7 +11,7 @@
 //   E2E_TIMEOUT_S       compile wait              (default: 300)
 //   E2E_CHROMIUM        chromium binary           (default: /usr/bin/chromium)
 //   E2E_KEEP=1          keep the temp HOME/user-data/workspace folders
-//   E2E_PHASES          comma list: trusted,untrusted,missing (default: all)
+//   E2E_PHASES          comma list: trusted,untrusted,missing,pyext (default: all)
 // Nothing asserts on wall time; waits are generous upper bounds.
 
 import { spawn, spawnSync } from 'node:child_process';
@@ -45,7 +45,7 @@ const FAKE = (() => {
 })();
 const COMPILE_TIMEOUT = Number(process.env.E2E_TIMEOUT_S ?? 300) * 1000;
 const CHROMIUM = process.env.E2E_CHROMIUM ?? '/usr/bin/chromium';
-const PHASES = (process.env.E2E_PHASES ?? 'trusted,untrusted,missing').split(',').map((s) => s.trim());
+const PHASES = (process.env.E2E_PHASES ?? 'trusted,untrusted,missing,pyext').split(',').map((s) => s.trim());
 const TARGET = 'gpt_block_example';
 // Lines (1-based) of the example, read from the file so edits to it do not break the test.
 const EXAMPLE_LINES = (() => {
@@ -245,15 +245,15 @@ function writeSettings(dirs, extra) {
   fs.writeFileSync(path.join(machineDir, 'settings.json'), JSON.stringify({ 'fusionlens.pythonPath': PYTHON }, null, 2));
 }
 
-function installVsix(dirs) {
+function installVsix(dirs, vsix = VSIX) {
   const r = spawnSync(
     NODE,
-    [CS_ENTRY, '--user-data-dir', dirs['user-data'], '--extensions-dir', dirs.extensions, '--install-extension', VSIX, '--force'],
+    [CS_ENTRY, '--user-data-dir', dirs['user-data'], '--extensions-dir', dirs.extensions, '--install-extension', vsix, '--force'],
     { env: csEnv(dirs), encoding: 'utf8', timeout: 120000 },
   );
   log(`install-extension: rc=${r.status}\n${(r.stdout || '').trim()}\n${(r.stderr || '').trim()}`);
   if (r.status !== 0 || !/successfully installed|already installed/i.test(r.stdout + r.stderr)) {
-    throw new Error(`code-server --install-extension ${VSIX} failed`);
+    throw new Error(`code-server --install-extension ${vsix} failed`);
   }
 }
 
@@ -569,7 +569,11 @@ async function trustedPhase(browser) {
       await openFile(page, 'gpt_block.py');
       await runCommand(page, 'FusionLens: Clear Cache');
       await goToLine(page, EXAMPLE_LINES.decorator);
-      await until('the plain lens again', async () => (await lensTexts(page)).some((t) => t.includes('Compile & benchmark')), 30000);
+      // Every lens plain again (the other target's lens was plain all along).
+      await until('the plain lenses again', async () => {
+        const t = await lensTexts(page);
+        return t.some((x) => x.includes('Compile & benchmark')) && !t.some((x) => /region/.test(x));
+      }, 30000);
     });
 
     await check(page, 'palette: Compile and Benchmark Current Target, then Show Kernel Code at the cursor', async () => {
@@ -698,6 +702,81 @@ async function missingServerPhase(browser) {
   }
 }
 
+/**
+ * A stand-in for the Python extension (ms-python.python), which cannot be downloaded here:
+ * it exposes the part of its API FusionLens uses, `environments.getActiveEnvironmentPath`,
+ * answering with E2E_PYTHON.
+ */
+function buildFakePythonExtension(root) {
+  const dir = path.join(root, 'fake-ms-python');
+  fs.mkdirSync(dir, { recursive: true });
+  fs.writeFileSync(
+    path.join(dir, 'package.json'),
+    JSON.stringify({
+      name: 'python',
+      publisher: 'ms-python',
+      displayName: 'Python (test stand-in)',
+      description: 'Test stand-in for the Python extension API used by FusionLens.',
+      version: '0.0.1',
+      license: 'Apache-2.0',
+      engines: { vscode: '^1.91.0' },
+      main: './extension.js',
+      activationEvents: [],
+    }),
+  );
+  fs.writeFileSync(
+    path.join(dir, 'extension.js'),
+    `exports.activate = () => ({
+  environments: {
+    getActiveEnvironmentPath: () => ({ id: 'e2e', path: ${JSON.stringify(PYTHON)} }),
+    onDidChangeActiveEnvironmentPath: () => ({ dispose() {} }),
+  },
+});
+exports.deactivate = () => {};
+`,
+  );
+  fs.writeFileSync(path.join(dir, 'README.md'), '# Python API stand-in for the FusionLens end-to-end test\n');
+  const vsix = path.join(root, 'fake-ms-python.vsix');
+  const r = spawnSync(
+    process.execPath,
+    [path.join(EXT_DIR, 'node_modules', '@vscode', 'vsce', 'vsce'), 'package', '--no-dependencies', '--skip-license', '--allow-missing-repository', '--out', vsix],
+    { cwd: dir, encoding: 'utf8', timeout: 60000 },
+  );
+  if (r.status !== 0) {
+    throw new Error(`packaging the Python extension stand-in failed: ${r.stdout}${r.stderr}`);
+  }
+  return vsix;
+}
+
+async function pythonExtensionPhase(browser) {
+  const dirs = sandbox('pyext');
+  writeSettings(dirs, { 'fusionlens.pythonPath': '' });
+  fs.writeFileSync(path.join(dirs['user-data'], 'Machine', 'settings.json'), '{}');
+  installVsix(dirs, buildFakePythonExtension(dirs.root));
+  installVsix(dirs);
+  const cs = await startCodeServer(dirs, { trust: true, name: 'pyext' });
+  const { context, page } = await openWorkbench(browser, cs.port, dirs.ws);
+  try {
+    await openFile(page, 'gpt_block.py');
+    await check(page, 'the server runs with the interpreter the Python extension selected', async () => {
+      await goToLine(page, EXAMPLE_LINES.decorator);
+      await until('the Compile & benchmark lens', async () => (await lensTexts(page)).some((t) => t.includes('Compile & benchmark')), 90000);
+      const logs = path.join(dirs['user-data'], 'logs');
+      const find = (d) => fs.readdirSync(d, { withFileTypes: true }).flatMap((e) => (e.isDirectory() ? find(path.join(d, e.name)) : e.name === 'FusionLens.log' ? [path.join(d, e.name)] : []));
+      const text = find(logs).map((f) => fs.readFileSync(f, 'utf8')).join('\n');
+      const line = text.split('\n').find((l) => l.includes('Python: '));
+      log(`log: ${line}`);
+      if (!line || !line.includes('(from Python extension)') || !line.includes(PYTHON)) {
+        throw new Error(`the server did not use the Python extension's interpreter: ${line}`);
+      }
+    });
+  } finally {
+    await context.close();
+    await cs.stop();
+    finishSandbox(dirs, 'pyext');
+  }
+}
+
 async function main() {
   log(`vsix ${VSIX}; python ${PYTHON}; fake compiler: ${FAKE}; output ${OUT}`);
   if (!fs.existsSync(VSIX)) {
@@ -713,6 +792,9 @@ async function main() {
     }
     if (PHASES.includes('missing')) {
       await missingServerPhase(browser);
+    }
+    if (PHASES.includes('pyext')) {
+      await pythonExtensionPhase(browser);
     }
   } finally {
     await browser.close();

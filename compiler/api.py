@@ -213,8 +213,7 @@ def check_and_benchmark(c: Compiled, rep: R.CompileReport, fn, args, kwargs, *, 
         rep.diagnostics.append(R.Diagnostic(
             "information", "Triton kernels ran under Triton's interpreter (no GPU): their times measure "
             "the interpreter, not kernels"))
-    eager = timing.measure(fn, *args, device=device, warmup=warmup, repeats=repeats, **kwargs)
-    compiled = timing.measure(c.fn, *inputs, device=device, warmup=warmup, repeats=repeats)
+    eager, compiled = timing.compare([(fn, args, kwargs), (c.fn, inputs, {})], device, warmup, repeats)
     timings = R.ProgramTimings(str(device), compiled, eager,
                                speedup_vs_eager=round(eager.median_ms / compiled.median_ms, 3))
     if torch_compile:
@@ -234,10 +233,10 @@ def check_and_benchmark(c: Compiled, rep: R.CompileReport, fn, args, kwargs, *, 
         b = r.bound
         read = [env[v.name] for v in r.inputs]
         call = r.fn if r.fn is not None else _region_call(b)
-        t = timing.measure(call, *read, device=device, warmup=1, repeats=reps)
-        eager_t = t
         if r.fn is not None and r.eager_fn is not None:
-            eager_t = timing.measure(r.eager_fn, *read, device=device, warmup=1, repeats=reps)
+            t, eager_t = timing.compare([(call, read, {}), (r.eager_fn, read, {})], device, 1, reps)
+        else:  # a torch region is its own eager baseline
+            t = eager_t = timing.measure(call, *read, device=device, warmup=1, repeats=reps)
         region.timing = R.RegionTiming(round(t.median_ms, 5), round(eager_t.median_ms, 5), round(t.iqr_ms, 5))
 
 

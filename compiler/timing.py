@@ -53,6 +53,34 @@ def measure(fn: Callable, *args, device: torch.device = torch.device("cpu"), war
         return summarize(samples, "perf_counter", str(device))
 
 
+def compare(fns: list, device: torch.device = torch.device("cpu"), warmup: int = 3, repeats: int = 20) -> list:
+    """Time several (fn, args, kwargs) against each other, interleaving their repeats so a
+    busy machine slows them alike (measuring one after the other makes ratios noise).
+    Returns one Timing per entry."""
+    device = torch.device(device)
+    cuda = device.type == "cuda"
+    samples = [[] for _ in fns]
+    with torch.no_grad():
+        for _ in range(warmup):
+            for fn, args, kwargs in fns:
+                fn(*args, **kwargs)
+        for _ in range(repeats):
+            for i, (fn, args, kwargs) in enumerate(fns):
+                if cuda:
+                    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    start.record()
+                    fn(*args, **kwargs)
+                    end.record()
+                    end.synchronize()
+                    samples[i].append(start.elapsed_time(end))
+                else:
+                    t0 = time.perf_counter()
+                    fn(*args, **kwargs)
+                    samples[i].append((time.perf_counter() - t0) * 1e3)
+    method = "cuda_events" if cuda else "perf_counter"
+    return [summarize(s, method, str(device)) for s in samples]
+
+
 def device_name(device: torch.device) -> str:
     device = torch.device(device)
     if device.type == "cuda" and torch.cuda.is_available():

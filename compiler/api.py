@@ -73,7 +73,7 @@ def build(fn, args, kwargs, executors: Optional[list] = None, name: Optional[str
     user = [v for v in acquired.inputs if v.role == "input"]
     device = _device_of(user_tensors(fn, args, kwargs) + list(traced.constants.values()))
     names = executor_registry.resolve(executors, device)
-    plan = program.plan(optimised, names, device)
+    plan = program.plan(optimised, names, device, preview_all=executors is None)
     fn_compiled = plan.trace.python_callable()
     constants = [traced.constants[v.name] for v in acquired.inputs if v.role != "input"]
     traces = {"acquired": acquired, "decomposed": decomposed, "optimised": optimised, "execution": plan.trace}

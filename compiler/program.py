@@ -49,19 +49,26 @@ def torch_region(rid: str, b: BoundSymbol) -> Region:
                   note=b.note)
 
 
-def plan(optimised: Trace, executor_names: list, device: torch.device) -> Plan:
+def plan(optimised: Trace, executor_names: list, device: torch.device, preview_all: bool = False) -> Plan:
+    """Regions and the execution trace. Fusion executors asked for but unusable here (and,
+    with `preview_all`, every fusion executor not in use) still write the code they would
+    run, into `previews`: on a CPU the editor can show what Triton would generate."""
     from compiler import fusion
 
     fusers, notes, previews = [], [], []
-    for name in executor_names:
+    candidates = list(executor_names)
+    if preview_all:
+        candidates += [n for n in executor_registry.KNOWN if n not in candidates]
+    for name in candidates:
         ex = executor_registry.get(name)
         ok, why = ex.available(device)
         if not ok:
-            notes.append(("warning", f"executor {name} is not usable here: {why}; its work goes to the "
-                                     "next executor", None))
+            if name in executor_names:
+                notes.append(("warning", f"executor {name} is not usable here: {why}; its work goes to the "
+                                         "next executor", None))
             if hasattr(ex, "definition_source"):  # still show what it would run
                 previews.append({"executor": name, "reason": why, "regions": fusion.preview(optimised, ex)})
-        elif ex.fuses:
+        elif ex.fuses and name in executor_names:
             fusers.append(ex)
     if fusers:
         result = fusion.plan_with_fusion(optimised, fusers, device, notes)

@@ -268,6 +268,25 @@ def _region_section(n: LineNote, other: list, boundaries: list) -> list:
     return out
 
 
+def preview_section(report: Optional[CompileReport], ops: list) -> list:
+    """What a fusion executor that cannot run here (Triton or nvFuser without a GPU) would
+    make of this line: report.previews, matched through the line's own ops."""
+    if report is None or not report.previews or not ops:
+        return []
+    lines = {(norm_path(o.file), o.line) for o in ops}
+    previews = sorted(report.previews, key=lambda p: p.get("executor") != "triton")  # Triton first
+    for p in previews:
+        for region in p.get("regions", []):
+            here = [(norm_path(s["file"]), s["line"]) for s in region.get("source_lines", [])]
+            if lines & set(here):
+                others = sorted({ln for f, ln in here} - {ln for _, ln in lines})
+                also = f" with line{'s' if len(others) > 1 else ''} {', '.join(map(str, others))}" if others else ""
+                return [f"**where {p['executor']} can run** (not here: {p.get('reason', '')}), it would fuse "
+                        f"this line{also} into one kernel ({len(region.get('ops', []))} ops):",
+                        code_block(region.get("code", ""), HOVER_CODE_LINES)]
+    return []
+
+
 def hover_markdown(notes: list, boundaries: list, region_lines_of, line: int) -> str:
     """Markdown for a compiled line. `region_lines_of(result, region_id)` gives the region's
     current lines (0-based) in this document. One region: its details; several (a line whose
@@ -322,6 +341,8 @@ def hover_markdown(notes: list, boundaries: list, region_lines_of, line: int) ->
         if skipped:
             out.append("kernel code of " + ", ".join(f"`{r}`" for r in skipped)
                        + ": code action “Show kernel code for this region”")
+        if all(n.region.executor == "torch" for n in group):
+            out += preview_section(res.report, [o for n in group for o in n.ops])
         out.append("---")
     for region, b in boundaries:
         if not any(n.region is region for n in notes):

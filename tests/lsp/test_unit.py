@@ -109,3 +109,20 @@ def test_settings_parse_leniently():
     assert sorted(changed) == ["allowExecution", "benchmarkRepeats", "executors"]
     assert s.compileTrigger == "onOpen" and s.timeoutSeconds == 60.0
     assert s.options_key() == (("triton", "torch"), 3, "auto")
+
+
+def test_hover_shows_what_triton_would_fuse_on_a_cpu():
+    """On a machine without a GPU the torch executor runs every line; hover still shows the
+    Triton kernel the line would become (report.previews)."""
+    import os
+
+    from compiler.targets import compile_target
+    from lsp_server.views import preview_section
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    path = os.path.join(root, "examples", "norms.py")
+    report = compile_target(path, "rmsnorm_example", benchmark=False)
+    assert any(p["executor"] == "triton" for p in report.previews)
+    ops = [o for o in report.ops if "rsqrt" in o.name]
+    text = "\n".join(preview_section(report, ops))
+    assert "where triton can run" in text and "@triton.jit" in text

@@ -20,7 +20,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from compiler import checking, executors as executor_registry, frontend, passes, program, report as R, timing
-from compiler.ir import distinct_lines
+from compiler.ir import distinct_lines, format_call, ops_callable
 
 __all__ = ["compile", "jit", "last_report", "last_traces", "CompileError"]
 
@@ -135,7 +135,7 @@ def assemble(c: Compiled, target: R.Target, executors: list) -> R.CompileReport:
         shown = next((optimised_by_output[o.name] for o in b.outputs if o.name in optimised_by_output), b)
         ops.append(R.OpRecord(i, b.sym.name, region, p.file if p else "", p.line if p else 0,
                               p.end_line if p else 0, p.col if p else 0, p.end_col if p else 0,
-                              stack, _format_line(shown), prims))
+                              stack, format_call(shown), prims))
     fallbacks = []
     for b in c.traces["decomposed"].bound_symbols:
         if b.note:
@@ -156,21 +156,11 @@ def assemble(c: Compiled, target: R.Target, executors: list) -> R.CompileReport:
         versions=_versions(), compile_ms=round(c.compile_ms, 3), previews=list(plan.previews))
 
 
-def _format_line(b) -> str:
-    from compiler.ir import format_call
-
-    return format_call(b)
-
-
 def _error_report(e: Exception, target: R.Target, executors) -> R.CompileReport:
     file, line = getattr(e, "file", None), getattr(e, "line", None)
     message = getattr(e, "message", None) or f"{type(e).__name__}: {e}"
     return R.CompileReport(target=target, status="error", executors=list(executors or []),
                            error=R.Diagnostic("error", message, file, line), versions=_versions())
-
-
-def run(c: Compiled, args, kwargs, fn=None):
-    return c.fn(*user_tensors(fn, args, kwargs), *c.constants)
 
 
 _RANDOM_OPS = ("rand", "randn", "randint", "rand_like", "randn_like", "randint_like", "bernoulli", "multinomial",
@@ -232,24 +222,12 @@ def check_and_benchmark(c: Compiled, rep: R.CompileReport, fn, args, kwargs, *, 
         r = by_id[region.id]
         b = r.bound
         read = [env[v.name] for v in r.inputs]
-        call = r.fn if r.fn is not None else _region_call(b)
+        call = r.fn if r.fn is not None else ops_callable([b], b.inputs(), b.outputs)
         if r.fn is not None and r.eager_fn is not None:
             t, eager_t = timing.compare([(call, read, {}), (r.eager_fn, read, {})], device, 1, reps)
         else:  # a torch region is its own eager baseline
             t = eager_t = timing.measure(call, *read, device=device, warmup=1, repeats=reps)
         region.timing = R.RegionTiming(round(t.median_ms, 5), round(eager_t.median_ms, 5), round(t.iqr_ms, 5))
-
-
-def _region_call(b):
-    """A callable running one torch op on its input values, in the order of b.inputs()."""
-    names = [v.name for v in b.inputs()]
-
-    def call(*tensors):
-        env = dict(zip(names, tensors))
-        read = lambda x: env[x.name] if hasattr(x, "name") and x.name in env else x  # noqa: E731
-        a, k = pytree.tree_map(read, (b.args, b.kwargs))
-        return b.sym.impl(*a, **k)
-    return call
 
 
 def compile(fn, *args, executors: Optional[list] = None, benchmark: bool = False, repeats: int = 20,

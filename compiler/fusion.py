@@ -150,7 +150,7 @@ def _new_group_for(gid, ex, b) -> _Group:
     return g
 
 
-def partition(leaves: list, fusers: list, output_names: set):
+def partition(leaves: list, fusers: list):
     """Greedy, dataflow-aware partition. Returns (nodes in a valid order, groups).
 
     A node is a _Group or a single BoundSymbol. An op joins the group(s) of its producers
@@ -186,7 +186,6 @@ def partition(leaves: list, fusers: list, output_names: set):
         into.produced |= other.produced
         into.rdims = into.rdims or other.rdims
         deps_of[id(into)] |= deps_of[id(other)]
-        into.boundary = into.boundary or None
         for name in other.produced:
             producer[name] = into
         alive.discard(id(other))
@@ -243,8 +242,7 @@ def partition(leaves: list, fusers: list, output_names: set):
                   and g.gid not in deps_of[id(joined)] and joined.gid not in deps_of[id(g)]):
                 merge(joined, g)  # e.g. two chains reading one input, combined here
         if joined is None:
-            seed = pulled[0] if pulled and not (b.sym.tags & {P.REDUCTION}) else b
-            joined = _new_group_for(len(groups), ex, seed if seed is b else b)
+            joined = _new_group_for(len(groups), ex, b)
             groups.append(joined)
             alive.add(id(joined))
             deps_of[id(joined)] = set()
@@ -369,7 +367,7 @@ def _partitioned(optimised: Trace, fusers: list):
     """(flat trace, nodes in order, a function making the FusionGroup of a group node)."""
     flat = _flat_trace(optimised, fusers)
     output_names = {v.name for v in values_in(flat.output)}
-    nodes, _ = partition(flat.bound_symbols, fusers, output_names)
+    nodes, _ = partition(flat.bound_symbols, fusers)
     used_by: dict = {}  # value name -> ids of the nodes reading it
     for n in nodes:
         for b in (n.ops if isinstance(n, _Group) else [n]):
@@ -434,7 +432,7 @@ def plan_with_fusion(optimised: Trace, fusers: list, device, notes: list):
         sym = Symbol(call_name, generated.fn, kind="region", tags=(n.ex.name,))
         lines = sorted({(b.provenance.file, b.provenance.line) for b in n.ops if b.provenance})
         where = ", ".join(f"{os.path.basename(f)}:{ln}" for f, ln in lines)
-        bound = BoundSymbol(sym, tuple(group.inputs), {}, list(group.outputs), passes_tuple_spec(len(group.outputs)),
+        bound = BoundSymbol(sym, tuple(group.inputs), {}, list(group.outputs), _tuple_spec(len(group.outputs)),
                             n.ops[0].provenance, note=f"{len(n.ops)} ops from {where}")
         extra[call_name] = generated.fn
         regions.append(Region(rid, n.ex.name, list(n.ops), group.inputs, list(group.outputs),
@@ -470,7 +468,7 @@ def preview(optimised: Trace, ex) -> list:
     return out
 
 
-def passes_tuple_spec(n: int):
+def _tuple_spec(n: int):
     from torch.utils import _pytree as pytree
 
     return pytree.tree_flatten(tuple(range(n)))[1]

@@ -23,6 +23,12 @@ import os
 from dataclasses import dataclass, field
 from typing import Optional
 
+from compiler import passes
+from compiler.ir import (BoundSymbol, NameGen, Symbol, Trace, Value, display_path, distinct_lines,
+                         values_in)
+from compiler.ops import prims as P
+from compiler.report import Boundary
+
 
 @dataclass
 class FusionGroup:
@@ -48,12 +54,6 @@ class Decline(Exception):
 
 
 # --- the partitioner ----------------------------------------------------------------------
-
-from compiler import passes  # noqa: E402
-from compiler.ir import (BoundSymbol, NameGen, Symbol, Trace, Value, display_path, distinct_lines,  # noqa: E402
-                         values_in)
-from compiler.ops import prims as P  # noqa: E402
-from compiler.report import Boundary  # noqa: E402
 
 _FUSIBLE_TAGS = {P.ELEMENTWISE, P.REDUCTION}
 

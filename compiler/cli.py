@@ -53,6 +53,12 @@ def render(report, stage: str = "execution") -> str:
                      r.boundary.reason if r.boundary else ""])
     out.append(f"\n-- regions ({len(report.regions)}) --")
     out.append(_table(rows, ["region", "executor", "ops", "user lines", "time", "eager", "ends because"]))
+    for p in report.previews:
+        out.append(f"\n-- where {p['executor']} can run (not here: {p['reason']}), it would fuse "
+                   f"{len(p['regions'])} kernel{'s' if len(p['regions']) != 1 else ''} --")
+        for r in p["regions"]:
+            lines = ", ".join(f"{os.path.basename(s['file'])}:{s['line']}" for s in r["source_lines"])
+            out.append(f"  {r['id']}: {len(r['ops'])} ops from {lines}")
     if report.fallbacks:
         out.append("\n-- fell back to torch --")
         for f in report.fallbacks:

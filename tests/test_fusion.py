@@ -167,3 +167,31 @@ def test_unavailable_executor_falls_back_and_says_why():
     r = compiler.compile(lambda x: torch.relu(x) + 1, torch.randn(3, 3), executors=["nvfuser", "torch"])
     assert all(reg.executor == "torch" for reg in r.regions)
     assert any("nvfuser" in d.message and "not usable" in d.message for d in r.diagnostics)
+
+
+def test_fused_region_eager_baseline_is_the_users_torch_calls(fuser):
+    """A fused LayerNorm is timed against F.layer_norm, not against its prims one by one."""
+    from compiler import api
+
+    ln = torch.nn.LayerNorm(32)
+    c = api.build(lambda x: ln(x), (torch.randn(4, 32),), {}, ["testfuser", "torch"])
+    (region,) = [r for r in c.plan.regions if r.executor == "testfuser"]
+    assert [b.sym.name for b in api._source_ops(c.traces["optimised"], region)] == [
+        "torch.nn.functional.layer_norm"]
+    rep = compiler.compile(lambda x: ln(x), torch.randn(4, 32), executors=["testfuser", "torch"],
+                           benchmark=True, repeats=3)
+    assert rep.regions[0].timing.eager_median_ms > 0
+
+
+def test_each_fused_region_times_against_its_own_torch_ops(fuser):
+    from compiler import api
+
+    def f(x):
+        y = torch.exp(x)
+        return torch.cumsum(y, 0) * y  # cumsum (no symbol) splits the fusible ops in two regions
+
+    c = api.build(f, (torch.randn(5, 3),), {}, ["testfuser", "torch"])
+    first, second = [r for r in c.plan.regions if r.executor == "testfuser"]
+    opt = c.traces["optimised"]
+    assert [b.sym.name for b in api._source_ops(opt, first)] == ["torch.exp"]
+    assert [b.sym.name for b in api._source_ops(opt, second)] == ["torch.mul"]

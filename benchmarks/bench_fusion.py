@@ -9,7 +9,7 @@ and the run goes on; a time budget (seconds) skips what is left once it is spent
 1. standalone regions: softmax, LayerNorm, RMSNorm, GELU(x + bias), residual + LayerNorm
    with rows of 1k to 32k elements, float32 and bfloat16, about 2**26 elements per input
    (far beyond L2). The function is traced into one FusionGroup and generated
-   (compiler.codegen_triton.groups.group_from_fn -> triton_executor.generate); timed with
+   (compiler.fusion.group_from_fn -> triton_executor.generate); timed with
    triton.testing.do_bench (CUDA events, L2 flushed) against the eager function and
    torch.compile of it. Bandwidth = bytes the region must move (every input read once,
    every output written once) / time, next to the device's copy bandwidth (a large
@@ -174,7 +174,7 @@ class Table:
 # --- part 1: standalone regions --------------------------------------------------------------
 
 def standalone(table, device, args, copy_gbs):
-    from compiler.codegen_triton.groups import group_from_fn
+    from compiler.fusion import group_from_fn
     from compiler.executors import triton_executor as tx
 
     f32, bf16 = torch.float32, torch.bfloat16

@@ -20,7 +20,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from compiler import checking, executors as executor_registry, frontend, passes, program, report as R, timing
-from compiler.ir import distinct_lines, format_call, ops_callable
+from compiler.ir import distinct_lines, external_inputs, format_call, ops_callable
 
 __all__ = ["compile", "jit", "last_report", "last_traces", "CompileError"]
 
@@ -230,7 +230,7 @@ def check_and_benchmark(c: Compiled, rep: R.CompileReport, fn, args, kwargs, *, 
             if sources:  # the torch calls the user wrote (F.layer_norm), not our prims one by one
                 if torch_env is None:
                     torch_env = program.interpret(c.traces["optimised"], inputs)
-                ins = _external_inputs(sources)
+                ins = external_inputs(sources)
                 eager_call = ops_callable(sources, ins, [o for s in sources for o in s.outputs])
                 eager_read = [torch_env[v.name] for v in ins]
             t, eager_t = timing.compare([(call, read, {}), (eager_call, eager_read, {})], device, 1, reps)
@@ -250,17 +250,6 @@ def _source_ops(optimised, region) -> list:
             sources.append(b)
             covered |= leaves
     return sources if sources and covered == produced else []
-
-
-def _external_inputs(bsyms) -> list:
-    made = {o.name for b in bsyms for o in b.outputs}
-    seen, out = set(), []
-    for b in bsyms:
-        for v in b.inputs():
-            if v.name not in made and v.name not in seen:
-                seen.add(v.name)
-                out.append(v)
-    return out
 
 
 def compile(fn, *args, executors: Optional[list] = None, benchmark: bool = False, repeats: int = 20,

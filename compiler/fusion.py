@@ -21,11 +21,15 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+import math
 from typing import Optional
 
-from compiler import passes
+import torch
+from torch.utils import _pytree as pytree
+
+from compiler import frontend, passes
 from compiler.ir import (BoundSymbol, NameGen, Symbol, Trace, Value, display_path, distinct_lines,
-                         values_in)
+                         external_inputs, values_in)
 from compiler.ops import prims as P
 from compiler.report import Boundary
 
@@ -375,12 +379,7 @@ def _partitioned(optimised: Trace, fusers: list):
                 used_by.setdefault(v.name, set()).add(id(n))
 
     def make_group(n: _Group, rid: str) -> FusionGroup:
-        inputs, seen = [], set()
-        for b in n.ops:
-            for v in b.inputs():
-                if v.name not in n.produced and v.name not in seen:
-                    seen.add(v.name)
-                    inputs.append(v)
+        inputs = external_inputs(n.ops)
         outputs = [o for b in n.ops for o in b.outputs
                    if o.name in output_names or (used_by.get(o.name, set()) - {id(n)})]
         return FusionGroup(rid, list(n.ops), inputs, outputs, n.domain, tuple(n.rdims or ()),
@@ -469,6 +468,38 @@ def preview(optimised: Trace, ex) -> list:
 
 
 def _tuple_spec(n: int):
-    from torch.utils import _pytree as pytree
-
     return pytree.tree_flatten(tuple(range(n)))[1]
+
+
+def group_from_fn(fn, *args, gid: str = "R0") -> tuple:
+    """One FusionGroup of every prim of `fn`, without the partitioner: (group, its input
+    tensors in order). For testing and benchmarking a fusion executor on its own; raises
+    ValueError when `fn` is not one fusible region."""
+    traced = frontend.trace(fn, args, {}, getattr(fn, "__name__", "fn"))
+    trace = passes.optimise(passes.decompose(traced.trace))
+    bsyms = passes.flatten(trace.bound_symbols)
+    for b in bsyms:
+        if b.sym.kind != "prim":
+            raise ValueError(f"{b.sym.name} is not decomposed into prims ({b.note})")
+    produced = {o.name for b in bsyms for o in b.outputs}
+    inputs = external_inputs(bsyms)
+    outputs = []
+    for v in values_in(trace.output):
+        if v.name in produced and all(v.name != o.name for o in outputs):
+            outputs.append(v)
+    shapes = [tuple(v.shape) for b in bsyms for v in list(b.inputs()) + list(b.outputs)]
+    domain = max(shapes, key=lambda s: (math.prod(s), len(s)))
+    rdims = set()
+    for b in bsyms:
+        if "reduction" in b.sym.tags:
+            domain = tuple(b.args[0].shape)
+            rdims.add(tuple(sorted(b.args[1])))
+    if len(rdims) > 1:
+        raise ValueError(f"reductions over different dims {sorted(rdims)}")
+    group = FusionGroup(gid, bsyms, inputs, outputs, tuple(domain), next(iter(rdims), ()),
+                        _source_lines(bsyms))
+    user = [v for v in traced.trace.inputs if v.role == "input"]
+    given = [x for x in pytree.tree_leaves(args) if isinstance(x, torch.Tensor)]
+    tensors = {v.name: t for v, t in zip(user, given)}
+    tensors.update(traced.constants)
+    return group, [tensors[v.name] for v in inputs]

@@ -187,6 +187,18 @@ def ops_callable(bsyms, inputs, outputs) -> Callable:
     return run
 
 
+def external_inputs(bsyms) -> list:
+    """The Values `bsyms` read but do not produce, in first-use order."""
+    made = {o.name for b in bsyms for o in b.outputs}
+    seen, out = set(), []
+    for b in bsyms:
+        for v in b.inputs():
+            if v.name not in made and v.name not in seen:
+                seen.add(v.name)
+                out.append(v)
+    return out
+
+
 def distinct_lines(bsyms):
     """The provenance of each op on a user line not seen before, in order."""
     seen = set()

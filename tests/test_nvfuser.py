@@ -32,9 +32,9 @@ import torch
 import torch.nn.functional as F
 
 import compiler
-from compiler import checking, frontend, passes
-from compiler.fusion import Decline, FusionGroup
-from compiler.ir import NameGen, TraceContext, Value, tracing, values_in
+from compiler import checking
+from compiler.fusion import Decline, FusionGroup, group_from_fn
+from compiler.ir import NameGen, TraceContext, Value, tracing
 from compiler.ops import prims
 from compiler.executors import nvfuser_executor as nx
 
@@ -121,41 +121,16 @@ def prim_group(prim, *args, gid="P0", device=None, **kwargs):
 
 
 def function_group(fn, *args, gid="F0", device=None):
-    """Trace fn (on `device`), decompose, flatten, and wrap all its prims in one FusionGroup."""
+    """Trace fn (on `device`) into one FusionGroup of all its prims; every prim must be one
+    nvFuser takes. (group, its input tensors, eager result)."""
     if device is not None:
         args = tuple(a.to(device) if isinstance(a, torch.Tensor) else a for a in args)
-    traced = frontend.trace(fn, args)
-    tr = traced.trace
-    flat = passes.flatten(passes.decompose(tr).bound_symbols)
-    for b in flat:
+    group, tensors = group_from_fn(fn, *args, gid=gid)
+    for b in group.bsyms:
         why = nx.can_take(b)
         assert why is None, f"{b.sym.name}: {why}"
-    produced = {o.name for b in flat for o in b.outputs}
-    inputs, seen = [], set()
-    for b in flat:
-        for v in b.inputs():
-            if v.name not in produced and v.name not in seen:
-                seen.add(v.name)
-                inputs.append(v)
-    outputs = values_in(tr.output)
-    red = next((b for b in flat if b.sym.tags & {prims.REDUCTION}), None)
-    domain = tuple(red.args[0].shape) if red is not None else tuple(outputs[0].shape)
-    rdims = tuple(sorted(red.args[1])) if red is not None else ()
-    group = FusionGroup(gid, flat, inputs, outputs, domain, rdims)
-    by_name = {v.name: x for v, x in zip(tr.inputs, _input_tensors(tr, traced, args))}
-    return group, [by_name[v.name] for v in inputs], traced.eager_output
-
-
-def _input_tensors(tr, traced, args):
-    user = [x for x in args if isinstance(x, torch.Tensor)]
-    out, k = [], 0
-    for v in tr.inputs:
-        if v.role == "input":
-            out.append(user[k])
-            k += 1
-        else:
-            out.append(traced.constants[v.name])
-    return out
+    with torch.no_grad():
+        return group, tensors, fn(*args)
 
 
 def run_generated(runner, group, tensors):

@@ -13,7 +13,7 @@ variable, the module is skipped with that reason. CI can instead set it for the 
 
 On a GPU machine the same tests run the real kernels on the GPU (no interpreter).
 
-Each case is one function traced into one FusionGroup (compiler.codegen_triton.groups),
+Each case is one function traced into one FusionGroup (compiler.fusion.group_from_fn),
 generated, run on fresh random inputs and compared with eager PyTorch using the per-dtype
 tolerances of compiler/checking.py. Reductions also run in their looped form (rows longer
 than the register block), by lowering the generator's block limits.
@@ -43,7 +43,7 @@ if not CUDA and "triton" not in sys.modules:
 from torch.utils import _pytree as pytree
 
 from compiler import checking
-from compiler.codegen_triton.groups import group_from_fn
+from compiler.fusion import group_from_fn
 from compiler.executors import triton_executor as tx
 from compiler.fusion import Decline, FusionGroup
 

@@ -24,7 +24,7 @@ import torch
 
 pytest.importorskip("triton")
 
-from compiler.codegen_triton.groups import group_from_fn  # noqa: E402
+from compiler.fusion import group_from_fn  # noqa: E402
 from compiler.executors import triton_executor as tx  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))

@@ -1,5 +1,2 @@
-"""Helpers around the Triton code generator (compiler/executors/triton_executor.py).
-
-`groups.group_from_fn` turns a small function into one FusionGroup without the fusion
-pass, for tests and benchmarks of the generator alone.
-"""
+"""Helpers around the Triton code generator (compiler/executors/triton_executor.py):
+`aot` compiles generated kernels for a GPU target without a GPU."""

@@ -313,15 +313,18 @@ class JitFunction:
         self.hits = 0
         self.misses = 0
         self.last: Optional[CacheEntry] = None
+        self._module = isinstance(fn, torch.nn.Module)
         self._state_generation = -1
         self._state: tuple = ()
 
     def signature(self, args, kwargs) -> tuple:
+        """The cache key. Positional tensors only (the common call) key as a pair and are
+        passed to the program as they are; anything else keys with its pytree spec."""
         # A module traced in eval mode must not serve calls in training mode (dropout).
         # A replaced parameter or buffer is a new signature too.
-        mode = (self.fn.training, self._state_ids()) if isinstance(self.fn, torch.nn.Module) else None
+        mode = (self.fn.training, self._state_ids()) if self._module else None
         if not kwargs and all(isinstance(a, torch.Tensor) for a in args):
-            return (mode, tuple(_leaf_key(a) for a in args))  # fast path: positional tensors only
+            return (mode, tuple(_leaf_key(a) for a in args))
         flat, spec = pytree.tree_flatten((args, kwargs))
         return (mode, spec, tuple(_leaf_key(x) for x in flat))
 
@@ -340,7 +343,7 @@ class JitFunction:
         if entry.eager_fallback:
             return self.fn(*args, **kwargs)
         c = entry.compiled
-        if not kwargs and len(args) == c.n_user_inputs:
+        if len(key) == 2:  # positional tensors only: they are the program's inputs
             return c.fn(*args, *c.constants)
         return c.fn(*user_tensors(self.fn, args, kwargs), *c.constants)
 

@@ -259,3 +259,10 @@ def test_cache_is_bounded():
     for k in range(5):  # a Python number is specialised: each value is a new signature
         assert torch.equal(jf(x, float(k)), x * k)
     assert jf.cache_info()["entries"] == 3 and jf.cache_info()["misses"] == 5
+
+
+def test_nested_tensor_arguments_are_not_passed_as_program_inputs():
+    jf = compiler.jit(lambda x, ys: x + ys[0])  # two tensors, but the second comes in a list
+    a, b = torch.randn(3), torch.randn(3)
+    for _ in range(2):  # a miss, then a hit
+        assert torch.allclose(jf(a, [b]), a + b)

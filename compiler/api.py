@@ -64,7 +64,10 @@ def _device_of(tensors) -> torch.device:
     return torch.device("cpu")
 
 
-def build(fn, args, kwargs, executors: Optional[list] = None, name: Optional[str] = None) -> Compiled:
+def build(fn, args, kwargs, executors: Optional[list] = None, name: Optional[str] = None,
+          previews: bool = False) -> Compiled:
+    """Trace to callable. `previews`: with the default executors, also write the code of the
+    fusion executors that cannot run here (for reports; jit does not need it)."""
     start = time.perf_counter()
     traced = frontend.trace(fn, args, kwargs, name)
     acquired = traced.trace
@@ -73,7 +76,7 @@ def build(fn, args, kwargs, executors: Optional[list] = None, name: Optional[str
     user = [v for v in acquired.inputs if v.role == "input"]
     device = _device_of(user_tensors(fn, args, kwargs) + list(traced.constants.values()))
     names = executor_registry.resolve(executors, device)
-    plan = program.plan(optimised, names, device, preview_all=executors is None)
+    plan = program.plan(optimised, names, device, preview_all=previews and executors is None)
     fn_compiled = plan.trace.python_callable()
     constants = [traced.constants[v.name] for v in acquired.inputs if v.role != "input"]
     traces = {"acquired": acquired, "decomposed": decomposed, "optimised": optimised, "execution": plan.trace}
@@ -259,16 +262,21 @@ def compile(fn, *args, executors: Optional[list] = None, benchmark: bool = False
 
     Raises CompileError (with `.report`) when the user's code fails while tracing.
     """
-    name = name or frontend.target_name(fn)
+    c, rep = _compile_checked(fn, args, kwargs, executors, name or frontend.target_name(fn), previews=True,
+                              benchmark=benchmark, repeats=repeats, warmup=warmup, torch_compile=torch_compile)
+    return rep
+
+
+def _compile_checked(fn, args, kwargs, executors, name, previews, **bench):
+    """build + report + check against eager (+ benchmark): what compile and jit share."""
     target = target_of(fn, name)
     try:
-        c = build(fn, args, kwargs, executors, name)
+        c = build(fn, args, kwargs, executors, name, previews)
     except frontend.TraceError as e:
         raise CompileError(_error_report(e, target, executors)) from e
     rep = assemble(c, target, c.executors)
-    check_and_benchmark(c, rep, fn, args, kwargs, benchmark=benchmark, repeats=repeats, warmup=warmup,
-                        torch_compile=torch_compile)
-    return rep
+    check_and_benchmark(c, rep, fn, args, kwargs, **bench)
+    return c, rep
 
 
 # --- jit ----------------------------------------------------------------------------------
@@ -357,15 +365,8 @@ class JitFunction:
         return self._state
 
     def _compile(self, key, args, kwargs) -> CacheEntry:
-        name = frontend.target_name(self.fn)
-        target = target_of(self.fn, name)
-        try:
-            c = build(self.fn, args, kwargs, self.executors, name)
-        except frontend.TraceError as e:
-            raise CompileError(_error_report(e, target, self.executors)) from e
-        rep = assemble(c, target, c.executors)
-        check_and_benchmark(c, rep, self.fn, args, kwargs, benchmark=False, repeats=0, warmup=0,
-                            torch_compile=False)
+        c, rep = _compile_checked(self.fn, args, kwargs, self.executors, frontend.target_name(self.fn),
+                                  previews=False, benchmark=False, repeats=0, warmup=0, torch_compile=False)
         failed = any(d.severity == "error" for d in rep.diagnostics)
         if failed:
             rep.diagnostics.append(R.Diagnostic("warning", "this signature runs eagerly: see the error above"))

@@ -26,6 +26,7 @@ class TargetInfo:
     end_line: int
     col: int  # 0-based column of the `def`
     decorator_line: int
+    return_line: int  # its last `return` (where a wrong return value is written), else the `def`
 
 
 def _dotted(node: ast.AST) -> str:
@@ -47,8 +48,9 @@ def find_targets(source: str, filename: str = "<unknown>") -> list[TargetInfo]:
             continue
         for dec in node.decorator_list:
             if _dotted(dec) in _MARKERS:
+                returns = [n.lineno for n in ast.walk(node) if isinstance(n, ast.Return)]
                 targets.append(TargetInfo(node.name, node.lineno, node.end_lineno or node.lineno,
-                                          node.col_offset, dec.lineno))
+                                          node.col_offset, dec.lineno, max(returns, default=node.lineno)))
                 break
     return targets
 
@@ -102,15 +104,6 @@ def user_location(exc: BaseException, prefer_file: Optional[str] = None):
     if user:
         return user[-1].filename, user[-1].lineno
     return prefer_file, None
-
-
-def _return_line(source: str, name: str) -> Optional[int]:
-    """Line of the target's last `return`, where a wrong return value is written."""
-    for node in ast.parse(source).body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == name:
-            returns = [n for n in ast.walk(node) if isinstance(n, ast.Return)]
-            return max(r.lineno for r in returns) if returns else node.lineno
-    return None
 
 
 def _check_example(value, file: str, line: Optional[int], name: str):
@@ -183,7 +176,7 @@ def compile_target(path: str, name: str, *, executors=None, benchmark: bool = Tr
         file, line = user_location(e, path)
         return fail(f"example {name} raised {type(e).__name__}: {e}", file, line or info.line)
     try:
-        fn, args, kwargs = _check_example(value, path, _return_line(source, name), name)
+        fn, args, kwargs = _check_example(value, path, info.return_line, name)
         fn, args, kwargs = _to_device(fn, args, kwargs, resolve_device(device))
         report = api.compile(fn, *args, executors=executors, benchmark=benchmark, repeats=repeats,
                              torch_compile=torch_compile, name=name, **kwargs)

@@ -141,7 +141,7 @@ def build_annotations(result: Result, path: str) -> FileAnnotations:
         at_error = None
         if err is not None and _same(err.file, path) and err.line:
             at_error = err.line - 1
-            # the whole line: report.error.col is 1-based for syntax errors, 0-based elsewhere
+            # the whole line: the error's column is where Python noticed it, rarely the whole cause
             diags.append(DiagNote(at_error, "error", f"{result.target}: {msg}", code="compile-error"))
         if tl is not None and at_error != tl:
             where = ""
@@ -155,10 +155,7 @@ def build_annotations(result: Result, path: str) -> FileAnnotations:
 def load_report(data: dict) -> CompileReport:
     """The worker's report dict as a CompileReport (unknown keys from a newer compiler are
     ignored by from_dict)."""
-    report = CompileReport.from_dict(data)
-    for region in report.regions:  # symbol names, whatever from_dict made of them
-        region.ops = [o if isinstance(o, str) else getattr(o, "name", str(o)) for o in region.ops]
-    return report
+    return CompileReport.from_dict(data)
 
 
 # --- formatting -------------------------------------------------------------------------

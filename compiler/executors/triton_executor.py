@@ -1056,13 +1056,11 @@ class _Writer:
         outs = b.outputs
         body.mark(b)
         if short == "var_mean":
-            var_o, mean_o = outs
-            corr = b.args[2] if len(b.args) > 2 else b.kwargs.get("correction", 1)
-            mv, vv = _ident(mean_o.name), _ident(var_o.name)
+            var_o, mean_o, mv, vv, denom, corr = _var_mean_names(b, an.ncols)
             body.add(f"{mv} = tl.sum(tl.where(mask, {x}, 0.0), axis=1)[:, None] / {float(an.ncols)!r}  "
                      f"# prims.var_mean({src.name}): mean")
             body.add(f"{vv}_d = tl.where(mask, {x} - {mv}, 0.0)")
-            body.add(f"{vv} = tl.sum({vv}_d * {vv}_d, axis=1)[:, None] / {float(max(an.ncols - corr, 0))!r}  "
+            body.add(f"{vv} = tl.sum({vv}_d * {vv}_d, axis=1)[:, None] / {denom!r}  "
                      f"# prims.var_mean({src.name}, correction={corr}): var")
             self._register(em, mean_o, mv)
             self._register(em, var_o, vv)
@@ -1106,9 +1104,8 @@ class _Writer:
         loop.mark(b)
         fin.mark(b)
         if short == "var_mean":
-            var_o, mean_o = outs
-            corr = b.args[2] if len(b.args) > 2 else b.kwargs.get("correction", 1)
-            w = f"wf_{_ident(mean_o.name)}"
+            var_o, mean_o, mv, vv, denom, corr = _var_mean_names(b, an.ncols)
+            w = f"wf_{mv}"
             init.add(f"{w}_n = tl.zeros([BLOCK_M, 1], tl.float32)  # Welford: count, mean, M2 per row")
             init.add(f"{w}_mean = tl.zeros([BLOCK_M, 1], tl.float32)")
             init.add(f"{w}_m2 = tl.zeros([BLOCK_M, 1], tl.float32)")
@@ -1122,9 +1119,8 @@ class _Writer:
             loop.add(f"{w}_mean = {w}_mean + {w}_delta * {w}_frac")
             loop.add(f"{w}_m2 = {w}_m2 + {w}_cm2 + {w}_delta * {w}_delta * {w}_n * {w}_frac")
             loop.add(f"{w}_n = {w}_nn")
-            mv, vv = _ident(mean_o.name), _ident(var_o.name)
             fin.add(f"{mv} = {w}_mean  # prims.var_mean({src.name}): mean (Welford)")
-            fin.add(f"{vv} = {w}_m2 / {float(max(an.ncols - corr, 0))!r}  # prims.var_mean({src.name}, "
+            fin.add(f"{vv} = {w}_m2 / {denom!r}  # prims.var_mean({src.name}, "
                     f"correction={corr}): var")
             self._register(em, mean_o, mv)
             self._register(em, var_o, vv)
@@ -1283,6 +1279,13 @@ def _exec_source(source: str, label: str) -> dict:
     namespace = {"__name__": f"fusionlens_triton_{label}", "__file__": filename}
     exec(compile(source, filename, "exec"), namespace)
     return namespace
+
+
+def _var_mean_names(b, ncols: int) -> tuple:
+    """(var value, mean value, mean name, var name, variance divisor, correction)."""
+    var_o, mean_o = b.outputs
+    corr = b.args[2] if len(b.args) > 2 else b.kwargs.get("correction", 1)
+    return var_o, mean_o, _ident(mean_o.name), _ident(var_o.name), float(max(ncols - corr, 0)), corr
 
 
 def _eager(group: FusionGroup) -> Callable:

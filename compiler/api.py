@@ -53,7 +53,7 @@ def user_tensors(fn, args, kwargs) -> list:
     """The call's tensors in the order the frontend names them."""
     if not kwargs:
         return [x for x in pytree.tree_leaves(args) if isinstance(x, torch.Tensor)]
-    pairs = frontend._signature_names(fn, args, kwargs)
+    pairs = frontend.signature_names(fn, args, kwargs)
     return [x for _, v in pairs for x in pytree.tree_leaves(v) if isinstance(x, torch.Tensor)]
 
 

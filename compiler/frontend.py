@@ -276,7 +276,7 @@ def target_name(fn) -> str:
     return _sanitize(getattr(fn, "__name__", type(fn).__name__))
 
 
-def _signature_names(fn, args, kwargs) -> list:
+def signature_names(fn, args, kwargs) -> list:
     """(name, value) for each argument, by the callable's own parameter names."""
     target = fn.forward if isinstance(fn, torch.nn.Module) else fn
     try:
@@ -323,7 +323,7 @@ def trace(fn, args=(), kwargs=None, name: Optional[str] = None) -> TraceResult:
         if isinstance(x, torch.Tensor) else x  # noqa: E731
     args, kwargs = pytree.tree_map(copy, (tuple(args), dict(kwargs)))
     signature = []
-    for pname, value in _signature_names(fn, args, kwargs):
+    for pname, value in signature_names(fn, args, kwargs):
         leaves = pytree.tree_leaves(value)
         for i, leaf in enumerate(leaves):
             label = pname if len(leaves) == 1 and leaf is value else f"{pname}_{i}"

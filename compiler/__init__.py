@@ -22,7 +22,8 @@ def example(fn):
     return fn
 
 
-_API = ("compile", "jit", "last_report", "last_traces", "CompileError")
+_API = {"compile": "compiler.api", "CompileError": "compiler.api", "jit": "compiler.jit_cache",
+        "last_report": "compiler.jit_cache", "last_traces": "compiler.jit_cache"}
 
 
 def __getattr__(name):
@@ -31,5 +32,5 @@ def __getattr__(name):
     if name in _API:
         import importlib
 
-        return getattr(importlib.import_module("compiler.api"), name)
+        return getattr(importlib.import_module(_API[name]), name)
     raise AttributeError(f"module 'compiler' has no attribute {name!r}")

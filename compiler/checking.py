@@ -1,4 +1,5 @@
-"""Comparing compiled results with eager PyTorch: one tolerance per dtype, used everywhere."""
+"""Comparing compiled results with eager PyTorch: one tolerance per dtype, used everywhere,
+and the check every compiled program passes on its example inputs."""
 
 from __future__ import annotations
 
@@ -6,6 +7,8 @@ from typing import Optional
 
 import torch
 from torch.utils import _pytree as pytree
+
+from compiler.report import Diagnostic
 
 # (rtol, atol). Compiled programs reorder and fuse float math, so these are those of a
 # compiler, not of one op: float32 results may differ in the last few bits of a long chain.
@@ -47,3 +50,37 @@ def mismatch(actual, expected) -> Optional[str]:
             return (f"output {i}: {bad} of {e.numel()} elements differ beyond rtol={rtol}, atol={atol}"
                     f" (largest difference {float(diff.max()):.3g})")
     return None
+
+
+# --- a compiled program against eager --------------------------------------------------------
+
+_RANDOM_OPS = ("rand", "randn", "randint", "rand_like", "randn_like", "randint_like", "bernoulli", "multinomial",
+               "normal", "dropout", "uniform_", "normal_", "random_", "exponential_")
+
+
+def _is_random(acquired) -> bool:
+    return any("random" in b.sym.tags or b.sym.name.rsplit(".", 1)[-1].removeprefix("op_").removeprefix(
+        "Tensor_") in _RANDOM_OPS for b in acquired.bound_symbols)
+
+
+def _shapes_only(tree):
+    return pytree.tree_map(lambda t: t.new_zeros(()).expand(t.shape) if isinstance(t, torch.Tensor) else t, tree)
+
+
+def check_program(c, inputs: list, target) -> list:
+    """Run the compiled program `c` (a pipeline.Compiled) on `inputs` and compare it with the
+    eager result recorded while tracing; the report's diagnostics, located at `target`."""
+    actual = c.fn(*inputs)
+    problem = mismatch(actual, c.traced.eager_output)
+    if problem and _is_random(c.traces["acquired"]):  # random draws differ from eager's: shapes and dtypes only
+        problem = mismatch(_shapes_only(actual), _shapes_only(c.traced.eager_output))
+    out = []
+    if torch.is_grad_enabled() and any(t.requires_grad for t in inputs):
+        out.append(Diagnostic(
+            "information", "FusionLens compiles inference: the compiled program's outputs carry no autograd "
+            "graph, though inputs or parameters require grad", target.file, target.line))
+    if problem:
+        out.append(Diagnostic(
+            "error", f"the compiled program does not match eager PyTorch on the example inputs: {problem}",
+            target.file, target.line))
+    return out

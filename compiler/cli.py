@@ -7,11 +7,13 @@ import json
 import os
 import sys
 
-from compiler.targets import compile_target, find_targets
+from compiler.discovery import find_targets
+from compiler.report import TRACE_STAGES, format_ms
+from compiler.targets import compile_target
 
 
-def _fmt_ms(x):
-    return "-" if x is None else (f"{x:.3f} ms" if x >= 0.01 else f"{x * 1000:.1f} us")
+def _fmt(ms) -> str:
+    return format_ms(ms, missing="-")
 
 
 def _lines(region) -> str:
@@ -49,7 +51,7 @@ def render(report, stage: str = "execution") -> str:
         ops = ", ".join(o.removeprefix("torch.nn.functional.").removeprefix("torch.").removeprefix("prims.")
                         for o in r.ops)
         rows.append([r.id, r.executor, ops if len(ops) <= 48 else ops[:45] + "...", _lines(r),
-                     _fmt_ms(tm.median_ms if tm else None), _fmt_ms(tm.eager_median_ms if tm else None),
+                     _fmt(tm.median_ms if tm else None), _fmt(tm.eager_median_ms if tm else None),
                      r.boundary.reason if r.boundary else ""])
     out.append(f"\n-- regions ({len(report.regions)}) --")
     out.append(_table(rows, ["region", "executor", "ops", "user lines", "time", "eager", "ends because"]))
@@ -73,10 +75,10 @@ def render(report, stage: str = "execution") -> str:
     if tm and tm.compiled:
         out.append("\n-- timings (whole program, median of "
                    f"{tm.compiled.repeats}, {tm.compiled.method} on {tm.device}) --")
-        rows = [["compiled", _fmt_ms(tm.compiled.median_ms), _fmt_ms(tm.compiled.iqr_ms), ""],
-                ["eager", _fmt_ms(tm.eager.median_ms), _fmt_ms(tm.eager.iqr_ms), f"{tm.speedup_vs_eager:.2f}x"]]
+        rows = [["compiled", _fmt(tm.compiled.median_ms), _fmt(tm.compiled.iqr_ms), ""],
+                ["eager", _fmt(tm.eager.median_ms), _fmt(tm.eager.iqr_ms), f"{tm.speedup_vs_eager:.2f}x"]]
         if tm.torch_compile:
-            rows.append(["torch.compile", _fmt_ms(tm.torch_compile.median_ms), _fmt_ms(tm.torch_compile.iqr_ms),
+            rows.append(["torch.compile", _fmt(tm.torch_compile.median_ms), _fmt(tm.torch_compile.iqr_ms),
                          f"{tm.speedup_vs_torch_compile:.2f}x"])
         out.append(_table(rows, ["", "median", "spread (IQR)", "compiled speedup"]))
     return "\n".join(out)
@@ -95,8 +97,9 @@ def main(argv=None) -> int:
     c.add_argument("--repeats", type=int, default=20)
     c.add_argument("--torch-compile", action="store_true", help="also time torch.compile")
     c.add_argument("--device", default="auto", help="auto, cpu or cuda")
-    c.add_argument("--stage", default="execution",
-                   help="which trace to print: acquired, decomposed, optimised, execution or all")
+    c.add_argument("--stage", default="execution", choices=TRACE_STAGES + ("all",),
+                   help="which trace to print (default: execution); FUSIONLENS_DEBUG=1..3 prints each "
+                        "stage as it is produced")
     sub.add_parser("list", help="list the targets of a file").add_argument("file")
     args = parser.parse_args(argv)
 

@@ -8,7 +8,6 @@ specialises on the example inputs; the trace's signature says what it assumed.
 
 from __future__ import annotations
 
-import functools
 import inspect
 import re
 from typing import Any, Optional
@@ -240,14 +239,9 @@ def _drop_defaults(sym, kwargs: dict) -> dict:
     all on) only clutter the trace."""
     if sym.decomposition is None or not kwargs:
         return kwargs
-    params = _signature(sym.decomposition).parameters
+    params = sym.decomposition_signature.parameters
     return {k: v for k, v in kwargs.items()
             if not (k in params and _is_default(v, params[k].default))}
-
-
-@functools.lru_cache(maxsize=None)
-def _signature(fn):
-    return inspect.signature(fn)
 
 
 _PROPERTIES = {
@@ -295,6 +289,14 @@ def signature_names(fn, args, kwargs) -> list:
     return out
 
 
+def user_tensors(fn, args, kwargs) -> list:
+    """The call's tensors in the order `trace` names them (the program's user inputs)."""
+    if not kwargs:
+        return [x for x in pytree.tree_leaves(args) if isinstance(x, torch.Tensor)]
+    return [x for _, v in signature_names(fn, args, kwargs) for x in pytree.tree_leaves(v)
+            if isinstance(x, torch.Tensor)]
+
+
 def describe_input(name: str, x) -> str:
     if isinstance(x, torch.Tensor):
         layout = "contiguous" if x.is_contiguous() else f"strides {tuple(x.stride())}"
@@ -337,9 +339,7 @@ def trace(fn, args=(), kwargs=None, name: Optional[str] = None) -> TraceResult:
     except TraceError:
         raise
     except Exception as e:
-        from compiler.targets import user_location
-
-        file, line = user_location(e)
+        file, line = provenance.user_location(e)
         raise TraceError(f"{type(e).__name__}: {e}", file, line) from e
     output = pytree.tree_map(tracer.to_value, out)
     for v in tracer.inputs:

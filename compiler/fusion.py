@@ -1,4 +1,9 @@
-"""Fusion: partition the flat prim trace into regions that one kernel can run.
+"""Fusion: the fusion stage and the partitioner.
+
+`prepare` (Trace -> Trace, stage "fusion") flattens into prims the ops a fusion executor can
+take; `clusters` partitions that trace into regions one kernel can run (Clusters), each
+made into a FusionGroup for its executor. Code generation is not done here: the lowering
+stage hands each FusionGroup to its executor.
 
 A FusionGroup is what a fusion executor (triton, nvfuser) turns into code. Its contract:
 
@@ -19,17 +24,12 @@ A FusionGroup is what a fusion executor (triton, nvfuser) turns into code. Its c
 
 from __future__ import annotations
 
-import os
+import heapq
 from dataclasses import dataclass, field
-import math
 from typing import Optional
 
-import torch
-from torch.utils import _pytree as pytree
-
-from compiler import frontend, passes
-from compiler.ir import (BoundSymbol, NameGen, Symbol, Trace, Value, display_path, distinct_lines,
-                         external_inputs, values_in)
+from compiler import passes
+from compiler.ir import BoundSymbol, NameGen, Trace, Value, distinct_lines, external_inputs, values_in
 from compiler.ops import prims as P
 from compiler.report import Boundary
 
@@ -100,7 +100,9 @@ def _blocking_reason(b, why_not: str) -> Boundary:
     return Boundary("unsupported op", f"{name} is not fused", **loc)
 
 
-class _Group:
+class Cluster:
+    """A region the partitioner is growing: ops one executor takes over one iteration space."""
+
     def __init__(self, gid: int, ex, domain: tuple, rdims: Optional[tuple]):
         self.gid, self.ex, self.domain, self.rdims = gid, ex, domain, rdims
         self.ops: list = []
@@ -139,6 +141,10 @@ class _Group:
                 return "iteration shape differs"
         return None
 
+    def has_work(self) -> bool:
+        """False for a cluster of broadcasts only: index arithmetic, not a kernel."""
+        return any(b.sym.tags & _FUSIBLE_TAGS for b in self.ops)
+
     def add(self, b):
         if b.sym.tags & {P.REDUCTION} and self.rdims is None:
             self.rdims = tuple(sorted(b.args[1]))
@@ -146,23 +152,23 @@ class _Group:
         self.produced.update(o.name for o in b.outputs)
 
 
-def _new_group_for(gid, ex, b) -> _Group:
+def _new_group_for(gid, ex, b) -> Cluster:
     if b.sym.tags & {P.REDUCTION} and b.sym is not P.argmax:
-        g = _Group(gid, ex, tuple(b.args[0].shape), None)
+        g = Cluster(gid, ex, tuple(b.args[0].shape), None)
     else:
-        g = _Group(gid, ex, tuple(b.outputs[0].shape), None)
+        g = Cluster(gid, ex, tuple(b.outputs[0].shape), None)
     return g
 
 
 def partition(leaves: list, fusers: list):
     """Greedy, dataflow-aware partition. Returns (nodes in a valid order, groups).
 
-    A node is a _Group or a single BoundSymbol. An op joins the group(s) of its producers
+    A node is a Cluster or a single BoundSymbol. An op joins the group(s) of its producers
     when it fits their iteration space and joining makes no cycle (no path leaves the group
     and comes back); producer groups that fit are merged. Broadcasts of values from outside
     any group float until a consumer takes them in: they are index arithmetic, not work.
     """
-    producer: dict = {}  # value name -> _Group or BoundSymbol
+    producer: dict = {}  # value name -> Cluster or BoundSymbol
     deps_of: dict = {}  # id(node) -> set of group ids it depends on (transitively)
     floating: dict = {}  # value name -> broadcast_in_dim op not yet placed
     groups: list = []
@@ -174,7 +180,7 @@ def partition(leaves: list, fusers: list):
         if p is None:
             f = floating.get(v_name)
             return deps_through(f.args[0].name) if f is not None else set()
-        own = {p.gid} if isinstance(p, _Group) else set()
+        own = {p.gid} if isinstance(p, Cluster) else set()
         return own | deps_of[id(p)]
 
     def place_floating(name, position):
@@ -184,7 +190,7 @@ def partition(leaves: list, fusers: list):
         producer[name] = b
         order.append((position, b))
 
-    def merge(into: _Group, other: _Group):
+    def merge(into: Cluster, other: Cluster):
         for b in other.ops:
             into.ops.append(b)
         into.produced |= other.produced
@@ -197,7 +203,7 @@ def partition(leaves: list, fusers: list):
             if other.gid in node_deps:
                 node_deps.add(into.gid)
 
-    def note_boundary(g: _Group, kind, detail, b):
+    def note_boundary(g: Cluster, kind, detail, b):
         if g.boundary is None:
             p = b.provenance
             g.boundary = Boundary(kind, detail, p.file if p else None, p.line if p else None)
@@ -205,7 +211,7 @@ def partition(leaves: list, fusers: list):
     for i, b in enumerate(leaves):
         ex, why_not = _claims(b, fusers)
         inputs = [v.name for v in b.inputs()]
-        if ex is not None and _is_broadcast(b) and not isinstance(producer.get(inputs[0]), _Group) \
+        if ex is not None and _is_broadcast(b) and not isinstance(producer.get(inputs[0]), Cluster) \
                 and inputs[0] not in floating:
             floating[b.outputs[0].name] = b
             continue
@@ -216,7 +222,7 @@ def partition(leaves: list, fusers: list):
             deps_of[id(b)] = set().union(*(deps_through(n) for n in inputs)) if inputs else set()
             for n in inputs:
                 p = producer.get(n)
-                if isinstance(p, _Group):
+                if isinstance(p, Cluster):
                     p.boundary = p.boundary or _blocking_reason(b, why_not)
             for o in b.outputs:
                 producer[o.name] = b
@@ -227,7 +233,7 @@ def partition(leaves: list, fusers: list):
         candidates = []
         for name in reversed(reads):
             p = producer.get(name)
-            if isinstance(p, _Group) and id(p) in alive and p.ex is ex and p not in candidates:
+            if isinstance(p, Cluster) and id(p) in alive and p.ex is ex and p not in candidates:
                 candidates.append(p)
         joined = None
         for g in candidates:
@@ -264,21 +270,20 @@ def partition(leaves: list, fusers: list):
             producer[o.name] = joined
         for n in reads:  # a value from another group: that group's value flows out here
             p = producer.get(n)
-            if isinstance(p, _Group) and p is not joined and id(p) in alive:
+            if isinstance(p, Cluster) and p is not joined and id(p) in alive:
                 note_boundary(p, "output needed elsewhere", f"{n} feeds another region", b)
     for name in list(floating):
         place_floating(name, len(leaves))
-    order = [(i, n) for i, n in order if not isinstance(n, _Group) or id(n) in alive]
+    order = [(i, n) for i, n in order if not isinstance(n, Cluster) or id(n) in alive]
     return _toposort(order, producer), [g for g in groups if id(g) in alive]
 
 
 def _toposort(order, producer):
     """Nodes in dependency order, ties broken by where each node first appeared."""
-    import heapq
 
     def node_inputs(node):
-        ops = node.ops if isinstance(node, _Group) else [node]
-        inside = node.produced if isinstance(node, _Group) else set()
+        ops = node.ops if isinstance(node, Cluster) else [node]
+        inside = node.produced if isinstance(node, Cluster) else set()
         return {v.name for b in ops for v in b.inputs() if v.name not in inside}
 
     index = {id(n): k for k, (_, n) in enumerate(order)}
@@ -310,8 +315,12 @@ def _fuses_anything(b, fusers) -> bool:
                for leaf in passes.flatten([b]))
 
 
-def _flat_trace(optimised: Trace, fusers) -> Trace:
-    """Flatten into prims the ops a fusion executor can work on; keep the others whole."""
+def prepare(optimised: Trace, fusers: list) -> Trace:
+    """The fusion stage: flatten into prims the ops a fusion executor can work on (keeping the
+    others whole), clean up again (CSE, DCE) and sink broadcasts into their consumers. With
+    no fusion executor the trace is unchanged."""
+    if not fusers:
+        return optimised.with_("fusion", list(optimised.bound_symbols))
     leaves = []
     for b in optimised.bound_symbols:
         leaves.extend(passes.flatten([b]) if b.subsymbols and _fuses_anything(b, fusers) else [b])
@@ -323,7 +332,7 @@ def sink_broadcasts(trace: Trace, fusers) -> list:
     """Rewrite broadcast(f(x, y)) as f(broadcast(x), broadcast(y)) when f is elementwise and
     its result has no other use, so that f runs inside the region that reads the broadcast
     (e.g. a causal mask compared with 0 on its small shape, then broadcast to the scores)."""
-    names = NameGen("t", passes._max_index(trace) + 1, {v.name for v in trace.inputs})
+    names = NameGen("t", passes.max_index(trace) + 1, {v.name for v in trace.inputs})
     bsyms = list(trace.bound_symbols)
     changed = True
     while changed:
@@ -363,143 +372,34 @@ def sink_broadcasts(trace: Trace, fusers) -> list:
     return bsyms
 
 
-def _source_lines(bsyms) -> list:
-    return [f"{display_path(p.file)}:{p.line}  {p.source()}" for p in distinct_lines(bsyms)]
+def source_comments(bsyms) -> list:
+    """One `path:line  source` comment per distinct user line of `bsyms` (FusionGroup.source_lines)."""
+    return [p.source_comment() for p in distinct_lines(bsyms)]
 
 
-def _partitioned(optimised: Trace, fusers: list):
-    """(flat trace, nodes in order, a function making the FusionGroup of a group node)."""
-    flat = _flat_trace(optimised, fusers)
+def clusters(flat: Trace, fusers: list) -> tuple:
+    """Partition the fusion-stage trace: (nodes in a valid order, a function making the
+    FusionGroup of a Cluster node, given its region id). A node is a Cluster or one op."""
     output_names = {v.name for v in values_in(flat.output)}
     nodes, _ = partition(flat.bound_symbols, fusers)
     used_by: dict = {}  # value name -> ids of the nodes reading it
     for n in nodes:
-        for b in (n.ops if isinstance(n, _Group) else [n]):
+        for b in (n.ops if isinstance(n, Cluster) else [n]):
             for v in b.inputs():
                 used_by.setdefault(v.name, set()).add(id(n))
 
-    def make_group(n: _Group, rid: str) -> FusionGroup:
+    def make_group(n: Cluster, rid: str) -> FusionGroup:
         inputs = external_inputs(n.ops)
         outputs = [o for b in n.ops for o in b.outputs
                    if o.name in output_names or (used_by.get(o.name, set()) - {id(n)})]
         return FusionGroup(rid, list(n.ops), inputs, outputs, n.domain, tuple(n.rdims or ()),
-                           _source_lines(n.ops))
+                           source_comments(n.ops))
 
-    return flat, nodes, make_group
-
-
-def _has_work(n: _Group) -> bool:
-    return any(b.sym.tags & _FUSIBLE_TAGS for b in n.ops)
+    return nodes, make_group
 
 
-def plan_with_fusion(optimised: Trace, fusers: list, device, notes: list):
-    from compiler.program import Plan, Region, torch_region
-
-    flat, nodes, make_group = _partitioned(optimised, fusers)
-    regions, exec_bsyms, extra = [], [], {}
-    for n in nodes:
-        rid = f"R{len(regions)}"
-        if not isinstance(n, _Group):
-            r = torch_region(rid, n)
-            why = _claims(n, fusers)[1]
-            r.boundary = _blocking_reason(n, why) if (n.sym.kind != "prim" or n.note or why or
-                                                     n.sym.tags & {P.SHAPE, P.CAT}) else None
-            if why and not n.note:
-                r.note = why
-            regions.append(r)
-            exec_bsyms.append(n)
-            continue
-        group = make_group(n, rid)
-        generated, decline = None, ""
-        if _has_work(n):
-            try:
-                generated = n.ex.generate(group, device)
-            except Decline as e:
-                decline = f"{n.ex.name} declined: {e}"
-        if generated is None:
-            for b in n.ops:  # run the group's prims one by one through torch
-                r = torch_region(f"R{len(regions)}", b)
-                if decline:
-                    r.note = decline
-                    r.boundary = Boundary("shape the executor refuses", decline,
-                                          b.provenance.file if b.provenance else None,
-                                          b.provenance.line if b.provenance else None)
-                regions.append(r)
-                exec_bsyms.append(b)
-            continue
-        call_name = f"{n.ex.name}_{rid}"
-        sym = Symbol(call_name, generated.fn, kind="region", tags=(n.ex.name,))
-        lines = sorted({(b.provenance.file, b.provenance.line) for b in n.ops if b.provenance})
-        where = ", ".join(f"{os.path.basename(f)}:{ln}" for f, ln in lines)
-        bound = BoundSymbol(sym, tuple(group.inputs), {}, list(group.outputs), _tuple_spec(len(group.outputs)),
-                            n.ops[0].provenance, note=f"{len(n.ops)} ops from {where}")
-        extra[call_name] = generated.fn
-        regions.append(Region(rid, n.ex.name, list(n.ops), group.inputs, list(group.outputs),
-                              code=report_code(generated), fn=generated.fn,
-                              eager_fn=getattr(generated, "eager_fn", None),
-                              boundary=n.boundary or Boundary("end of the program", "no later op reads it"),
-                              kernels=getattr(generated, "kernels", 1), bound=bound,
-                              note=generated.status() if hasattr(generated, "status") else "",
-                              generated=generated))
-        exec_bsyms.append(bound)
-    trace = flat.with_("execution", exec_bsyms)
-    trace.extra_globals.update(extra)
-    return Plan(trace, regions, notes)
-
-
-def report_code(generated) -> str:
-    """What the report shows of a region: the generated source, and for nvFuser also the
-    CUDA kernel it produced once it has run."""
-    return generated.report_code() if hasattr(generated, "report_code") else generated.source
-
-
-def preview(optimised: Trace, ex) -> list:
-    """For an executor that cannot run here but can still write its code (nvFuser without
-    a GPU): the regions it would take and the code it would run, as plain dicts."""
-    _, nodes, make_group = _partitioned(optimised, [ex])
-    out = []
-    for n in nodes:
-        if isinstance(n, _Group) and _has_work(n):
-            group = make_group(n, f"P{len(out)}")
-            out.append({"id": group.id, "ops": [b.sym.name for b in group.bsyms],
-                        "source_lines": [{"file": p.file, "line": p.line} for p in distinct_lines(group.bsyms)],
-                        "code": ex.definition_source(group)})
-    return out
-
-
-def _tuple_spec(n: int):
-    return pytree.tree_flatten(tuple(range(n)))[1]
-
-
-def group_from_fn(fn, *args, gid: str = "R0") -> tuple:
-    """One FusionGroup of every prim of `fn`, without the partitioner: (group, its input
-    tensors in order). For testing and benchmarking a fusion executor on its own; raises
-    ValueError when `fn` is not one fusible region."""
-    traced = frontend.trace(fn, args, {}, getattr(fn, "__name__", "fn"))
-    trace = passes.optimise(passes.decompose(traced.trace))
-    bsyms = passes.flatten(trace.bound_symbols)
-    for b in bsyms:
-        if b.sym.kind != "prim":
-            raise ValueError(f"{b.sym.name} is not decomposed into prims ({b.note})")
-    produced = {o.name for b in bsyms for o in b.outputs}
-    inputs = external_inputs(bsyms)
-    outputs = []
-    for v in values_in(trace.output):
-        if v.name in produced and all(v.name != o.name for o in outputs):
-            outputs.append(v)
-    shapes = [tuple(v.shape) for b in bsyms for v in list(b.inputs()) + list(b.outputs)]
-    domain = max(shapes, key=lambda s: (math.prod(s), len(s)))
-    rdims = set()
-    for b in bsyms:
-        if "reduction" in b.sym.tags:
-            domain = tuple(b.args[0].shape)
-            rdims.add(tuple(sorted(b.args[1])))
-    if len(rdims) > 1:
-        raise ValueError(f"reductions over different dims {sorted(rdims)}")
-    group = FusionGroup(gid, bsyms, inputs, outputs, tuple(domain), next(iter(rdims), ()),
-                        _source_lines(bsyms))
-    user = [v for v in traced.trace.inputs if v.role == "input"]
-    given = [x for x in pytree.tree_leaves(args) if isinstance(x, torch.Tensor)]
-    tensors = {v.name: t for v, t in zip(user, given)}
-    tensors.update(traced.constants)
-    return group, [tensors[v.name] for v in inputs]
+def unfused(b, fusers: list) -> tuple:
+    """(Boundary or None, why no fusion executor took op `b`) for an op left to torch."""
+    why = _claims(b, fusers)[1]
+    needs_boundary = b.sym.kind != "prim" or b.note or why or b.sym.tags & {P.SHAPE, P.CAT}
+    return (_blocking_reason(b, why) if needs_boundary else None), why

@@ -9,9 +9,10 @@ printed at the torch level with its prims nested beneath. The printer emits runn
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
 import math
 import operator
-import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
@@ -74,6 +75,15 @@ def broadcast_shapes(*shapes) -> tuple:
     return tuple(out)
 
 
+def contiguous_strides(shape) -> tuple:
+    """The strides torch gives a contiguous tensor of `shape` (size-0 dims count as 1)."""
+    strides, acc = [], 1
+    for s in reversed(shape):
+        strides.append(acc)
+        acc *= max(int(s), 1)
+    return tuple(reversed(strides))
+
+
 def values_in(tree) -> list:
     """Every Value in a pytree of arguments, in order (with repeats)."""
     return [leaf for leaf in pytree.tree_leaves(tree) if isinstance(leaf, Value)]
@@ -97,6 +107,11 @@ class Symbol:
         if ctx is None:  # on real tensors (a printed program runs this way)
             return self.impl(*args, **kwargs)
         return ctx.bind(self, args, kwargs)  # inside a decomposition: record, even factories
+
+    @functools.cached_property
+    def decomposition_signature(self) -> inspect.Signature:
+        """The decomposition's parameters: how the op's arguments bind, and their defaults."""
+        return inspect.signature(self.decomposition)
 
     def __repr__(self) -> str:
         return f"Symbol({self.name})"
@@ -300,9 +315,8 @@ def infer_device(args, kwargs) -> torch.device:
 # --- printing -----------------------------------------------------------------------------
 
 def program_globals(extra: Optional[dict] = None) -> dict:
-    from compiler.ops import prims
-
-    namespace = {"torch": torch, "prims": prims, "operator": operator, "math": math, "inf": math.inf, "nan": math.nan}
+    """The namespace a printed program runs in (it imports `prims` itself, as printed)."""
+    namespace = {"torch": torch, "operator": operator, "math": math, "inf": math.inf, "nan": math.nan}
     if extra:
         namespace.update(extra)
     return namespace
@@ -354,14 +368,6 @@ def format_call(bsym: BoundSymbol) -> str:
     return f"{lhs} = {call}"
 
 
-def display_path(file: str) -> str:
-    try:
-        rel = os.path.relpath(file)
-    except ValueError:
-        return file
-    return file if rel.startswith("..") else rel
-
-
 class TracePrinter:
     def __init__(self, trace: Trace, nested: bool):
         self.trace, self.nested = trace, nested
@@ -391,7 +397,7 @@ class TracePrinter:
         p = bsym.provenance
         if nested_level == 0 and p is not None and (p.file, p.line) != self.last_loc:
             self.last_loc = (p.file, p.line)
-            self.lines.append(f"{indent}# {display_path(p.file)}:{p.line}  {p.source()}")
+            self.lines.append(f"{indent}# {p.source_comment()}")
         types = "; ".join(f"{o.name}: {o.type_str()}" for o in bsym.outputs)
         comment = f"  # {types}" if types else ""
         if bsym.note and nested_level == 0:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import functools
-import inspect
 import re
 
 from torch.utils import _pytree as pytree
@@ -12,7 +10,8 @@ from compiler.ir import BoundSymbol, NameGen, Trace, TraceContext, Value, format
 from compiler.ops.torch_ops import NoDecomposition
 
 
-def _max_index(trace: Trace) -> int:
+def max_index(trace: Trace) -> int:
+    """The largest n of the trace's `t<n>` names: new names start after it."""
     best = -1
     for b in iter_all(trace.bound_symbols):
         for v in b.outputs:
@@ -40,7 +39,7 @@ def decompose(trace: Trace) -> Trace:
     alias: it is dropped and its uses read the input. Ops that cannot be decomposed keep
     `note` saying why: they fall back to running as one torch call.
     """
-    names = NameGen("t", _max_index(trace) + 1, {v.name for v in trace.inputs})
+    names = NameGen("t", max_index(trace) + 1, {v.name for v in trace.inputs})
     alias: dict = {}
     out = []
     for b in trace.bound_symbols:
@@ -111,17 +110,12 @@ def _cse_key(b: BoundSymbol):
     args, kwargs = b.args, b.kwargs
     if b.sym.decomposition is not None:  # softmax(x, -1) and softmax(x, dim=-1) are one op
         try:
-            bound = _signature(b.sym.decomposition).bind(*args, **kwargs)
+            bound = b.sym.decomposition_signature.bind(*args, **kwargs)
             bound.apply_defaults()
             args, kwargs = tuple(bound.arguments.items()), {}
         except TypeError:
             pass
     return (b.sym.name, format_arg(args), format_arg(kwargs))
-
-
-@functools.lru_cache(maxsize=None)
-def _signature(fn):
-    return inspect.signature(fn)
 
 
 def cse(trace: Trace) -> Trace:

@@ -13,7 +13,11 @@ import linecache
 import os
 import sys
 import sysconfig
+import traceback
 from dataclasses import dataclass, field
+from typing import Optional
+
+from compiler.report import Frame
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -50,11 +54,13 @@ def is_user_file(filename: str) -> bool:
     return not any(path == root or path.startswith(root + os.sep) for root in _ROOTS)
 
 
-@dataclass(frozen=True)
-class Frame:
-    file: str
-    line: int
-    function: str
+def user_location(exc: BaseException, fallback_file: Optional[str] = None) -> tuple:
+    """(file, line) of the innermost traceback frame of `exc` in a user file; else
+    (fallback_file, None)."""
+    user = [f for f in traceback.extract_tb(exc.__traceback__) if is_user_file(f.filename)]
+    if user:
+        return user[-1].filename, user[-1].lineno
+    return fallback_file, None
 
 
 @dataclass(frozen=True)
@@ -71,6 +77,19 @@ class Provenance:
 
     def short(self) -> str:
         return f"{os.path.basename(self.file)}:{self.line}"
+
+    def source_comment(self) -> str:
+        """`path:line  source text`, as trace and kernel comments show the op's user line."""
+        return f"{display_path(self.file)}:{self.line}  {self.source()}"
+
+
+def display_path(file: str) -> str:
+    """`file` relative to the working directory when it lies below it; else as given."""
+    try:
+        rel = os.path.relpath(file)
+    except ValueError:
+        return file
+    return file if rel.startswith("..") else rel
 
 
 _positions_cache: dict = {}

@@ -13,6 +13,9 @@ from typing import Any, Optional
 
 SCHEMA_VERSION = 1
 
+# The compiler's stages in order (compiler/pipeline.py): the keys of CompileReport.traces.
+TRACE_STAGES = ("acquired", "decomposed", "optimised", "fusion", "execution")
+
 
 @dataclass
 class SourceLine:
@@ -20,8 +23,10 @@ class SourceLine:
     line: int
 
 
-@dataclass
+@dataclass(frozen=True)
 class Frame:
+    """One user frame of an op's call stack (compiler.provenance records them)."""
+
     file: str
     line: int
     function: str
@@ -174,6 +179,19 @@ class CompileReport:
 
     def region(self, region_id: str) -> Region:
         return next(r for r in self.regions if r.id == region_id)
+
+
+def format_ms(ms: Optional[float], missing: str = "?") -> str:
+    """A time for people: 3 significant figures, in µs below 0.1 ms."""
+    if ms is None:
+        return missing
+    if ms >= 100:
+        return f"{ms:.0f} ms"
+    if ms >= 10:
+        return f"{ms:.1f} ms"
+    if ms >= 0.1:
+        return f"{ms:.2f} ms"
+    return f"{ms * 1000:.1f} µs"
 
 
 # (class, field) -> dataclass of the list elements or nested object, for from_dict.

@@ -1,58 +1,20 @@
-"""Compile targets: find `@compiler.example` functions by parsing, load and compile them.
+"""Compile targets: load a user's file, run one `@compiler.example` and compile what it returns.
 
-`find_targets` only parses (no torch, no user code), so the language server can use it.
-`compile_target` imports the user's file and runs it: call it only where user code may run.
+`compile_target` imports the user's file and runs it: call it only where user code may run
+(the CLI, the language server's worker). Finding targets without running anything is
+`compiler.discovery`.
 """
 
 from __future__ import annotations
 
-import ast
-import dataclasses
 import importlib.util
 import itertools
 import os
 import sys
-import traceback
 from typing import Optional
 
-# Decorator spellings that mark a target: @compiler.example, @fusionlens.example, @example.
-_MARKERS = {"example", "compiler.example", "fusionlens.example"}
-
-
-@dataclasses.dataclass
-class TargetInfo:
-    name: str
-    line: int  # 1-based line of the `def` (the decorator sits above it)
-    end_line: int
-    col: int  # 0-based column of the `def`
-    decorator_line: int
-    return_line: int  # its last `return` (where a wrong return value is written), else the `def`
-
-
-def _dotted(node: ast.AST) -> str:
-    if isinstance(node, ast.Call):
-        node = node.func
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute):
-        return f"{_dotted(node.value)}.{node.attr}"
-    return ""
-
-
-def find_targets(source: str, filename: str = "<unknown>") -> list[TargetInfo]:
-    """Top-level functions decorated as examples. Raises SyntaxError on bad source."""
-    tree = ast.parse(source, filename=filename)
-    targets = []
-    for node in tree.body:
-        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            continue
-        for dec in node.decorator_list:
-            if _dotted(dec) in _MARKERS:
-                returns = [n.lineno for n in ast.walk(node) if isinstance(n, ast.Return)]
-                targets.append(TargetInfo(node.name, node.lineno, node.end_lineno or node.lineno,
-                                          node.col_offset, dec.lineno, max(returns, default=node.lineno)))
-                break
-    return targets
+from compiler.discovery import find_targets
+from compiler.provenance import user_location
 
 
 class TargetError(Exception):
@@ -89,21 +51,6 @@ def load_module(path: str):
         raise TargetError(f"importing {os.path.basename(path)} raised {type(e).__name__}: {e}",
                           file, line) from e
     return module
-
-
-def user_location(exc: BaseException, prefer_file: Optional[str] = None):
-    """(file, line) of the innermost traceback frame in a user file (not torch, not us)."""
-    from compiler.provenance import is_user_file
-
-    frames = traceback.extract_tb(exc.__traceback__)
-    user = [f for f in frames if is_user_file(f.filename)]
-    if prefer_file:
-        preferred = [f for f in user if os.path.abspath(f.filename) == os.path.abspath(prefer_file)]
-        if preferred and not user:
-            user = preferred
-    if user:
-        return user[-1].filename, user[-1].lineno
-    return prefer_file, None
 
 
 def _check_example(value, file: str, line: Optional[int], name: str):
@@ -178,11 +125,9 @@ def compile_target(path: str, name: str, *, executors=None, benchmark: bool = Tr
     try:
         fn, args, kwargs = _check_example(value, path, info.return_line, name)
         fn, args, kwargs = _to_device(fn, args, kwargs, resolve_device(device))
-        report = api.compile(fn, *args, executors=executors, benchmark=benchmark, repeats=repeats,
-                             torch_compile=torch_compile, name=name, **kwargs)
+        return api.compile_checked(fn, args, kwargs, executors, name, previews=True, benchmark=benchmark,
+                                   repeats=repeats, warmup=3, torch_compile=torch_compile, target=target)[1]
     except TargetError as e:
         return fail(e.message, e.file, e.line, e.col)
     except api.CompileError as e:
-        report = e.report
-    report.target = target
-    return report
+        return e.report

@@ -6,34 +6,20 @@ It is registered by name for the duration of a test and never used by the produc
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable
-
+from compiler.executors.base import FusionExecutor, Generated
 from compiler.ir import ops_callable
-
-
-@dataclass
-class Generated:
-    source: str
-    fn: Callable
-    kernels: int = 1
-    eager_fn: Callable = None
 
 
 def run_group(group):
     return ops_callable(group.bsyms, group.inputs, group.outputs)
 
 
-class TorchFusion:
+class TorchFusion(FusionExecutor):
     name = "testfuser"
-    fuses = True
 
     def __init__(self, refuse=None):
         self.refuse = refuse or (lambda b: None)
         self.groups = []
-
-    def available(self, device):
-        return True, ""
 
     def can_take(self, b):
         return self.refuse(b)
@@ -43,3 +29,6 @@ class TorchFusion:
         fn = run_group(group)
         header = f"# {group.id}: {group.kind} over {list(group.domain)}"
         return Generated("\n".join([header, *group.source_lines]), fn, 1, fn)
+
+    def definition_source(self, group):
+        return self.generate(group, None).source

@@ -37,7 +37,7 @@ def test_report_json_has_the_contract_fields():
     data = json.loads(rep.to_json())
     assert data["schema_version"] == R.SCHEMA_VERSION
     assert set(data["target"]) >= {"name", "file", "line", "end_line"}
-    assert set(data["traces"]) == {"acquired", "decomposed", "optimised", "execution"}
+    assert set(data["traces"]) == {"acquired", "decomposed", "optimised", "fusion", "execution"}
     region = data["regions"][0]
     assert set(region) >= {"id", "executor", "ops", "source_lines", "code", "inputs", "outputs", "timing"}
     assert set(region["source_lines"][0]) == {"file", "line"}

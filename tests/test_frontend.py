@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import compiler
-from compiler import api, checking, frontend, passes, targets
+from compiler import checking, discovery, frontend, passes, pipeline, targets
 from compiler.provenance import is_user_file
 
 REPO = Path(__file__).resolve().parents[1]
@@ -28,7 +28,7 @@ def _module(path: str):
 
 
 def example_targets(path: Path) -> list:
-    return [t.name for t in targets.find_targets(path.read_text(), str(path))]
+    return [t.name for t in discovery.find_targets(path.read_text(), str(path))]
 
 
 def run_target(path: Path, name: str):
@@ -334,10 +334,10 @@ def test_every_stage_runs_on_its_own(path, name):
     fn, args, kwargs = run_target(path, name)
     with torch.no_grad():
         expected = fn(*args, **kwargs)
-    c = api.build(fn, args, kwargs, ["torch"])
-    inputs = api.user_tensors(fn, args, kwargs) + c.constants
+    c = pipeline.compile_program(fn, args, kwargs, ["torch"])
+    inputs = frontend.user_tensors(fn, args, kwargs) + c.constants
     stages = dict(c.traces)
-    assert list(stages) == ["acquired", "decomposed", "optimised", "execution"]
+    assert list(stages) == ["acquired", "decomposed", "optimised", "fusion", "execution"]
     stages["flat prims"] = _flat(c.traces["decomposed"])
     ran = set()
     for stage, trace in stages.items():

@@ -9,7 +9,8 @@ import torch.nn.functional as F
 
 import compiler
 from compiler import checking, executors
-from compiler.targets import compile_target, find_targets
+from compiler.discovery import find_targets
+from compiler.targets import compile_target
 from fusion_executor import TorchFusion
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -171,12 +172,12 @@ def test_unavailable_executor_falls_back_and_says_why():
 
 def test_fused_region_eager_baseline_is_the_users_torch_calls(fuser):
     """A fused LayerNorm is timed against F.layer_norm, not against its prims one by one."""
-    from compiler import api
+    from compiler import benchmark, pipeline
 
     ln = torch.nn.LayerNorm(32)
-    c = api.build(lambda x: ln(x), (torch.randn(4, 32),), {}, ["testfuser", "torch"])
+    c = pipeline.compile_program(lambda x: ln(x), (torch.randn(4, 32),), {}, ["testfuser", "torch"])
     (region,) = [r for r in c.plan.regions if r.executor == "testfuser"]
-    assert [b.sym.name for b in api._source_ops(c.traces["optimised"], region)] == [
+    assert [b.sym.name for b in benchmark._source_ops(c.traces["optimised"], region)] == [
         "torch.nn.functional.layer_norm"]
     rep = compiler.compile(lambda x: ln(x), torch.randn(4, 32), executors=["testfuser", "torch"],
                            benchmark=True, repeats=3)
@@ -184,14 +185,14 @@ def test_fused_region_eager_baseline_is_the_users_torch_calls(fuser):
 
 
 def test_each_fused_region_times_against_its_own_torch_ops(fuser):
-    from compiler import api
+    from compiler import benchmark, pipeline
 
     def f(x):
         y = torch.exp(x)
         return torch.cumsum(y, 0) * y  # cumsum (no symbol) splits the fusible ops in two regions
 
-    c = api.build(f, (torch.randn(5, 3),), {}, ["testfuser", "torch"])
+    c = pipeline.compile_program(f, (torch.randn(5, 3),), {}, ["testfuser", "torch"])
     first, second = [r for r in c.plan.regions if r.executor == "testfuser"]
     opt = c.traces["optimised"]
-    assert [b.sym.name for b in api._source_ops(opt, first)] == ["torch.exp"]
-    assert [b.sym.name for b in api._source_ops(opt, second)] == ["torch.mul"]
+    assert [b.sym.name for b in benchmark._source_ops(opt, first)] == ["torch.exp"]
+    assert [b.sym.name for b in benchmark._source_ops(opt, second)] == ["torch.mul"]

@@ -100,7 +100,7 @@ def test_last_report_and_last_traces():
     assert not [d for d in report.diagnostics if d.severity == "error"]
     assert [op.name for op in report.ops] == ["torch.matmul", "torch.nn.functional.gelu", "torch.sum"]
     traces = compiler.last_traces(jfn)
-    assert list(traces) == ["acquired", "decomposed", "optimised", "execution"]
+    assert list(traces) == ["acquired", "decomposed", "optimised", "fusion", "execution"]
     for stage, trace in traces.items():
         assert trace.stage == stage
         assert trace.python() == report.traces[stage] or stage == "decomposed"

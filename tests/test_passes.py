@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 import compiler
 from compiler import checking, frontend, passes
-from compiler.ir import display_path
+from compiler.provenance import display_path
 
 
 def acquire(fn, *args, **kwargs):

@@ -1,18 +1,23 @@
 """Executors claim parts of the trace in priority order; torch takes whatever is left.
 
 An executor answers two questions: is it usable here (and if not, exactly why), and which
-ops can it take. Fusion executors (triton, nvfuser) take prims and turn regions of them
-into kernels; the torch executor runs any op as the torch call it stands for.
+ops can it take (the contract: compiler/executors/base.py). Fusion executors (triton,
+nvfuser) take prims and turn regions of them into kernels; the torch executor runs any op
+as the torch call it stands for. This module finds executors by name and picks the ones
+a compile uses.
 """
 
 from __future__ import annotations
 
 import importlib
+from dataclasses import dataclass, field
 from typing import Optional
 
 import torch
 
 KNOWN = ("nvfuser", "triton", "torch")
+_MODULES = {"nvfuser": "compiler.executors.nvfuser", "triton": "compiler.executors.triton",
+            "torch": "compiler.executors.torch_executor"}
 _PLUGINS: dict = {}  # name -> executor object registered at run time
 
 
@@ -30,7 +35,7 @@ def get(name: str):
         return _PLUGINS[name]
     if name not in KNOWN:
         raise ValueError(f"unknown executor {name!r}; known: {', '.join(KNOWN + tuple(_PLUGINS))}")
-    return importlib.import_module(f"compiler.executors.{name}_executor").EXECUTOR
+    return importlib.import_module(_MODULES[name]).EXECUTOR
 
 
 def default_executors(device: torch.device) -> list:
@@ -46,3 +51,32 @@ def resolve(names: Optional[list], device: torch.device) -> list:
     if "torch" not in names:
         names.append("torch")
     return names
+
+
+@dataclass
+class Selection:
+    fusers: list = field(default_factory=list)  # usable fusion executors asked for, in priority order
+    notes: list = field(default_factory=list)  # (severity, message, where) for the report
+    previews: list = field(default_factory=list)  # (fusion executor, why it cannot run here)
+
+
+def select(names: list, device: torch.device, preview_all: bool = False) -> Selection:
+    """The fusion executors of `names` usable on `device`; those asked for but unusable here
+    (and, with `preview_all`, every other known one unusable here) still write the code they
+    would run, so a report on a CPU can show what Triton would generate."""
+    out = Selection()
+    candidates = list(names)
+    if preview_all:
+        candidates += [n for n in KNOWN if n not in candidates]
+    for name in candidates:
+        ex = get(name)
+        ok, why = ex.available(device)
+        if not ok:
+            if name in names:
+                out.notes.append(("warning", f"executor {name} is not usable here: {why}; its work goes to the "
+                                             "next executor", None))
+            if ex.fuses:
+                out.previews.append((ex, why))
+        elif ex.fuses and name in names:
+            out.fusers.append(ex)
+    return out

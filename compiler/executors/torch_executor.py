@@ -2,18 +2,11 @@
 
 from __future__ import annotations
 
-from compiler.ir import format_call
+from compiler.executors.base import Executor
 
 
-class TorchExecutor:
+class TorchExecutor(Executor):
     name = "torch"
-    fuses = False
-
-    def available(self, device):
-        return True, ""
-
-    def code(self, bsyms) -> str:
-        return "\n".join(format_call(b) for b in bsyms)
 
 
 EXECUTOR = TorchExecutor()

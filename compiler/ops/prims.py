@@ -15,7 +15,7 @@ import torch
 
 from compiler.ir import Symbol, broadcast_shapes
 
-ALL: dict = {}  # name -> Symbol
+ALL: dict = {}  # short name ("add") -> Symbol, for tests and docs that enumerate prims
 
 ELEMENTWISE, REDUCTION, SHAPE, FACTORY, GATHER, CAT = (
     "elementwise", "reduction", "shape", "factory", "gather", "cat")
@@ -24,7 +24,6 @@ ELEMENTWISE, REDUCTION, SHAPE, FACTORY, GATHER, CAT = (
 def _prim(name, impl, *tags, meta=None):
     sym = Symbol(f"prims.{name}", impl, kind="prim", tags=tags, meta=meta)
     ALL[name] = sym
-    globals()[name] = sym
     return sym
 
 
@@ -83,16 +82,7 @@ def _take_meta(a, index, dim):
 
 
 # --- elementwise ---------------------------------------------------------------------------
-
-UNARY = {
-    "abs": torch.abs, "neg": torch.neg, "exp": torch.exp, "exp2": torch.exp2, "log": torch.log,
-    "log2": torch.log2, "log1p": torch.log1p, "expm1": torch.expm1, "sqrt": torch.sqrt,
-    "rsqrt": torch.rsqrt, "sin": torch.sin, "cos": torch.cos, "tan": torch.tan, "tanh": torch.tanh,
-    "sigmoid": torch.sigmoid, "erf": torch.erf, "floor": torch.floor, "ceil": torch.ceil,
-    "round": torch.round, "trunc": torch.trunc, "sign": torch.sign, "reciprocal": torch.reciprocal,
-    "logical_not": torch.logical_not, "bitwise_not": torch.bitwise_not, "isnan": torch.isnan,
-}
-
+# One line a prim, so that a reader (and go-to-definition) finds each one.
 
 def _maximum(a, b):
     if not _is_tensor(b):
@@ -110,19 +100,63 @@ def _minimum(a, b):
     return torch.minimum(a, b)
 
 
-BINARY = {
-    "add": operator.add, "sub": operator.sub, "mul": operator.mul, "div": operator.truediv,
-    "pow": operator.pow, "remainder": operator.mod, "maximum": _maximum, "minimum": _minimum,
-    "eq": operator.eq, "ne": operator.ne, "lt": operator.lt, "le": operator.le,
-    "gt": operator.gt, "ge": operator.ge, "bitwise_and": operator.and_,
-    "bitwise_or": operator.or_, "bitwise_xor": operator.xor,
-}
-COMPARISONS = {"eq", "ne", "lt", "le", "gt", "ge"}
+def _unary(name, impl, meta=_same_meta):
+    return _prim(name, impl, ELEMENTWISE, meta=meta)
 
-for _name, _fn in UNARY.items():
-    _prim(_name, _fn, ELEMENTWISE, meta=_bool_meta if _name in ("logical_not", "isnan") else _same_meta)
-for _name, _fn in BINARY.items():
-    _prim(_name, _fn, ELEMENTWISE, meta=_bool_meta if _name in COMPARISONS else _binary_meta)
+
+def _binary(name, impl, meta=_binary_meta):
+    return _prim(name, impl, ELEMENTWISE, meta=meta)
+
+
+abs = _unary("abs", torch.abs)  # noqa: A001
+neg = _unary("neg", torch.neg)
+exp = _unary("exp", torch.exp)
+exp2 = _unary("exp2", torch.exp2)
+log = _unary("log", torch.log)
+log2 = _unary("log2", torch.log2)
+log1p = _unary("log1p", torch.log1p)
+expm1 = _unary("expm1", torch.expm1)
+sqrt = _unary("sqrt", torch.sqrt)
+rsqrt = _unary("rsqrt", torch.rsqrt)
+sin = _unary("sin", torch.sin)
+cos = _unary("cos", torch.cos)
+tan = _unary("tan", torch.tan)
+tanh = _unary("tanh", torch.tanh)
+sigmoid = _unary("sigmoid", torch.sigmoid)
+erf = _unary("erf", torch.erf)
+floor = _unary("floor", torch.floor)
+ceil = _unary("ceil", torch.ceil)
+round = _unary("round", torch.round)  # noqa: A001
+trunc = _unary("trunc", torch.trunc)
+sign = _unary("sign", torch.sign)
+reciprocal = _unary("reciprocal", torch.reciprocal)
+logical_not = _unary("logical_not", torch.logical_not, _bool_meta)
+bitwise_not = _unary("bitwise_not", torch.bitwise_not)
+isnan = _unary("isnan", torch.isnan, _bool_meta)
+
+add = _binary("add", operator.add)
+sub = _binary("sub", operator.sub)
+mul = _binary("mul", operator.mul)
+div = _binary("div", operator.truediv)
+pow = _binary("pow", operator.pow)  # noqa: A001
+remainder = _binary("remainder", operator.mod)
+maximum = _binary("maximum", _maximum)
+minimum = _binary("minimum", _minimum)
+eq = _binary("eq", operator.eq, _bool_meta)
+ne = _binary("ne", operator.ne, _bool_meta)
+lt = _binary("lt", operator.lt, _bool_meta)
+le = _binary("le", operator.le, _bool_meta)
+gt = _binary("gt", operator.gt, _bool_meta)
+ge = _binary("ge", operator.ge, _bool_meta)
+bitwise_and = _binary("bitwise_and", operator.and_)
+bitwise_or = _binary("bitwise_or", operator.or_)
+bitwise_xor = _binary("bitwise_xor", operator.xor)
+
+UNARY = (abs, neg, exp, exp2, log, log2, log1p, expm1, sqrt, rsqrt, sin, cos, tan, tanh, sigmoid, erf,
+         floor, ceil, round, trunc, sign, reciprocal, logical_not, bitwise_not, isnan)
+BINARY = (add, sub, mul, div, pow, remainder, maximum, minimum, eq, ne, lt, le, gt, ge,
+          bitwise_and, bitwise_or, bitwise_xor)
+COMPARISONS = (eq, ne, lt, le, gt, ge)
 
 where = _prim("where", torch.where, ELEMENTWISE, meta=_where_meta)
 convert_element_type = _prim("convert_element_type", lambda a, dtype: a.to(dtype), ELEMENTWISE,
@@ -149,7 +183,7 @@ broadcast_in_dim = _prim("broadcast_in_dim", _broadcast_in_dim, SHAPE,
 reshape = _prim("reshape", lambda a, shape: a.reshape(shape), SHAPE, meta=lambda a, shape: _empty(shape, a.dtype))
 permute = _prim("permute", lambda a, dims: a.permute(dims), SHAPE,
                 meta=lambda a, dims: _empty([a.shape[d] for d in dims], a.dtype))
-slice_ = _prim("slice", _slice, SHAPE, meta=_slice_meta)
+slice = _prim("slice", _slice, SHAPE, meta=_slice_meta)  # noqa: A001
 cat = _prim("cat", lambda tensors, dim: torch.cat(tensors, dim), CAT, meta=_cat_meta)
 take_along_axis = _prim("take_along_axis", lambda a, index, dim: torch.take_along_dim(a, index, dim), GATHER,
                         meta=_take_meta)

@@ -1,0 +1,81 @@
+"""Benchmarking a compiled program: the whole program against eager (and torch.compile), and
+each region against the eager torch calls it replaces."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+import torch
+
+from compiler import lowering, passes, timing
+from compiler.ir import external_inputs, ops_callable
+from compiler.report import Diagnostic, ProgramTimings, RegionTiming
+
+
+@dataclass
+class Measurements:
+    program: Optional[ProgramTimings] = None
+    regions: dict = field(default_factory=dict)  # region id -> RegionTiming
+    diagnostics: list = field(default_factory=list)
+
+
+def measure_program(c, fn, args, kwargs, inputs: list, *, repeats: int, warmup: int,
+                    torch_compile: bool) -> Measurements:
+    """Time `c` (a pipeline.Compiled) against `fn(*args, **kwargs)`, then each of its regions."""
+    out = Measurements()
+    device = c.device
+    if device.type == "cpu" and any(r.executor == "triton" for r in c.plan.regions):
+        out.diagnostics.append(Diagnostic(
+            "information", "Triton kernels ran under Triton's interpreter (no GPU): their times measure "
+            "the interpreter, not kernels"))
+    eager, compiled = timing.compare([(fn, args, kwargs), (c.fn, inputs, {})], device, warmup, repeats)
+    out.program = ProgramTimings(str(device), compiled, eager,
+                                 speedup_vs_eager=round(eager.median_ms / compiled.median_ms, 3))
+    if torch_compile:
+        try:
+            tc = torch.compile(fn)
+            out.program.torch_compile = timing.measure(tc, *args, device=device, warmup=max(warmup, 2),
+                                                       repeats=repeats, **kwargs)
+            out.program.speedup_vs_torch_compile = round(out.program.torch_compile.median_ms / compiled.median_ms, 3)
+        except Exception as e:  # torch.compile may be unavailable (no compiler toolchain)
+            out.diagnostics.append(Diagnostic("warning", f"torch.compile baseline failed: {type(e).__name__}: {e}"))
+    out.regions = _time_regions(c, inputs, device, max(3, repeats // 2))
+    return out
+
+
+def _time_regions(c, inputs: list, device, reps: int) -> dict:
+    env = lowering.interpret(c.plan.trace, inputs)
+    torch_env = None  # values of the torch-level program, for eager baselines of fused regions
+    out = {}
+    for r in c.plan.regions:
+        read = [env[v.name] for v in r.inputs]
+        b = r.bound
+        call = r.fn if r.fn is not None else ops_callable([b], b.inputs(), b.outputs)
+        if r.fn is not None and r.generated.eager_fn is not None:
+            eager_call, eager_read = r.generated.eager_fn, read
+            sources = _source_ops(c.traces["optimised"], r)
+            if sources:  # the torch calls the user wrote (F.layer_norm), not our prims one by one
+                if torch_env is None:
+                    torch_env = lowering.interpret(c.traces["optimised"], inputs)
+                ins = external_inputs(sources)
+                eager_call = ops_callable(sources, ins, [o for s in sources for o in s.outputs])
+                eager_read = [torch_env[v.name] for v in ins]
+            t, eager_t = timing.compare([(call, read, {}), (eager_call, eager_read, {})], device, 1, reps)
+        else:  # a torch region is its own eager baseline
+            t = eager_t = timing.measure(call, *read, device=device, warmup=1, repeats=reps)
+        out[r.id] = RegionTiming(round(t.median_ms, 5), round(eager_t.median_ms, 5), round(t.iqr_ms, 5))
+    return out
+
+
+def _source_ops(optimised, region) -> list:
+    """The torch-level ops whose every prim runs in `region`, when they account for all of
+    it; else [] (the region then compares with its prims run one by one)."""
+    produced = {o.name for b in region.bsyms for o in b.outputs}
+    sources, covered = [], set()
+    for b in optimised.bound_symbols:
+        leaves = {o.name for leaf in passes.flatten([b]) for o in leaf.outputs}
+        if b.subsymbols and leaves and leaves <= produced:
+            sources.append(b)
+            covered |= leaves
+    return sources if sources and covered == produced else []

@@ -1,0 +1,49 @@
+"""Target discovery: find `@compiler.example` functions by parsing a file's text.
+
+Pure `ast`: no torch, no user code runs. The language server uses only this (and the
+report schema); compiling a target is `compiler.targets`.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+
+# Decorator spellings that mark a target: @compiler.example, @fusionlens.example, @example.
+_MARKERS = {"example", "compiler.example", "fusionlens.example"}
+
+
+@dataclasses.dataclass
+class TargetInfo:
+    name: str
+    line: int  # 1-based line of the `def` (the decorator sits above it)
+    end_line: int
+    col: int  # 0-based column of the `def`
+    decorator_line: int
+    return_line: int  # its last `return` (where a wrong return value is written), else the `def`
+
+
+def _dotted(node: ast.AST) -> str:
+    if isinstance(node, ast.Call):
+        node = node.func
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return f"{_dotted(node.value)}.{node.attr}"
+    return ""
+
+
+def find_targets(source: str, filename: str = "<unknown>") -> list[TargetInfo]:
+    """Top-level functions decorated as examples. Raises SyntaxError on bad source."""
+    tree = ast.parse(source, filename=filename)
+    targets = []
+    for node in tree.body:
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for dec in node.decorator_list:
+            if _dotted(dec) in _MARKERS:
+                returns = [n.lineno for n in ast.walk(node) if isinstance(n, ast.Return)]
+                targets.append(TargetInfo(node.name, node.lineno, node.end_lineno or node.lineno,
+                                          node.col_offset, dec.lineno, max(returns, default=node.lineno)))
+                break
+    return targets

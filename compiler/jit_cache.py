@@ -1,0 +1,138 @@
+"""jit: a callable that traces and compiles once per input signature, then reuses the program.
+
+    jfn = compiler.jit(model)
+    y = jfn(x)                                   # traces and compiles on a new signature
+    compiler.last_report(jfn), compiler.last_traces(jfn), jfn.cache_info()
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+from torch.utils import _pytree as pytree
+
+from compiler import api, frontend, report as R
+from compiler.pipeline import Compiled
+
+__all__ = ["jit", "last_report", "last_traces", "JitFunction"]
+
+
+def _leaf_key(x):
+    if isinstance(x, torch.Tensor):
+        return (tuple(x.shape), x.dtype, x.device, x.requires_grad, x.is_contiguous())
+    try:
+        hash(x)
+        return (type(x), x)
+    except TypeError:
+        return (type(x), id(x))
+
+
+_STATE_GENERATION = [0]  # bumped whenever any module registers (or replaces) a parameter or buffer
+
+
+def _bump(*_):
+    _STATE_GENERATION[0] += 1
+
+
+torch.nn.modules.module.register_module_parameter_registration_hook(_bump)
+torch.nn.modules.module.register_module_buffer_registration_hook(_bump)
+
+
+@dataclass
+class CacheEntry:
+    compiled: Optional[Compiled]
+    report: R.CompileReport
+    signature: tuple
+    eager_fallback: bool = False  # the program failed its check: run eager for this signature
+
+
+class JitFunction:
+    """A compiled callable: traces and compiles once per input signature, then reuses it."""
+
+    def __init__(self, fn, executors: Optional[list] = None, max_entries: int = 64):
+        self.fn = fn
+        self.executors = executors
+        self.max_entries = max_entries  # a Python number that changes every call would grow it forever
+        self.cache: dict = {}
+        self.hits = 0
+        self.misses = 0
+        self.last: Optional[CacheEntry] = None
+        self._module = isinstance(fn, torch.nn.Module)
+        self._state_generation = -1
+        self._state: tuple = ()
+
+    def signature(self, args, kwargs) -> tuple:
+        """The cache key. Positional tensors only (the common call) key as a pair and are
+        passed to the program as they are; anything else keys with its pytree spec."""
+        # A module traced in eval mode must not serve calls in training mode (dropout).
+        # A replaced parameter or buffer is a new signature too.
+        mode = (self.fn.training, self._state_ids()) if self._module else None
+        if not kwargs and all(isinstance(a, torch.Tensor) for a in args):
+            return (mode, tuple(_leaf_key(a) for a in args))
+        flat, spec = pytree.tree_flatten((args, kwargs))
+        return (mode, spec, tuple(_leaf_key(x) for x in flat))
+
+    def __call__(self, *args, **kwargs):
+        key = self.signature(args, kwargs)
+        entry = self.cache.get(key)
+        if entry is None:
+            self.misses += 1
+            entry = self._compile(key, args, kwargs)
+            if len(self.cache) >= self.max_entries:  # forget the oldest signature
+                self.cache.pop(next(iter(self.cache)))
+            self.cache[key] = entry
+        else:
+            self.hits += 1
+        self.last = entry
+        if entry.eager_fallback:
+            return self.fn(*args, **kwargs)
+        c = entry.compiled
+        if len(key) == 2:  # positional tensors only: they are the program's inputs
+            return c.fn(*args, *c.constants)
+        return c.fn(*frontend.user_tensors(self.fn, args, kwargs), *c.constants)
+
+    def _state_ids(self) -> tuple:
+        """Ids of the module's parameters and buffers, recomputed only after some module
+        somewhere registered a parameter or buffer (walking the module on every call costs
+        more than the rest of the call)."""
+        if self._state_generation != _STATE_GENERATION[0]:
+            self._state_generation = _STATE_GENERATION[0]
+            self._state = (tuple(map(id, self.fn.parameters())), tuple(map(id, self.fn.buffers())))
+        return self._state
+
+    def _compile(self, key, args, kwargs) -> CacheEntry:
+        c, rep, failed = api.compile_checked(self.fn, args, kwargs, self.executors, frontend.target_name(self.fn),
+                                             previews=False, benchmark=False, eager_on_failure=True)
+        return CacheEntry(c, rep, key, eager_fallback=failed)
+
+    def cache_info(self) -> dict:
+        return {"hits": self.hits, "misses": self.misses, "entries": len(self.cache),
+                "signatures": [e.report.signature for e in self.cache.values()]}
+
+    def reset(self) -> None:
+        self.cache.clear()
+        self.hits = self.misses = 0
+        self.last = None
+
+
+def jit(fn, executors: Optional[list] = None, max_entries: int = 64) -> JitFunction:
+    return JitFunction(fn, executors, max_entries)
+
+
+def _require_jit(jfn) -> JitFunction:
+    if not isinstance(jfn, JitFunction):
+        raise TypeError("expected a function returned by compiler.jit")
+    if jfn.last is None:
+        raise RuntimeError("this function has not been called yet")
+    return jfn
+
+
+def last_report(jfn) -> R.CompileReport:
+    return _require_jit(jfn).last.report
+
+
+def last_traces(jfn) -> dict:
+    """Stage name -> Trace of the last call's program (print one with `.python()`)."""
+    return dict(_require_jit(jfn).last.compiled.traces)

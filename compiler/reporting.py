@@ -1,0 +1,105 @@
+"""The CompileReport of a compiled program, built once, after it was checked and timed.
+
+Everything a consumer sees of a compile comes from here: the traces as Python source, the
+regions with their code, the ops with their user lines, fallbacks, diagnostics, timings.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import inspect
+import platform
+from typing import Optional
+
+import torch
+
+from compiler import passes, report as R, timing
+from compiler.ir import distinct_lines, format_call
+
+
+@functools.lru_cache(maxsize=1)
+def versions() -> dict:
+    out = {"python": platform.python_version(), "torch": torch.__version__}
+    for dist in importlib.metadata.distributions():
+        name = (dist.metadata["Name"] or "").lower()
+        # nvFuser wheels are named per CUDA and torch version (nvfuser-cu130-torch210)
+        if name in ("fusionlens", "triton") or name.startswith("nvfuser"):
+            out["nvfuser" if name.startswith("nvfuser") else name] = dist.version
+    return dict(out)
+
+
+def target_of(fn, name: str) -> R.Target:
+    """Where the compiled callable is defined (a module's `forward`)."""
+    target = fn.forward if isinstance(fn, torch.nn.Module) else fn
+    try:
+        lines, start = inspect.getsourcelines(target)
+        return R.Target(name, inspect.getsourcefile(target), start, start + len(lines) - 1)
+    except (OSError, TypeError):
+        return R.Target(name, None, None, None)
+
+
+def error_report(e: Exception, target: R.Target, executors) -> R.CompileReport:
+    file, line = getattr(e, "file", None), getattr(e, "line", None)
+    message = getattr(e, "message", None) or f"{type(e).__name__}: {e}"
+    return R.CompileReport(target=target, status="error", executors=list(executors or []),
+                           error=R.Diagnostic("error", message, file, line), versions=versions())
+
+
+def _tensor_info(v) -> R.TensorInfo:
+    return R.TensorInfo(v.name, list(v.shape), str(v.dtype).removeprefix("torch."), str(v.device))
+
+
+def _diag(severity, message, where) -> R.Diagnostic:
+    if where is None:
+        return R.Diagnostic(severity, message)
+    return R.Diagnostic(severity, message, where.file, where.line, where.col, where.end_line, where.end_col)
+
+
+def _region(r, timed: Optional[R.RegionTiming]) -> R.Region:
+    """A lowering Region as the report shows it; a fusion region as its executor says now
+    (nvFuser knows its CUDA only once it has run)."""
+    g = r.generated
+    code = g.report_code() if g is not None else format_call(r.bound)
+    return R.Region(r.id, r.executor, [b.sym.name for b in r.bsyms],
+                    [R.SourceLine(p.file, p.line) for p in distinct_lines(r.bsyms)], code,
+                    [_tensor_info(v) for v in r.inputs], [_tensor_info(v) for v in r.outputs],
+                    timed, r.boundary, g.kernels if g is not None else 1, g.status() if g is not None else r.note)
+
+
+def _ops(c) -> list:
+    region_of = {o.name: r.id for r in c.plan.regions for b in r.bsyms for o in b.outputs}
+    decomposed_by_output = {o.name: b for b in c.traces["decomposed"].bound_symbols for o in b.outputs}
+    optimised_by_output = {o.name: b for b in c.traces["optimised"].bound_symbols for o in b.outputs}
+    ops = []
+    for i, b in enumerate(c.traces["acquired"].bound_symbols):
+        p = b.provenance
+        region = next((region_of[o.name] for o in b.outputs if o.name in region_of), None)
+        dec = next((decomposed_by_output[o.name] for o in b.outputs if o.name in decomposed_by_output), None)
+        prims = [s.sym.name for s in passes.flatten([dec])] if dec is not None and dec.subsymbols else []
+        # its line as it runs: the optimised op (inputs renamed by CSE and aliases) if it survived
+        shown = next((optimised_by_output[o.name] for o in b.outputs if o.name in optimised_by_output), b)
+        ops.append(R.OpRecord(i, b.sym.name, region, p.file if p else "", p.line if p else 0,
+                              p.end_line if p else 0, p.col if p else 0, p.end_col if p else 0,
+                              list(p.stack) if p else [], format_call(shown), prims))
+    return ops
+
+
+def assemble(c, target: R.Target, checked: list, measured=None,
+             extra: Optional[list] = None) -> R.CompileReport:
+    """The report of `c` (a pipeline.Compiled): `checked` are the diagnostics of its check
+    against eager, `measured` its benchmark.Measurements (None when not timed), `extra`
+    diagnostics of the caller (jit's eager fallback)."""
+    fallbacks = [R.Fallback(b.sym.name, b.note, b.provenance.file if b.provenance else None,
+                            b.provenance.line if b.provenance else None)
+                 for b in c.traces["decomposed"].bound_symbols if b.note]
+    diagnostics = [_diag(n.severity, n.message, n.where) for n in c.traced.notes]
+    diagnostics += [_diag(sev, msg, where) for sev, msg, where in c.plan.notes]
+    diagnostics += checked + (measured.diagnostics if measured else []) + (extra or [])
+    regions = [_region(r, measured.regions.get(r.id) if measured else None) for r in c.plan.regions]
+    traces = {s: t.python(nested=s == "decomposed") for s, t in c.traces.items()}
+    return R.CompileReport(
+        target=target, executors=c.executors, traces=traces, regions=regions, ops=_ops(c),
+        fallbacks=fallbacks, diagnostics=diagnostics, timings=measured.program if measured else None,
+        signature=list(c.traced.trace.signature), device=str(c.device), device_name=timing.device_name(c.device),
+        versions=versions(), compile_ms=round(c.compile_ms, 3), previews=list(c.previews))

@@ -1,0 +1,173 @@
+"""The layering of docs/architecture.md, checked: imports point only down the pipeline.
+
+Every import in compiler/ and lsp_server/ is read from the source (module-level and inside
+functions, plus `importlib.import_module("...")` with a literal name), nothing is run.
+"""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+# Bottom to top. A module may import its own layer's modules and any layer below; a
+# package stands for every module in it. Within a layer, the module graph must be acyclic.
+LAYERS = [
+    ["compiler.report", "compiler.discovery"],  # contracts: the report schema, target discovery
+    ["compiler.provenance"],
+    ["compiler.ir"],
+    ["compiler.ops"],
+    ["compiler.frontend"],
+    ["compiler.passes"],
+    ["compiler.fusion"],
+    ["compiler.executors"],
+    ["compiler.lowering"],
+    ["compiler.pipeline"],
+    ["compiler.checking", "compiler.timing"],
+    ["compiler.benchmark"],
+    ["compiler.reporting"],
+    ["compiler.api"],
+    ["compiler.jit_cache"],
+    ["compiler.targets"],
+    ["compiler.cli", "compiler.__main__", "compiler"],
+]
+# The language server reads reports and finds targets; only its worker process compiles.
+SERVER_MAY_IMPORT = {"compiler", "compiler.report", "compiler.discovery"}
+WORKER = "lsp_server.worker"
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def modules() -> dict:
+    files = sorted((REPO / "compiler").rglob("*.py")) + sorted((REPO / "lsp_server").rglob("*.py"))
+    return {module_name(p): p for p in files}
+
+
+def imports_of(name: str, path: Path) -> list:
+    """(imported module, line) for every import in the file, absolute names."""
+    tree = ast.parse(path.read_text(), str(path))
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [(a.name, node.lineno) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(up + ([base] if base else []))
+            # `from pkg import module` imports pkg.module; `from module import name` the module
+            out += [(f"{base}.{a.name}", node.lineno) for a in node.names]
+        elif (isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) == "import_module"
+              and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)):
+            out.append((node.args[0].value, node.lineno))
+    return out
+
+
+def resolve(imported: str, known: dict):
+    """The project module an import names (a `from pkg import name` may name an attribute)."""
+    while imported and imported not in known:
+        imported = imported.rpartition(".")[0]
+    return imported or None
+
+
+def layer_of(name: str):
+    best = None
+    for i, layer in enumerate(LAYERS):
+        for prefix in layer:
+            if name == prefix or name.startswith(prefix + "."):
+                if best is None or len(prefix) > len(best[1]):
+                    best = (i, prefix)
+    return best[0] if best else None
+
+
+def graph() -> dict:
+    known = modules()
+    edges = {}
+    for name, path in known.items():
+        edges[name] = {}
+        for imported, line in imports_of(name, path):
+            target = resolve(imported, known)
+            if target is not None and target != name:
+                edges[name].setdefault(target, line)
+    return edges
+
+
+def test_every_compiler_module_has_a_layer():
+    missing = [m for m in modules() if m.startswith("compiler") and layer_of(m) is None]
+    assert not missing, f"add these to LAYERS (and docs/architecture.md): {missing}"
+
+
+def test_compiler_imports_point_down_the_pipeline():
+    up = []
+    for name, targets in graph().items():
+        if not name.startswith("compiler"):
+            continue
+        for target, line in targets.items():
+            if target.startswith("compiler") and layer_of(target) > layer_of(name):
+                up.append(f"{name}:{line} imports {target}, a later stage")
+    assert not up, "\n".join(up)
+
+
+def test_no_import_cycles():
+    edges = graph()
+    state, cycles = {}, []
+
+    def visit(node, path):
+        state[node] = "open"
+        for nxt in edges.get(node, {}):
+            if state.get(nxt) == "open":
+                cycles.append(" -> ".join(path[path.index(nxt):] + [nxt]))
+            elif nxt not in state:
+                visit(nxt, path + [nxt])
+        state[node] = "done"
+
+    for node in sorted(edges):
+        if node not in state:
+            visit(node, [node])
+    assert not cycles, "\n".join(cycles)
+
+
+@pytest.mark.parametrize("name", sorted(m for m in modules() if m.startswith("lsp_server") and m != WORKER))
+def test_server_reads_reports_and_discovery_only(name):
+    path = modules()[name]
+    bad = [(m, line) for m, line in imports_of(name, path)
+           if (m.split(".")[0] == "compiler" and m not in SERVER_MAY_IMPORT
+               and resolve(m, modules()) not in SERVER_MAY_IMPORT) or m.split(".")[0] == "torch"]
+    assert not bad, f"{name} imports {bad}: the server never imports torch or compiles (its worker does)"
+
+
+def test_no_source_file_is_too_long():
+    long = [f"{p.relative_to(REPO)}: {n} lines"
+            for p in list(REPO.glob("compiler/**/*.py")) + list(REPO.glob("lsp_server/**/*.py"))
+            if (n := len(p.read_text().splitlines())) > 600]
+    assert not long, long
+
+
+def test_docs_link_only_inside_the_repository():
+    import re
+
+    outside = []
+    for doc in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]:
+        for target in re.findall(r"\]\(([^)#\s]+)", doc.read_text()):
+            if "://" in target or target.startswith("mailto:"):
+                continue
+            resolved = (doc.parent / target).resolve()
+            if REPO not in resolved.parents and resolved != REPO or not resolved.exists():
+                outside.append(f"{doc.relative_to(REPO)} -> {target}")
+    assert not outside, outside
+
+
+def test_the_architecture_page_names_every_module():
+    page = (REPO / "docs" / "architecture.md").read_text()
+    missing = [m for m, p in modules().items()
+               if p.name != "__init__.py" and p.name != "__main__.py" and str(p.relative_to(REPO)) not in page
+               and not any(str(parent.relative_to(REPO)) + "/" in page for parent in p.parents
+                           if parent != REPO and REPO in parent.parents and parent.name not in ("compiler", "lsp_server"))]
+    assert not missing, f"docs/architecture.md's code map does not mention: {missing}"

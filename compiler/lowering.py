@@ -17,7 +17,7 @@ from torch.utils import _pytree as pytree
 
 from compiler import fusion
 from compiler.executors.base import Generated
-from compiler.ir import BoundSymbol, Symbol, Trace, distinct_lines, format_call, run_ops
+from compiler.ir import BoundSymbol, Symbol, Trace, distinct_lines, run_ops
 from compiler.report import Boundary
 
 

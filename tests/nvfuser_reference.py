@@ -1,8 +1,8 @@
 """A reference implementation of the part of nvFuser's Python API FusionLens generates. Tests only.
 
-The product never imports this. The nvFuser executor's tests inject it as the
-`nvfuser_direct` (or `nvfuser`) module for the exec of each generated FusionDefinition, so
-that on a machine without nvFuser every definition is still built and run: op names,
+The product never imports this. The nvFuser executor's tests run it with a Backend over
+this module, posing as `nvfuser_direct` or `nvfuser` (tests/nvfuser_testing.py), so that on
+a machine without nvFuser every definition is still built and run: op names,
 argument orders, keyword names and defaults follow nvFuser's published bindings; the values
 are computed with torch, following nvFuser's semantics where they differ from torch's.
 
@@ -41,8 +41,10 @@ import enum
 
 import torch
 
-IS_REFERENCE = True
 __version__ = "reference"
+# What runs a definition, as the executor's notes say it (Backend.label and Backend.about)
+LABEL = "tests/nvfuser_reference.py (a torch re-implementation for tests; not nvFuser)"
+ABOUT = "which checks the definition's API use and torch semantics"
 
 
 class DataType(enum.Enum):
@@ -486,4 +488,4 @@ ops.cast = cast
 ops.broadcast_in_dim = broadcast_in_dim
 ops.var_mean = var_mean
 
-__all__ = ["FusionDefinition", "DataType", "ops", "IS_REFERENCE"]
+__all__ = ["FusionDefinition", "DataType", "ops"]

@@ -1,8 +1,8 @@
 """Every op sample of tests/op_samples.py compiled with executors=["nvfuser", "torch"].
 
 The nvFuser executor's definitions run on tests/nvfuser_reference.py (posing as the
-`nvfuser_direct` package through the executor's test-only hook) and, where nvFuser imports
-and CUDA is available, on the real package. `compiler.compile` checks each program against
+`nvfuser_direct` package: an executor given it as its backend, registered as "nvfuser")
+and, where nvFuser imports and CUDA is available, on the real package. `compiler.compile` checks each program against
 eager PyTorch on the sample's inputs (an error diagnostic on mismatch); this test also
 checks that the nvFuser regions hold real definitions and that nothing errors.
 """
@@ -14,12 +14,9 @@ import torch
 from torch.utils import _pytree as pytree
 
 import compiler
-from compiler.executors import nvfuser_executor as nx
 
-import nvfuser_reference as ref
+from nvfuser_testing import REAL, reference_backend, registered
 from op_samples import SAMPLES, clone_args
-
-REAL = torch.cuda.is_available() and nx.load_backend()[0] is not None
 
 
 def _cases():
@@ -34,7 +31,7 @@ def device(request):
     if request.param == "real":
         yield torch.device("cuda")
         return
-    with nx.use_backend(ref):
+    with registered(reference_backend()):
         yield torch.device("cpu")
 
 

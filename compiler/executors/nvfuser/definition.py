@@ -1,0 +1,258 @@
+"""A FusionGroup's nvFuser FusionDefinition, written as readable Python source.
+
+The source uses only nvFuser's public Python API (`fd.define_tensor`, `fd.define_scalar`,
+`fd.ops.<op>`, `fd.add_output`) and runs as a script against either `nvfuser_direct` or
+the older `nvfuser`; `build_definition` executes it against a Backend. Writing needs no
+nvFuser.
+"""
+
+from __future__ import annotations
+
+import keyword
+import math
+import re
+from typing import Optional
+
+import torch
+
+from compiler.executors.nvfuser.backend import Backend
+from compiler.executors.nvfuser.support import (
+    BINARY, COMPARISONS, DTYPES, FLOAT_UNARY, INTEGER_ACCUMULATING, REDUCTIONS, UNARY, InputSpec,
+    can_take)
+from compiler.fusion import Decline, FusionGroup
+from compiler.ir import DTYPE_SHORT, Value
+from compiler.ops import prims
+
+_RESERVED = {"fd", "FusionDefinition", "DataType", "torch", "float", "int", "bool"}
+
+
+def _scalar_source(x) -> tuple:
+    """(literal, DataType member) of a python number as nvFuser defines constant scalars."""
+    if isinstance(x, bool):
+        return repr(x), "Bool"
+    if isinstance(x, int):
+        return repr(x), "Int"
+    x = float(x)
+    if math.isnan(x):
+        return 'float("nan")', "Double"
+    if math.isinf(x):
+        return ('float("inf")' if x > 0 else 'float("-inf")'), "Double"
+    return repr(x), "Double"
+
+
+class _Writer:
+    def __init__(self, group: FusionGroup, specs: list, api: str):
+        self.group, self.specs, self.api = group, specs, api
+        self.lines: list = []
+        self.names: dict = {}  # trace value name -> python name in the definition
+        self.dtypes: dict = {}  # python name -> torch dtype of that nvFuser value
+        self.used: set = set()
+        self.scalars = 0
+        self.last_loc = None
+
+    def fresh(self, base: str) -> str:
+        base = re.sub(r"\W", "_", base) or "v"
+        if base[0].isdigit() or keyword.iskeyword(base) or base in _RESERVED:
+            base = f"{base}_"
+        name, k = base, 1
+        while name in self.used:
+            name = f"{base}_{k}"
+            k += 1
+        self.used.add(name)
+        return name
+
+    def emit(self, text: str):
+        self.lines.append(f"    {text}")
+
+    def value(self, v: Value) -> str:
+        return self.names[v.name]
+
+    def scalar(self, x, as_dtype: Optional[torch.dtype] = None) -> str:
+        if as_dtype is not None and as_dtype.is_floating_point and not isinstance(x, bool):
+            x = float(x)
+        literal, dt = _scalar_source(x)
+        name = self.fresh(f"S{self.scalars}")
+        self.scalars += 1
+        self.emit(f"{name} = fd.define_scalar({literal}, dtype=DataType.{dt})")
+        return name
+
+    def cast(self, name: str, dtype: torch.dtype) -> str:
+        if self.dtypes[name] == dtype:
+            return name
+        out = self.fresh(f"{name}_{DTYPE_SHORT[dtype]}")
+        self.emit(f"{out} = fd.ops.cast({name}, dtype=DataType.{DTYPES[dtype]})")
+        self.dtypes[out] = dtype
+        return out
+
+    def operand(self, x, dtype: torch.dtype) -> str:
+        """A tensor operand cast to `dtype`, or a python number defined as a scalar."""
+        if isinstance(x, Value):
+            return self.cast(self.value(x), dtype)
+        return self.scalar(x, dtype)
+
+    def bind(self, v: Value, name: str, dtype: torch.dtype, comment: str):
+        """Name the op just emitted as trace value v, cast to v's dtype if nvFuser's differs."""
+        self.lines[-1] += comment
+        self.names[v.name] = self.cast(name, v.dtype) if dtype != v.dtype else name
+
+    def provenance(self, b):
+        p = b.provenance
+        if p is not None and (p.file, p.line) != self.last_loc:
+            self.last_loc = (p.file, p.line)
+            self.emit(f"# {p.source_comment()}")
+
+    def header(self) -> list:
+        g = self.group
+        head = [f"# nvFuser FusionDefinition for fusion region {g.id} ({g.kind}); "
+                f"iteration domain {list(g.domain)}"
+                + (f", reduced dims {list(g.reduction_dims)}" if g.reduction_dims else "")]
+        if g.source_lines:
+            head.append("# from:")
+            head += [f"#   {line}" for line in g.source_lines]
+        head.append("# inputs: " + ", ".join(f"{v.name} {v.type_str()}" for v in g.inputs))
+        head.append("# outputs: " + ", ".join(f"{v.name} {v.type_str()}" for v in g.outputs))
+        head.append(f"from {self.api} import FusionDefinition, DataType")
+        return head
+
+    def write(self) -> tuple:
+        g = self.group
+        fname = "nvfuser_fusion_" + re.sub(r"\W", "_", g.id)
+        self.lines.append(f"def {fname}(fd: FusionDefinition) -> None:")
+        for v, spec in zip(g.inputs, self.specs):
+            name = self.fresh(v.name)
+            self.names[v.name] = name
+            self.dtypes[name] = v.dtype
+            self.emit(f"{name} = fd.define_tensor(shape={list(spec.shape)}, contiguity={list(spec.contiguity)}, "
+                      f"dtype=DataType.{DTYPES[v.dtype]}, is_cpu={spec.is_cpu}, "
+                      f"stride_order={list(spec.stride_order)})")
+        for b in g.bsyms:
+            why = can_take(b)
+            if why is not None:
+                raise Decline(f"{b.sym.name}: {why}")
+            self.provenance(b)
+            self.op(b)
+        produced_inputs = {v.name for v in g.inputs}
+        for v in g.outputs:
+            name = self.value(v)
+            if v.name in produced_inputs:  # an input passed through: nvFuser returns a copy via set
+                copy = self.fresh(f"{name}_copy")
+                self.emit(f"{copy} = fd.ops.set({name})")
+                name = copy
+            self.emit(f"fd.add_output({name})")
+        body = "\n".join(self.lines)
+        tail = f"\n\n\nwith FusionDefinition() as fd:\n    {fname}(fd)\n"
+        return body + tail, fname
+
+    def op(self, b):
+        sym = b.sym
+        out = b.outputs[0]
+        types = "; ".join(f"{o.name}: {o.type_str()}" for o in b.outputs)
+        comment = f"  # {sym.name} -> {types}"
+        if sym is prims.convert_element_type:
+            src = self.value(b.args[0])
+            target = b.args[1] if len(b.args) > 1 else b.kwargs["dtype"]
+            res = self.fresh(out.name)
+            self.emit(f"{res} = fd.ops.cast({src}, dtype=DataType.{DTYPES[target]})")
+            self.dtypes[res] = target
+            self.bind(out, res, target, comment)
+        elif sym in UNARY:
+            a = b.args[0]
+            compute = a.dtype
+            if sym in FLOAT_UNARY and not a.dtype.is_floating_point:
+                compute = torch.get_default_dtype()
+            src = self.cast(self.value(a), compute)
+            nv = UNARY[sym]
+            if sym is prims.bitwise_not and a.dtype == torch.bool:
+                nv = "logical_not"
+            result_dtype = torch.bool if sym in (prims.logical_not, prims.isnan) else compute
+            res = self.fresh(out.name)
+            self.emit(f"{res} = fd.ops.{nv}({src})")
+            self.dtypes[res] = result_dtype
+            self.bind(out, res, result_dtype, comment)
+        elif sym in BINARY:
+            x, y = b.args[0], b.args[1]
+            if sym in COMPARISONS:
+                compute = torch.result_type(*(a.meta() if isinstance(a, Value) else a for a in (x, y)))
+                result_dtype = torch.bool
+            else:
+                compute = out.dtype
+                result_dtype = out.dtype
+            xs, ys = self.operand(x, compute), self.operand(y, compute)
+            res = self.fresh(out.name)
+            self.emit(f"{res} = fd.ops.{BINARY[sym]}({xs}, {ys})")
+            self.dtypes[res] = result_dtype
+            self.bind(out, res, result_dtype, comment)
+        elif sym is prims.where:
+            pred, x, y = b.args[0], b.args[1], b.args[2]
+            compute = out.dtype
+            ps = self.value(pred)
+            xs, ys = self.operand(x, compute), self.operand(y, compute)
+            if isinstance(x, Value) or isinstance(y, Value):
+                result_dtype = compute
+            else:  # nvFuser's where of two scalars has the scalars' type (Double, Int or Bool)
+                literal_types = {_scalar_source(self._as(x, compute))[1], _scalar_source(self._as(y, compute))[1]}
+                result_dtype = (torch.float64 if "Double" in literal_types else
+                                torch.int64 if "Int" in literal_types else torch.bool)
+            res = self.fresh(out.name)
+            self.emit(f"{res} = fd.ops.where({ps}, {xs}, {ys})")
+            self.dtypes[res] = result_dtype
+            self.bind(out, res, result_dtype, comment)
+        elif sym is prims.broadcast_in_dim:
+            a, shape, dims = b.args[0], list(b.args[1]), list(b.args[2])
+            src = self.value(a)
+            res = self.fresh(out.name)
+            self.emit(f"{res} = fd.ops.broadcast_in_dim({src}, shape={shape}, broadcast_dims={dims})")
+            self.dtypes[res] = a.dtype
+            self.bind(out, res, a.dtype, comment)
+        elif sym in REDUCTIONS:
+            a, dims = b.args[0], sorted(int(d) for d in b.args[1])
+            src = self.value(a)
+            res = self.fresh(out.name)
+            self.emit(f"{res} = fd.ops.{REDUCTIONS[sym]}({src}, {dims})")
+            result_dtype = a.dtype
+            if sym in INTEGER_ACCUMULATING and not a.dtype.is_floating_point:
+                result_dtype = torch.int64  # nvFuser sums and multiplies integers and bools in Int
+            self.dtypes[res] = result_dtype
+            self.bind(out, res, result_dtype, comment)
+        elif sym is prims.var_mean:
+            a, dims = b.args[0], sorted(int(d) for d in b.args[1])
+            correction = b.args[2] if len(b.args) > 2 else b.kwargs.get("correction", 1)
+            src = self.value(a)
+            var, mean = b.outputs
+            vs, ms = self.fresh(var.name), self.fresh(mean.name)
+            self.emit(f"{vs}, {ms} = fd.ops.var_mean({src}, {dims}, {int(correction)})")
+            self.dtypes[vs] = self.dtypes[ms] = a.dtype
+            self.lines[-1] += comment
+            self.names[var.name] = self.cast(vs, var.dtype)
+            self.names[mean.name] = self.cast(ms, mean.dtype)
+        else:  # can_take said yes to something op() does not know: a bug here
+            raise Decline(f"{sym.name} has no nvFuser translation")
+
+    @staticmethod
+    def _as(x, dtype):
+        return float(x) if dtype.is_floating_point and not isinstance(x, bool) else x
+
+
+def write_source(group: FusionGroup, specs: list, api: str) -> tuple:
+    """(the definition as a script, its body without the import line, its function's name)
+    for inputs described by `specs`."""
+    w = _Writer(group, specs, api)
+    body, fname = w.write()
+    return "\n".join(w.header()) + "\n\n\n" + body, body, fname
+
+
+def definition_source(group: FusionGroup, api: str = "nvfuser_direct", device_type: str = "cuda") -> str:
+    """The FusionDefinition of `group` for contiguous inputs, as a Python script; needs no nvFuser."""
+    for b in group.bsyms:
+        why = can_take(b)
+        if why is not None:
+            raise Decline(f"{b.sym.name}: {why}")
+    specs = [InputSpec.of_value(v, device_type) for v in group.inputs]
+    return write_source(group, specs, api)[0]
+
+
+def build_definition(body: str, backend: Backend):
+    """Run a definition's source (without its import line) against `backend`; returns fd."""
+    namespace = {"FusionDefinition": backend.module.FusionDefinition, "DataType": backend.module.DataType}
+    exec(compile(body, "<nvfuser definition>", "exec"), namespace)
+    return namespace["fd"]

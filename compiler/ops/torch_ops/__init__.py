@@ -1,0 +1,39 @@
+"""Torch-level symbols: what the frontend records, and how each decomposes into prims.
+
+Each symbol stands for one torch function (its `impl`, also its printed name) and every
+alias that means the same (Tensor methods, operators, torch.nn.functional). Its
+decomposition is a plain function over Values that calls prims and other symbols, with
+torch's own signature, so a recorded call binds to it unchanged. A symbol with no
+decomposition is a library call (matmul, linear, SDPA, ...): executors run it as a whole.
+A decomposition raises NoDecomposition for argument combinations it does not cover; the op
+then stays a library call too.
+
+The package, one module a family of ops, each building only on those above it:
+- registry: REGISTRY and SYMBOLS, register / library / lookup, qualified_name, adapters
+- common: helpers over Values and numbers (result_dtype, cast, broadcast_to_shape,
+  elementwise, reduction, opmath, ...)
+- pointwise: elementwise binary and unary ops, comparisons, where, clamp, lerp, ...
+- activations: relu, gelu, silu, softplus, ..., dropout
+- conversions: to, type_as, float() and friends, contiguous, clone, detach
+- shapes: reshape, permute, expand, indexing and slicing, split, cat, stack, tril/triu
+- factories: full, ones, zeros, *_like, arange
+- reductions: sum, mean, max/min, argmax, var/std, logsumexp, vector_norm
+- normalization: softmax, log_softmax, layer_norm, rms_norm, normalize
+- losses: nll_loss, cross_entropy, mse_loss
+- library_calls: matmul, linear, SDPA, convolutions, ... (run whole)
+
+Symbols register when their module is imported; the imports below keep the order of
+REGISTRY and SYMBOLS (lookups, docs/ops.md) fixed.
+"""
+
+from compiler.ops.torch_ops import registry, common  # noqa: F401  (the base: imported first)
+from compiler.ops.torch_ops import pointwise, activations, conversions, shapes, factories  # noqa: F401
+from compiler.ops.torch_ops import reductions, normalization, losses, library_calls  # noqa: F401
+from compiler.ops.torch_ops.common import broadcast_to_shape, cast, elementwise, opmath, reduction, result_dtype
+from compiler.ops.torch_ops.registry import (LIBRARY, REGISTRY, SYMBOLS, NoDecomposition, library, lookup,
+                                             qualified_name, register, symbol_for)
+
+__all__ = [
+    "LIBRARY", "REGISTRY", "SYMBOLS", "NoDecomposition", "library", "lookup", "qualified_name", "register",
+    "symbol_for", "broadcast_to_shape", "cast", "elementwise", "opmath", "reduction", "result_dtype",
+]

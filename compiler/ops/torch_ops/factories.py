@@ -1,0 +1,63 @@
+"""Factories: tensors made from a shape and a fill (full, ones, zeros, *_like, arange)."""
+
+from __future__ import annotations
+
+import builtins
+
+import torch
+
+from compiler.ops import prims
+from compiler.ops.torch_ops.common import result_dtype
+from compiler.ops.torch_ops.registry import NoDecomposition, register
+
+
+def _shape_arg(size):
+    if len(size) == 1 and isinstance(size[0], (tuple, list, torch.Size)):
+        return tuple(size[0])
+    return tuple(size)
+
+
+def _factory_device(device):
+    return torch.device(device) if device is not None else torch.device("cpu")
+
+
+@register(torch.full)
+def full(size, fill_value, *, dtype=None, layout=None, device=None, pin_memory=False, requires_grad=False):
+    dtype = dtype or (torch.get_default_dtype() if isinstance(fill_value, float) else result_dtype(fill_value))
+    return prims.full(tuple(size), fill_value, dtype=dtype, device=_factory_device(device))
+
+
+@register(torch.ones)
+def ones(*size, dtype=None, layout=None, device=None, pin_memory=False, requires_grad=False, out=None):
+    return prims.full(_shape_arg(size), 1, dtype=dtype or torch.get_default_dtype(), device=_factory_device(device))
+
+
+@register(torch.zeros)
+def zeros(*size, dtype=None, layout=None, device=None, pin_memory=False, requires_grad=False, out=None):
+    return prims.full(_shape_arg(size), 0, dtype=dtype or torch.get_default_dtype(), device=_factory_device(device))
+
+
+def _like(fill):
+    def decomposition(input, *, dtype=None, layout=None, device=None, pin_memory=False,
+                      requires_grad=False, memory_format=None):
+        return prims.full(input.shape, fill, dtype=dtype or input.dtype, device=device or input.device)
+    return decomposition
+
+
+ones_like = register(torch.ones_like)(_like(1))
+zeros_like = register(torch.zeros_like)(_like(0))
+
+
+@register(torch.full_like)
+def full_like(input, fill_value, *, dtype=None, layout=None, device=None, pin_memory=False,
+              requires_grad=False, memory_format=None):
+    return prims.full(input.shape, fill_value, dtype=dtype or input.dtype, device=device or input.device)
+
+
+@register(torch.arange)
+def arange(*args, dtype=None, layout=None, device=None, pin_memory=False, requires_grad=False, out=None):
+    start, end, step = (0, args[0], 1) if len(args) == 1 else (args[0], args[1], args[2] if len(args) > 2 else 1)
+    if builtins.any(isinstance(a, float) for a in (start, end, step)) and dtype is None:
+        raise NoDecomposition("float arange")  # its length rounds like torch's, not ours
+    length = builtins.max(0, -(-(end - start) // step))
+    return prims.iota(length, start=start, step=step, dtype=dtype or torch.int64, device=_factory_device(device))

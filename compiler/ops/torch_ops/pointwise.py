@@ -1,0 +1,254 @@
+"""Elementwise torch ops: arithmetic, comparisons, logical and bitwise ops, the unary math
+functions, and the composites over them (where, masked_fill, clamp, lerp, addcmul, outer)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from compiler.ops import prims
+from compiler.ops.torch_ops.common import (_LOW_PRECISION, _common_shape, _is_float, _is_value, _prepare,
+                                           _scalar_as, broadcast_to_shape, cast, elementwise, result_dtype)
+from compiler.ops.torch_ops.registry import NoDecomposition, register, symbol_for
+
+
+# --- elementwise binary -------------------------------------------------------------------
+
+@register(torch.add, torch.Tensor.add, torch.Tensor.__add__, torch.Tensor.__radd__)
+def add(input, other, *, alpha=1):
+    if alpha != 1:
+        other = mul(other, alpha)
+    return elementwise(prims.add, input, other)
+
+
+@register(torch.sub, torch.subtract, torch.Tensor.sub, torch.Tensor.__sub__)
+def sub(input, other, *, alpha=1):
+    if alpha != 1:
+        other = mul(other, alpha)
+    return elementwise(prims.sub, input, other)
+
+
+@register(torch.rsub, torch.Tensor.__rsub__)
+def rsub(input, other, *, alpha=1):
+    return sub(other, input, alpha=alpha) if _is_value(other) else elementwise(prims.sub, other * alpha, input)
+
+
+@register(torch.mul, torch.multiply, torch.Tensor.mul, torch.Tensor.__mul__, torch.Tensor.__rmul__)
+def mul(input, other):
+    return elementwise(prims.mul, input, other)
+
+
+@register(torch.div, torch.divide, torch.true_divide, torch.Tensor.div, torch.Tensor.__truediv__,
+          torch.Tensor.true_divide)
+def div(input, other, *, rounding_mode=None):
+    if rounding_mode == "floor":
+        dtype = result_dtype(input, other)
+        if not _is_float(dtype):
+            raise NoDecomposition("integer floor division")
+        compute = torch.float32 if dtype in _LOW_PRECISION else dtype  # round once, as torch does
+        return cast(floor(elementwise(prims.div, cast(input, compute), cast(other, compute))), dtype)
+    if rounding_mode is not None:
+        raise NoDecomposition(f"rounding_mode={rounding_mode!r}")
+    return elementwise(prims.div, input, other, promote="int_to_float")
+
+
+@register(torch.Tensor.__rtruediv__, name="torch.Tensor.__rtruediv__")
+def rtruediv(input, other):
+    return elementwise(prims.div, other, input, promote="int_to_float")
+
+
+@register(torch.pow, torch.Tensor.pow, torch.Tensor.__pow__)
+def pow(input, exponent):  # noqa: A001
+    if not _is_value(exponent) and _is_value(input):
+        if exponent == 2:
+            return mul(input, input)
+        if exponent == 0.5 and _is_float(input.dtype):
+            return sqrt(input)
+    return elementwise(prims.pow, input, exponent)
+
+
+@register(torch.Tensor.__rpow__, name="torch.Tensor.__rpow__")
+def rpow(input, other):
+    return elementwise(prims.pow, other, input)
+
+
+@register(torch.square, torch.Tensor.square)
+def square(input):
+    return mul(input, input)
+
+
+@register(torch.remainder, torch.Tensor.remainder, torch.Tensor.__mod__)
+def remainder(input, other):
+    return elementwise(prims.remainder, input, other)
+
+
+@register(torch.maximum, torch.Tensor.maximum)
+def maximum(input, other):
+    return elementwise(prims.maximum, input, other)
+
+
+@register(torch.minimum, torch.Tensor.minimum)
+def minimum(input, other):
+    return elementwise(prims.minimum, input, other)
+
+
+def _comparison(prim, *fns):
+    def decomposition(input, other):
+        return elementwise(prim, input, other, promote="bool")
+
+    decomposition.__name__ = prim.name.removeprefix("prims.")
+    return register(*fns)(decomposition)
+
+
+eq = _comparison(prims.eq, torch.eq, torch.Tensor.eq, torch.Tensor.__eq__)
+ne = _comparison(prims.ne, torch.ne, torch.Tensor.ne, torch.Tensor.__ne__)
+lt = _comparison(prims.lt, torch.lt, torch.Tensor.lt, torch.Tensor.__lt__)
+le = _comparison(prims.le, torch.le, torch.Tensor.le, torch.Tensor.__le__)
+gt = _comparison(prims.gt, torch.gt, torch.Tensor.gt, torch.Tensor.__gt__)
+ge = _comparison(prims.ge, torch.ge, torch.Tensor.ge, torch.Tensor.__ge__)
+
+
+@register(torch.logical_and, torch.Tensor.logical_and)
+def logical_and(input, other):
+    return elementwise(prims.bitwise_and, cast(input, torch.bool), cast(other, torch.bool))
+
+
+@register(torch.logical_or, torch.Tensor.logical_or)
+def logical_or(input, other):
+    return elementwise(prims.bitwise_or, cast(input, torch.bool), cast(other, torch.bool))
+
+
+@register(torch.bitwise_and, torch.Tensor.__and__, torch.Tensor.bitwise_and)
+def bitwise_and(input, other):
+    return elementwise(prims.bitwise_and, input, other)
+
+
+@register(torch.bitwise_or, torch.Tensor.__or__, torch.Tensor.bitwise_or)
+def bitwise_or(input, other):
+    return elementwise(prims.bitwise_or, input, other)
+
+
+@register(torch.bitwise_xor, torch.Tensor.__xor__, torch.Tensor.bitwise_xor)
+def bitwise_xor(input, other):
+    return elementwise(prims.bitwise_xor, input, other)
+
+
+# --- elementwise unary --------------------------------------------------------------------
+
+_ROUNDING = (prims.floor, prims.ceil, prims.round, prims.trunc)
+
+
+def _unary(prim, promote, *extra_fns):
+    """The torch op named like `prim` (torch.exp, Tensor.exp and `extra_fns`): integer
+    inputs become float first when `promote`; rounding an integer returns it unchanged."""
+    name = prim.name.removeprefix("prims.")
+    fns = [getattr(torch, name), getattr(torch.Tensor, name), *extra_fns]
+
+    def decomposition(input):
+        if input.dtype.is_complex:
+            raise NoDecomposition("complex tensors")
+        if promote and not _is_float(input.dtype):
+            input = cast(input, torch.get_default_dtype())
+        if prim in _ROUNDING and not _is_float(input.dtype):
+            return input
+        return prim(input)
+
+    decomposition.__name__ = name
+    return register(*fns)(decomposition)
+
+
+# the float ones: integer inputs compute in the default float dtype
+exp = _unary(prims.exp, True)
+exp2 = _unary(prims.exp2, True)
+log = _unary(prims.log, True)
+log2 = _unary(prims.log2, True)
+log1p = _unary(prims.log1p, True)
+expm1 = _unary(prims.expm1, True)
+sqrt = _unary(prims.sqrt, True)
+rsqrt = _unary(prims.rsqrt, True)
+sin = _unary(prims.sin, True)
+cos = _unary(prims.cos, True)
+tan = _unary(prims.tan, True)
+tanh = _unary(prims.tanh, True, F.tanh)
+sigmoid = _unary(prims.sigmoid, True, F.sigmoid)
+erf = _unary(prims.erf, True)
+reciprocal = _unary(prims.reciprocal, True)
+# the ones that keep their input's dtype
+abs = _unary(prims.abs, False, torch.Tensor.__abs__)  # noqa: A001
+neg = _unary(prims.neg, False, torch.negative, torch.Tensor.__neg__)
+floor = _unary(prims.floor, False)
+ceil = _unary(prims.ceil, False)
+round = _unary(prims.round, False)  # noqa: A001
+trunc = _unary(prims.trunc, False)
+sign = _unary(prims.sign, False)
+
+
+@register(torch.logical_not, torch.Tensor.logical_not)
+def logical_not(input):
+    return prims.logical_not(cast(input, torch.bool))
+
+
+@register(torch.bitwise_not, torch.Tensor.bitwise_not, torch.Tensor.__invert__)
+def bitwise_not(input):
+    return prims.logical_not(input) if input.dtype == torch.bool else prims.bitwise_not(input)
+
+
+@register(torch.isnan, torch.Tensor.isnan)
+def isnan(input):
+    return prims.isnan(input)
+
+
+@register(torch.where, torch.Tensor.where, adapters={torch.Tensor.where: lambda a, k: ((a[1], a[0], *a[2:]), k)})
+def where(condition, input, other):
+    if not _is_value(input) and not _is_value(other):
+        raise NoDecomposition("scalar branches")
+    dtype = result_dtype(input, other)
+    shape = _common_shape(condition, input, other)
+    cond = broadcast_to_shape(cast(condition, torch.bool), shape)
+    a, b = _prepare((input, other), dtype, shape)
+    return prims.where(cond, a, b)
+
+
+@register(torch.masked_fill, torch.Tensor.masked_fill)
+def masked_fill(input, mask, value):
+    value = value if not _is_value(value) else cast(value, input.dtype)
+    return where(mask, _scalar_as(value, input.dtype) if not _is_value(value) else value, input)
+
+
+@register(torch.clamp, torch.clip, torch.Tensor.clamp, torch.Tensor.clip)
+def clamp(input, min=None, max=None):  # noqa: A002
+    out = input
+    if min is not None:
+        out = maximum(out, min)
+    if max is not None:
+        out = minimum(out, max)
+    return out
+
+
+@register(torch.clamp_min, torch.Tensor.clamp_min)
+def clamp_min(input, min):  # noqa: A002
+    return maximum(input, min)
+
+
+@register(torch.clamp_max, torch.Tensor.clamp_max)
+def clamp_max(input, max):  # noqa: A002
+    return minimum(input, max)
+
+
+@register(torch.lerp, torch.Tensor.lerp)
+def lerp(input, end, weight):
+    return add(input, mul(weight, sub(end, input)))
+
+
+@register(torch.addcmul, torch.Tensor.addcmul)
+def addcmul(input, tensor1, tensor2, *, value=1):
+    return add(input, mul(mul(tensor1, tensor2), value))
+
+
+@register(torch.outer, torch.Tensor.outer, torch.ger)
+def outer(input, vec2):
+    unsqueeze = symbol_for(torch.unsqueeze)  # a shape op, registered after this family
+    return mul(unsqueeze(input, 1), unsqueeze(vec2, 0))
+
+
+# --- activations --------------------------------------------------------------------------

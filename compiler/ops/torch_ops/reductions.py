@@ -1,0 +1,123 @@
+"""Reductions: sum, mean, prod, amax/amin, max/min (with indices), argmax/argmin, variance
+and standard deviation, logsumexp and the vector norm."""
+
+from __future__ import annotations
+
+import builtins
+import math
+
+import torch
+
+from compiler.ops import prims
+from compiler.ops.torch_ops.common import _LOW_PRECISION, _dims, _is_value, _keep, cast, reduction
+from compiler.ops.torch_ops.pointwise import abs, add, div, eq, exp, log, maximum, minimum, mul, sqrt, sub, where
+from compiler.ops.torch_ops.registry import NoDecomposition, register
+from compiler.ops.torch_ops.shapes import reshape, squeeze
+
+
+@register(torch.sum, torch.Tensor.sum)
+def sum(input, dim=None, keepdim=False, *, dtype=None):  # noqa: A001
+    return reduction(prims.sum, input, dim, keepdim, dtype)
+
+
+@register(torch.mean, torch.Tensor.mean)
+def mean(input, dim=None, keepdim=False, *, dtype=None):
+    dims = _dims(input, dim)
+    n = math.prod(input.shape[d] for d in dims) if input.ndim else 1
+    out_dtype = dtype or input.dtype
+    compute = torch.float32 if out_dtype in _LOW_PRECISION else out_dtype
+    total = reduction(prims.sum, cast(input, compute), dim, keepdim)
+    return cast(div(total, n), out_dtype)
+
+
+@register(torch.amax, torch.Tensor.amax)
+def amax(input, dim=(), keepdim=False):
+    return reduction(prims.amax, input, dim, keepdim, accumulate=False)
+
+
+@register(torch.amin, torch.Tensor.amin)
+def amin(input, dim=(), keepdim=False):
+    return reduction(prims.amin, input, dim, keepdim, accumulate=False)
+
+
+@register(torch.prod, torch.Tensor.prod)
+def prod(input, dim=None, keepdim=False, *, dtype=None):
+    return reduction(prims.prod, input, dim, keepdim, dtype)
+
+
+def _max_min(which):
+    reduce_prim, arg_prim, pair = ((prims.amax, prims.argmax, maximum) if which == "max"
+                                   else (prims.amin, prims.argmin, minimum))
+
+    def decomposition(input, dim=None, keepdim=False):
+        if _is_value(dim):
+            return pair(input, dim)  # torch.max(a, b): elementwise
+        if dim is None:
+            return reduction(reduce_prim, input, None, False, accumulate=False)
+        d = dim % builtins.max(input.ndim, 1)
+        values = reduction(reduce_prim, input, d, keepdim, accumulate=False)
+        indices = _keep(arg_prim(input, d), input, (d,), keepdim)
+        return torch.return_types.max((values, indices)) if which == "max" else torch.return_types.min((values, indices))
+
+    decomposition.__name__ = which
+    return decomposition
+
+
+max = register(torch.max, torch.Tensor.max)(_max_min("max"))  # noqa: A001
+min = register(torch.min, torch.Tensor.min)(_max_min("min"))  # noqa: A001
+
+
+def _argmax_min(arg_prim):
+    def decomposition(input, dim=None, keepdim=False):
+        if dim is None:
+            return arg_prim(reshape(input, (-1,)), 0)
+        d = dim % input.ndim
+        return _keep(arg_prim(input, d), input, (d,), keepdim)
+    return decomposition
+
+
+argmax = register(torch.argmax, torch.Tensor.argmax)(_argmax_min(prims.argmax))
+argmin = register(torch.argmin, torch.Tensor.argmin)(_argmax_min(prims.argmin))
+
+
+def _correction(unbiased, correction):
+    if correction is not None:
+        return correction
+    return 1 if unbiased is None or unbiased else 0
+
+
+@register(torch.var_mean)
+def var_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    if isinstance(dim, bool):  # var_mean(x, unbiased)
+        dim, unbiased = None, dim
+    dims = _dims(input, dim)
+    compute = torch.float32 if input.dtype in _LOW_PRECISION else input.dtype
+    var, m = prims.var_mean(cast(input, compute), dims, _correction(unbiased, correction))
+    return (cast(_keep(var, input, dims, keepdim), input.dtype), cast(_keep(m, input, dims, keepdim), input.dtype))
+
+
+@register(torch.var, torch.Tensor.var)
+def var(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    return var_mean(input, dim, unbiased, keepdim, correction=correction)[0]
+
+
+@register(torch.std, torch.Tensor.std)
+def std(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
+    return sqrt(var(input, dim, unbiased, keepdim, correction=correction))
+
+
+@register(torch.logsumexp, torch.Tensor.logsumexp)
+def logsumexp(input, dim, keepdim=False):
+    dims = _dims(input, dim)
+    m = amax(input, dims, True)
+    m = where(eq(abs(m), math.inf), 0.0, m)  # as torch: rows of -inf give -inf, not nan
+    s = sum(exp(sub(input, m)), dims, True)
+    out = add(log(s), m)
+    return out if keepdim else squeeze(out, dims)
+
+
+@register(torch.linalg.vector_norm)
+def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None, out=None):  # noqa: A002
+    if ord != 2:
+        raise NoDecomposition(f"ord={ord}")
+    return sqrt(sum(mul(x, x), dim, keepdim))

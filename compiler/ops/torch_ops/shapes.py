@@ -1,0 +1,240 @@
+"""Shape and layout ops: reshapes, squeezes, permutes, expands, indexing and slicing,
+split/cat/stack, and the triangles (tril, triu)."""
+
+from __future__ import annotations
+
+import builtins
+import math
+import operator
+
+import torch
+
+from compiler.ir import Value
+from compiler.ops import prims
+from compiler.ops.torch_ops.common import _dims, _is_value, _scalar_as, broadcast_to_shape, cast, result_dtype
+from compiler.ops.torch_ops.pointwise import where
+from compiler.ops.torch_ops.registry import NoDecomposition, _pack_varargs, register
+
+
+def _resolve_shape(shape, numel):
+    shape = list(shape)
+    if -1 in shape:
+        known = math.prod(s for s in shape if s != -1)
+        shape[shape.index(-1)] = numel // known if known else 0
+    return tuple(shape)
+
+
+# Tensor.view records as reshape: the trace is functional, and once `.contiguous()` is
+# dropped as an alias a view of a transposed value must still work. (Tensor.view(dtype) is
+# another op; the frontend records it as is.)
+@register(torch.reshape, torch.Tensor.reshape, torch.Tensor.view,
+          adapters={torch.Tensor.reshape: _pack_varargs, torch.Tensor.view: _pack_varargs})
+def reshape(input, shape):
+    shape = _resolve_shape(shape, input.numel())
+    return input if shape == input.shape else prims.reshape(input, shape)
+
+
+@register(torch.Tensor.view_as, name="torch.Tensor.view_as")
+def view_as(input, other):
+    return reshape(input, other.shape)
+
+
+@register(torch.flatten, torch.Tensor.flatten)
+def flatten(input, start_dim=0, end_dim=-1):
+    if input.ndim == 0:
+        return reshape(input, (1,))
+    s, e = start_dim % input.ndim, end_dim % input.ndim
+    shape = input.shape[:s] + (math.prod(input.shape[s:e + 1]),) + input.shape[e + 1:]
+    return reshape(input, shape)
+
+
+@register(torch.unflatten, torch.Tensor.unflatten)
+def unflatten(input, dim, sizes):
+    d = dim % input.ndim
+    sizes = _resolve_shape(sizes, input.shape[d])
+    return reshape(input, input.shape[:d] + tuple(sizes) + input.shape[d + 1:])
+
+
+@register(torch.squeeze, torch.Tensor.squeeze)
+def squeeze(input, dim=None):
+    dims = _dims(input, dim) if dim is not None else range(input.ndim)
+    shape = tuple(s for i, s in enumerate(input.shape) if not (i in dims and s == 1))
+    return reshape(input, shape)
+
+
+@register(torch.unsqueeze, torch.Tensor.unsqueeze)
+def unsqueeze(input, dim):
+    d = dim % (input.ndim + 1)
+    shape = input.shape[:d] + (1,) + input.shape[d:]
+    return prims.broadcast_in_dim(input, shape, tuple(i for i in range(len(shape)) if i != d))
+
+
+@register(torch.permute, torch.Tensor.permute, adapters={torch.Tensor.permute: _pack_varargs})
+def permute(input, dims):
+    dims = tuple(d % input.ndim for d in dims)
+    return input if dims == tuple(range(input.ndim)) else prims.permute(input, dims)
+
+
+@register(torch.transpose, torch.swapaxes, torch.Tensor.transpose, torch.Tensor.swapaxes)
+def transpose(input, dim0, dim1):
+    if input.ndim < 2:
+        return input
+    dims = list(range(input.ndim))
+    a, b = dim0 % input.ndim, dim1 % input.ndim
+    dims[a], dims[b] = dims[b], dims[a]
+    return permute(input, tuple(dims))
+
+
+@register(torch.t, torch.Tensor.t)
+def t(input):
+    return transpose(input, 0, 1)
+
+
+@register(torch.Tensor.expand, name="torch.Tensor.expand", adapters={torch.Tensor.expand: _pack_varargs})
+def expand(input, size, *, implicit=False):
+    size = tuple(size)
+    offset = len(size) - input.ndim
+    shape = tuple(input.shape[i - offset] if s == -1 else s for i, s in enumerate(size))
+    return broadcast_to_shape(input, shape)
+
+
+@register(torch.broadcast_to, torch.Tensor.broadcast_to, adapters={torch.Tensor.broadcast_to: _pack_varargs})
+def broadcast_to(input, size):
+    return expand(input, size)
+
+
+@register(torch.Tensor.expand_as, name="torch.Tensor.expand_as")
+def expand_as(input, other):
+    return expand(input, other.shape)
+
+
+@register(torch.Tensor.repeat, name="torch.Tensor.repeat", adapters={torch.Tensor.repeat: _pack_varargs})
+def repeat(input, repeats):
+    repeats = tuple(repeats)
+    x = reshape(input, (1,) * (len(repeats) - input.ndim) + input.shape)
+    # interleave a broadcast dim before each dim, then merge: [r0, s0, r1, s1, ...]
+    inter = tuple(v for r, s in zip(repeats, x.shape) for v in (r, s))
+    dims = tuple(range(1, 2 * x.ndim, 2))
+    y = prims.broadcast_in_dim(x, inter, dims)
+    return reshape(y, tuple(r * s for r, s in zip(repeats, x.shape)))
+
+
+def _slice_dim(x: Value, dim: int, start: int, stop: int, step: int = 1) -> Value:
+    if start == 0 and stop == x.shape[dim] and step == 1:
+        return x
+    starts = [0] * x.ndim
+    ends = list(x.shape)
+    strides = [1] * x.ndim
+    starts[dim], ends[dim], strides[dim] = start, stop, step
+    return prims.slice(x, tuple(starts), tuple(ends), tuple(strides))
+
+
+@register(torch.Tensor.__getitem__, name="operator.getitem", impl=operator.getitem)
+def getitem(input, key):
+    key = key if isinstance(key, tuple) else (key,)
+    if any(_is_value(k) or isinstance(k, (list, torch.Tensor)) for k in key):
+        raise NoDecomposition("indexing with tensors")
+    n_ellipsis = builtins.sum(k is Ellipsis for k in key)
+    consumed = builtins.sum(1 for k in key if k is not None and k is not Ellipsis)
+    if n_ellipsis:
+        i = key.index(Ellipsis)
+        key = key[:i] + (slice(None),) * (input.ndim - consumed) + key[i + 1:]
+    else:
+        key = key + (slice(None),) * (input.ndim - consumed)
+    x, dim, out_shape = input, 0, []
+    for k in key:
+        if k is None:
+            out_shape.append(1)
+            continue
+        size = x.shape[dim]
+        if isinstance(k, bool) or not isinstance(k, (int, slice)):
+            raise NoDecomposition(f"index {k!r}")
+        if isinstance(k, int):
+            idx = k % size
+            x = _slice_dim(x, dim, idx, idx + 1)
+        else:
+            start, stop, step = k.indices(size)
+            if step < 0:
+                raise NoDecomposition("negative step")
+            stop = builtins.max(start, stop)
+            x = _slice_dim(x, dim, start, stop, step)
+            out_shape.append(x.shape[dim])
+        dim += 1
+    return reshape(x, tuple(out_shape))
+
+
+@register(torch.narrow, torch.Tensor.narrow)
+def narrow(input, dim, start, length):
+    d = dim % input.ndim
+    start = start % input.shape[d] if start < 0 else start
+    return _slice_dim(input, d, start, start + length)
+
+
+@register(torch.select, torch.Tensor.select)
+def select(input, dim, index):
+    d = dim % input.ndim
+    i = index % input.shape[d]
+    return reshape(_slice_dim(input, d, i, i + 1), input.shape[:d] + input.shape[d + 1:])
+
+
+@register(torch.split, torch.Tensor.split)
+def split(tensor, split_size_or_sections, dim=0):
+    d = dim % tensor.ndim
+    size = tensor.shape[d]
+    if isinstance(split_size_or_sections, int):
+        step = split_size_or_sections
+        sizes = [builtins.min(step, size - i) for i in range(0, size, step)] or [0]
+    else:
+        sizes = list(split_size_or_sections)
+    out, start = [], 0
+    for s in sizes:
+        out.append(_slice_dim(tensor, d, start, start + s))
+        start += s
+    return tuple(out)
+
+
+@register(torch.chunk, torch.Tensor.chunk)
+def chunk(input, chunks, dim=0):
+    size = input.shape[dim % input.ndim]
+    return split(input, -(-size // chunks), dim)
+
+
+@register(torch.unbind, torch.Tensor.unbind)
+def unbind(input, dim=0):
+    d = dim % input.ndim
+    return tuple(select(input, d, i) for i in range(input.shape[d]))
+
+
+@register(torch.cat, torch.concat, torch.concatenate)
+def cat(tensors, dim=0):
+    tensors = [x for x in tensors if not (x.ndim == 1 and x.shape[0] == 0)]
+    dtype = result_dtype(*tensors)
+    d = dim % tensors[0].ndim
+    return prims.cat([cast(x, dtype) for x in tensors], d)
+
+
+@register(torch.stack)
+def stack(tensors, dim=0):
+    d = dim % (tensors[0].ndim + 1)
+    return cat([unsqueeze(x, d) for x in tensors], d)
+
+
+def _triangle(input, diagonal, lower):
+    rows, cols = input.shape[-2], input.shape[-1]
+    r = prims.broadcast_in_dim(prims.iota(rows, start=0, step=1, dtype=torch.int64, device=input.device),
+                               (rows, cols), (0,))
+    c = prims.broadcast_in_dim(prims.iota(cols, start=0, step=1, dtype=torch.int64, device=input.device),
+                               (rows, cols), (1,))
+    offset = prims.sub(c, r)
+    keep = prims.le(offset, diagonal) if lower else prims.ge(offset, diagonal)
+    return where(keep, input, _scalar_as(0, input.dtype))  # False for bool: keeps the dtype
+
+
+@register(torch.tril, torch.Tensor.tril)
+def tril(input, diagonal=0):
+    return _triangle(input, diagonal, lower=True)
+
+
+@register(torch.triu, torch.Tensor.triu)
+def triu(input, diagonal=0):
+    return _triangle(input, diagonal, lower=False)

@@ -1,0 +1,154 @@
+"""Test helpers for the nvFuser executor (tests/test_nvfuser*.py).
+
+- `registered(backend)`: NvFuserExecutor(backend=...) registered as "nvfuser" for a block, so
+  that compile and jit use it too; `reference_backend(api)`: tests/nvfuser_reference.py as
+  such a backend (real=False: usable on any device, never said to be nvFuser);
+- the `runner` fixture: where definitions run, the reference under either API name and,
+  where it can run (a GPU machine with nvFuser), the real package;
+- FusionGroups of one prim or of a traced function, and random inputs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+import torch
+
+from compiler import checking, executors
+from compiler.executors import nvfuser as nx
+from compiler.executors.nvfuser.backend import Backend, load_backend, version
+from compiler.executors.nvfuser.support import can_take
+from compiler.fusion import FusionGroup
+from compiler.ir import NameGen, TraceContext, Value, tracing
+from compiler.ops import prims
+
+import nvfuser_reference as ref
+from fusion_groups import group_from_fn
+
+
+def reference_backend(api: str = "nvfuser_direct") -> Backend:
+    """tests/nvfuser_reference.py posing as nvFuser's `api`: not nvFuser, and said so."""
+    return Backend(ref, api, version(ref), label=ref.LABEL, real=False, about=ref.ABOUT)
+
+
+@contextlib.contextmanager
+def registered(backend: Backend):
+    """Within the block, executor "nvfuser" runs on `backend`; yields that executor."""
+    executor = nx.NvFuserExecutor(backend=backend)
+    previous = executors.get("nvfuser")
+    executors.register(executor)
+    try:
+        yield executor
+    finally:
+        executors.unregister("nvfuser")
+        if executors.get("nvfuser") is not previous:  # it was registered by an enclosing block
+            executors.register(previous)
+
+
+def names(*tables) -> set:
+    """The prim names ("exp") of the Symbols in the executor's tables."""
+    return {s.name.removeprefix("prims.") for table in tables for s in table}
+
+
+REAL = torch.cuda.is_available() and load_backend()[0] is not None
+
+# The real package joins the parametrization only where it can run (a GPU machine with
+# nvFuser); elsewhere test_real_nvfuser_reports_kernels says, once, that it was skipped.
+BACKENDS = [
+    pytest.param("reference-direct", id="reference-nvfuser_direct"),
+    pytest.param("reference-legacy", id="reference-nvfuser"),
+] + ([pytest.param("real", id="real-nvfuser")] if REAL else [])
+
+
+class Runner:
+    """Where definitions run: the reference under either API name, or the real package."""
+
+    def __init__(self, kind: str):
+        self.kind = kind
+        self.device = torch.device("cuda") if kind == "real" else torch.device("cpu")
+        self.api = "nvfuser" if kind == "reference-legacy" else "nvfuser_direct"
+        self.executor = nx.EXECUTOR  # set by context()
+
+    def context(self):
+        if self.kind == "real":
+            return contextlib.nullcontext(nx.EXECUTOR)
+        return registered(reference_backend(self.api))
+
+    def to(self, x):
+        return x.to(self.device) if isinstance(x, torch.Tensor) else x
+
+
+@pytest.fixture(params=BACKENDS)
+def runner(request):
+    r = Runner(request.param)
+    with r.context() as executor:
+        r.executor = executor
+        yield r
+
+
+def assert_close(actual, expected, what=""):
+    problem = checking.mismatch(tuple(actual), tuple(expected))
+    assert problem is None, f"{what}: {problem}"
+
+
+# --- inputs ------------------------------------------------------------------------------------
+
+def f32(*shape, low=-2.0, high=2.0, dtype=torch.float32):
+    return torch.empty(shape, dtype=torch.float32).uniform_(low, high).to(dtype)
+
+
+def ints(*shape, low=-5, high=6, dtype=torch.int64):
+    return torch.randint(low, high, shape, dtype=dtype)
+
+
+def bools(*shape):
+    return torch.rand(shape) > 0.5
+
+
+# --- building groups -------------------------------------------------------------------------
+
+def prim_group(prim, *args, gid="P0", device=None, **kwargs):
+    """A FusionGroup of one prim applied to `args` (tensors, moved to `device`, become input Values)."""
+    ctx = TraceContext(NameGen("t"))
+    inputs, tensors = [], []
+
+    def to_value(a):
+        if isinstance(a, torch.Tensor):
+            a = a.to(device) if device is not None else a
+            v = Value(f"a{len(inputs)}", a.shape, a.dtype, a.device, "input")
+            inputs.append(v)
+            tensors.append(a)
+            return v
+        return a
+    vargs = [to_value(a) for a in args]
+    with tracing(ctx):
+        prim(*vargs, **kwargs)
+    (b,) = ctx.bound_symbols
+    shapes = [v.shape for v in inputs + list(b.outputs)]
+    domain = max(shapes, key=lambda s: (len(s), torch.Size(s).numel()))
+    rdims = b.args[1] if b.sym.tags & {prims.REDUCTION} else ()
+    rdims = tuple(sorted((rdims,) if isinstance(rdims, int) else rdims))
+    return FusionGroup(gid, [b], inputs, list(b.outputs), tuple(domain), rdims), tensors
+
+
+def function_group(fn, *args, gid="F0", device=None):
+    """Trace fn (on `device`) into one FusionGroup of all its prims; every prim must be one
+    nvFuser takes. (group, its input tensors, eager result)."""
+    if device is not None:
+        args = tuple(a.to(device) if isinstance(a, torch.Tensor) else a for a in args)
+    group, tensors = group_from_fn(fn, *args, gid=gid)
+    for b in group.bsyms:
+        why = can_take(b)
+        assert why is None, f"{b.sym.name}: {why}"
+    with torch.no_grad():
+        return group, tensors, fn(*args)
+
+
+def run_generated(runner, group, tensors):
+    gen = runner.executor.generate(group, runner.device)
+    assert gen.runnable, gen.note
+    out = gen.fn(*[runner.to(t) for t in tensors])
+    expected = gen.eager_fn(*[runner.to(t) for t in tensors])
+    assert all(o.is_contiguous() for o in out)
+    return gen, out, expected

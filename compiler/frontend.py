@@ -342,6 +342,9 @@ def trace(fn, args=(), kwargs=None, name: Optional[str] = None) -> TraceResult:
         file, line = provenance.user_location(e)
         raise TraceError(f"{type(e).__name__}: {e}", file, line) from e
     output = pytree.tree_map(tracer.to_value, out)
+    if not any(isinstance(leaf, Value) for leaf in pytree.tree_leaves(output)):
+        tracer.notes.append(Note("warning", f"{tracer.name} returned {type(out).__name__} and no tensor: "
+                                 "there is nothing to compile", None))
     for v in tracer.inputs:
         if v not in user_inputs:
             signature.append(describe_input(v.name, tracer.constants[v.name]))

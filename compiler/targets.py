@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import itertools
+import linecache
 import os
 import sys
 from typing import Optional
@@ -29,21 +30,41 @@ class TargetError(Exception):
 _module_counter = itertools.count()
 
 
-def load_module(path: str):
+def _use_source(path: str, source: Optional[str]) -> None:
+    """Make `source` what tracebacks, inspect and provenance read for `path` (an editor's
+    unsaved buffer), or forget an earlier one so the file on disk is read again."""
+    entry = linecache.cache.get(path)
+    if entry is not None and len(entry) == 4 and entry[1] is None:  # one of ours (no mtime)
+        del linecache.cache[path]
+    if source is not None:
+        linecache.cache[path] = (len(source), None, source.splitlines(True), path)
+
+
+def load_module(path: str, source: Optional[str] = None):
     """Import a user's file under a fresh module name, its folder first on sys.path
-    (as `python path` would). Errors become TargetError at the user's line."""
+    (as `python path` would). With `source`, the module's code is that text instead of the
+    file's (which need not exist); the modules it imports still come from disk. Errors
+    become TargetError at the user's line."""
     path = os.path.abspath(path)
     folder = os.path.dirname(path)
     if folder not in sys.path:
         sys.path.insert(0, folder)
+    _use_source(path, source)
     name = f"_fusionlens_user_{next(_module_counter)}_{os.path.splitext(os.path.basename(path))[0]}"
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
+    if source is None:
+        spec = importlib.util.spec_from_file_location(name, path)
+    else:
+        spec = importlib.util.spec_from_loader(name, loader=None, origin=path)
+    if spec is None or (source is None and spec.loader is None):
         raise TargetError(f"cannot import {path}", path)
     module = importlib.util.module_from_spec(spec)
+    module.__file__ = path
     sys.modules[name] = module
     try:
-        spec.loader.exec_module(module)
+        if source is None:
+            spec.loader.exec_module(module)
+        else:
+            exec(compile(source, path, "exec"), module.__dict__)
     except SyntaxError as e:
         raise TargetError(f"SyntaxError: {e.msg}", e.filename or path, e.lineno, (e.offset or 1) - 1) from e
     except Exception as e:
@@ -87,9 +108,11 @@ def resolve_device(device: str):
     return torch.device(device)
 
 
-def compile_target(path: str, name: str, *, executors=None, benchmark: bool = True, repeats: int = 20,
-                   device: str = "auto", torch_compile: bool = False):
-    """Load `path`, run the example `name` and compile what it returns.
+def compile_target(path: str, name: str, *, source: Optional[str] = None, executors=None,
+                   benchmark: bool = True, repeats: int = 20, device: str = "auto", torch_compile: bool = False):
+    """Load `path`, run the example `name` and compile what it returns. With `source`, the
+    file's text is that (an editor's unsaved or untitled buffer) and the report's lines are
+    its lines.
 
     Never raises for problems in the user's code or file: the report then has
     status "error" and `error` says what happened and where.
@@ -102,9 +125,12 @@ def compile_target(path: str, name: str, *, executors=None, benchmark: bool = Tr
         target=target, status="error", executors=list(executors or []),
         error=R.Diagnostic("error", msg, file, line, col))
     try:
-        with open(path, encoding="utf-8") as f:
-            source = f.read()
-        found = {t.name: t for t in find_targets(source, path)}
+        if source is None:
+            with open(path, encoding="utf-8") as f:
+                source_text = f.read()
+        else:
+            source_text = source
+        found = {t.name: t for t in find_targets(source_text, path)}
     except OSError as e:
         return fail(f"cannot read {path}: {e}")
     except SyntaxError as e:
@@ -115,7 +141,7 @@ def compile_target(path: str, name: str, *, executors=None, benchmark: bool = Tr
     info = found[name]
     target.line, target.end_line = info.line, info.end_line
     try:
-        module = load_module(path)
+        module = load_module(path, source)
         value = getattr(module, name)()
     except TargetError as e:
         return fail(e.message, e.file, e.line, e.col)

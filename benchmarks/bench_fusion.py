@@ -9,7 +9,7 @@ and the run goes on; a time budget (seconds) skips what is left once it is spent
 1. standalone regions: softmax, LayerNorm, RMSNorm, GELU(x + bias), residual + LayerNorm
    with rows of 1k to 32k elements, float32 and bfloat16, about 2**26 elements per input
    (far beyond L2). The function is traced into one FusionGroup and generated
-   (compiler.fusion.group_from_fn -> triton_executor.generate); timed with
+   (tests/fusion_groups.group_from_fn -> compiler.executors.triton.generate); timed with
    triton.testing.do_bench (CUDA events, L2 flushed) against the eager function and
    torch.compile of it. Bandwidth = bytes the region must move (every input read once,
    every output written once) / time, next to the device's copy bandwidth (a large
@@ -37,6 +37,7 @@ import traceback
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "tests"))  # fusion_groups.group_from_fn
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
@@ -174,8 +175,8 @@ class Table:
 # --- part 1: standalone regions --------------------------------------------------------------
 
 def standalone(table, device, args, copy_gbs):
-    from compiler.fusion import group_from_fn
-    from compiler.executors import triton_executor as tx
+    from fusion_groups import group_from_fn
+    from compiler.executors import triton as tx
 
     f32, bf16 = torch.float32, torch.bfloat16
     # most telling first, so that a spent budget drops the least
@@ -304,7 +305,7 @@ def main(argv=None) -> int:
                           ("cpu" if args.device == "auto" else args.device))
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU ({platform.machine()})"
     print(f"# {name}; {versions()}", flush=True)
-    from compiler.executors import triton_executor as tx
+    from compiler.executors import triton as tx
 
     try:  # one torch.compile per (function, shape, dtype): more than dynamo's default 8
         import importlib

@@ -1,4 +1,4 @@
-"""Differential tests of the Triton code generator (compiler/executors/triton_executor.py).
+"""Differential tests of the Triton code generator (compiler/executors/triton/).
 
 On a machine without CUDA the generated kernels run under Triton's interpreter, which
 needs TRITON_INTERPRET=1 at two moments: when triton is first imported (its @jit standard
@@ -13,7 +13,7 @@ variable, the module is skipped with that reason. CI can instead set it for the 
 
 On a GPU machine the same tests run the real kernels on the GPU (no interpreter).
 
-Each case is one function traced into one FusionGroup (compiler.fusion.group_from_fn),
+Each case is one function traced into one FusionGroup (tests/fusion_groups.py),
 generated, run on fresh random inputs and compared with eager PyTorch using the per-dtype
 tolerances of compiler/checking.py. Reductions also run in their looped form (rows longer
 than the register block), by lowering the generator's block limits.
@@ -43,8 +43,9 @@ if not CUDA and "triton" not in sys.modules:
 from torch.utils import _pytree as pytree
 
 from compiler import checking
-from compiler.fusion import group_from_fn
-from compiler.executors import triton_executor as tx
+from fusion_groups import group_from_fn
+from compiler.executors import triton as tx
+from compiler.executors.triton import support, tuning
 from compiler.fusion import Decline, FusionGroup
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -55,8 +56,8 @@ DEVICE = torch.device("cuda" if CUDA else "cpu")
 pytest.importorskip("triton")
 if not CUDA:
     pytest.importorskip("numpy", reason="Triton's interpreter needs numpy")
-    if tx._interpreter_problem():
-        pytest.skip(tx._interpreter_problem(), allow_module_level=True)
+    if support._interpreter_problem():
+        pytest.skip(support._interpreter_problem(), allow_module_level=True)
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -119,15 +120,15 @@ def test_matches_eager(case, dt):
 @pytest.mark.parametrize("case,dt", _params(C.LOOPED))
 def test_looped_reductions_match_eager(case, dt, monkeypatch):
     # rows longer than the register block: loop over each row in chunks with a ragged tail
-    monkeypatch.setattr(tx, "MAX_SINGLE_PASS", 16)
-    monkeypatch.setattr(tx, "LOOP_BLOCK_N", 16)
+    monkeypatch.setattr(tuning, "MAX_SINGLE_PASS", 16)
+    monkeypatch.setattr(tuning, "LOOP_BLOCK_N", 16)
     gen, *_ = _check(case, dt)
     assert "for start in range(0," in gen.source
 
 
 def test_online_softmax_and_welford_are_one_pass(monkeypatch):
-    monkeypatch.setattr(tx, "MAX_SINGLE_PASS", 16)
-    monkeypatch.setattr(tx, "LOOP_BLOCK_N", 16)
+    monkeypatch.setattr(tuning, "MAX_SINGLE_PASS", 16)
+    monkeypatch.setattr(tuning, "LOOP_BLOCK_N", 16)
     gen, *_ = _check(C.by_name("softmax"), torch.float32)
     # pass 1: running max + rescaled sum together; pass 2: the outputs
     assert gen.source.count("for start in range(0,") == 2

@@ -2,7 +2,7 @@
 
 No GPU is needed: the sources are generated here, then one subprocess (without
 TRITON_INTERPRET, which would replace @triton.jit by the interpreter) runs
-`python -m compiler.codegen_triton.aot`, which calls
+`python -m compiler.executors.triton.aot`, which calls
 `triton.compile(ASTSource(kernel, signature, constexprs), target=GPUTarget("cuda", 90, 32))`
 down to a cubin with the ptxas bundled in the triton wheel. Nothing is launched.
 
@@ -24,8 +24,9 @@ import torch
 
 pytest.importorskip("triton")
 
-from compiler.fusion import group_from_fn  # noqa: E402
-from compiler.executors import triton_executor as tx  # noqa: E402
+from fusion_groups import group_from_fn  # noqa: E402
+from compiler.executors import triton as tx  # noqa: E402
+from compiler.executors.triton import analysis, runtime, tuning  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import test_triton_cases as C  # noqa: E402
@@ -53,17 +54,17 @@ def _sources(monkeypatch):
         group, inputs = group_from_fn(case.fn, *args, gid=f"H_{case.name}")
         gen = tx.generate(group, torch.device("cpu"))
         if args is not None:  # a strided call adds its own variant
-            key = tuple(tx._stride_key(v.shape, t.stride()) for v, t in zip(group.inputs, inputs))
+            key = tuple(runtime._stride_key(v.shape, t.stride()) for v, t in zip(group.inputs, inputs))
             if key not in gen.variants:
-                src, _, _, spec = tx.build_source(group, tx._Analysis(group), list(key))
+                src, _, _, spec = tx.build_source(group, analysis._Analysis(group), list(key))
                 out.append({"label": label + "/strided", "source": src, "specs": [dataclasses.asdict(spec)]})
         out.append({"label": label, "source": gen.source, "specs": [dataclasses.asdict(s) for s in gen.specs]})
 
     for case in C.CASES:
         for dt in case.dtypes:
             add(f"{case.name}/{str(dt).removeprefix('torch.')}", case, dt)
-    monkeypatch.setattr(tx, "MAX_SINGLE_PASS", 16)
-    monkeypatch.setattr(tx, "LOOP_BLOCK_N", 16)
+    monkeypatch.setattr(tuning, "MAX_SINGLE_PASS", 16)
+    monkeypatch.setattr(tuning, "LOOP_BLOCK_N", 16)
     for name in C.LOOPED:
         case = C.by_name(name)
         add(f"{name}/looped", case, case.dtypes[-1])
@@ -80,7 +81,7 @@ def test_every_generated_kernel_compiles_for_sm90(monkeypatch, tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
     env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
-    proc = subprocess.run([sys.executable, "-m", "compiler.codegen_triton.aot", str(path), "--arch", "90"],
+    proc = subprocess.run([sys.executable, "-m", "compiler.executors.triton.aot", str(path), "--arch", "90"],
                           capture_output=True, text=True, env=env, cwd=REPO, timeout=600)
     rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     failed = [r for r in rows if not r.get("ok")]
@@ -113,13 +114,13 @@ def test_full_size_rows_compile_without_spills(tmp_path):
     if problem:
         pytest.skip(problem)
     cases = [_row(name, n, torch.float32) for name in ("softmax", "layer_norm", "residual_norm")
-             for n in (tx.MAX_SINGLE_PASS, 2 * tx.MAX_SINGLE_PASS)]
+             for n in (tuning.MAX_SINGLE_PASS, 2 * tuning.MAX_SINGLE_PASS)]
     path = tmp_path / "rows.json"
     path.write_text(json.dumps(cases))
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
     env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
-    proc = subprocess.run([sys.executable, "-m", "compiler.codegen_triton.aot", str(path)], capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "compiler.executors.triton.aot", str(path)], capture_output=True,
                           text=True, env=env, cwd=REPO, timeout=600)
     rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     assert len(rows) == len(cases), proc.stderr[-3000:]

@@ -1,6 +1,6 @@
 """Ahead-of-time compile of generated Triton kernels for a GPU target, without a GPU.
 
-    python -m compiler.codegen_triton.aot cases.json [--arch 90]
+    python -m compiler.executors.triton.aot cases.json [--arch 90]
 
 `cases.json` is a list of {"label", "source", "specs": [{"name", "signature", "constexprs",
 "num_warps"}]} (what `Generated.source` / `Generated.specs` hold). Each kernel goes through
@@ -16,15 +16,20 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shutil
+import subprocess
 import sys
+import tempfile
+from pathlib import Path
+
+from .module import load_source
 
 
 def compile_one(source: str, spec: dict, arch: int = 90) -> dict:
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
-
-    from compiler.executors.triton_executor import load_source
 
     namespace_fn = load_source(source, spec["name"], "aot")  # returns the named object
     kernel = namespace_fn
@@ -50,12 +55,6 @@ def compile_one(source: str, spec: dict, arch: int = 90) -> dict:
 def resource_usage(cubin: bytes) -> dict:
     """Registers, stack and local (spill) bytes per thread from the cubin, read with the
     cuobjdump bundled in the triton wheel; {} when it is not there."""
-    import re
-    import shutil
-    import subprocess
-    import tempfile
-    from pathlib import Path
-
     import triton
 
     tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"

@@ -1,0 +1,113 @@
+"""The generated module: header comments, the helpers it uses, the kernel and its launcher
+(one stride signature), and the exec of such a module, once per distinct source."""
+
+from __future__ import annotations
+
+import itertools
+import linecache
+import os
+import threading
+from dataclasses import dataclass
+from typing import Callable
+
+from compiler.fusion import FusionGroup
+
+from .analysis import _Analysis, _ident
+from .emitter import HELPER_DEPS, HELPERS, _type_str
+from .pointwise import PointwiseWriter
+from .reduction import ReductionWriter
+from .support import PTR_TYPE
+
+# the order helpers appear in a module
+_HELPER_ORDER = ("_fl_expm1", "_fl_log1p", "_fl_tanh", "_fl_round", "_fl_trunc", "_fl_imod", "_fl_mul", "_fl_max",
+                 "_fl_min")
+
+
+@dataclass
+class KernelSpec:
+    """What an ahead-of-time compile of one kernel needs (triton.compile with ASTSource)."""
+
+    name: str
+    signature: dict  # arg name -> "*fp32" | "constexpr" ...
+    constexprs: dict  # arg name -> value
+    num_warps: int
+
+
+def _region_ident(rid: str) -> str:
+    return "fl_" + _ident(str(rid)).removeprefix("v_")
+
+
+def build_source(group: FusionGroup, an: _Analysis, strides: list) -> tuple:
+    """(source, kernel name, launcher name, KernelSpec)."""
+    rid = _region_ident(group.id)
+    w = (ReductionWriter if an.is_reduction else PointwiseWriter)(an, strides, rid)
+    lines, helpers, runs = w.write()
+    for h in list(helpers):
+        helpers.update(HELPER_DEPS.get(h, []))
+    kname = f"{rid}_kernel"
+    lname = f"{rid}_launch"
+    args = w._signature()
+    const_names = list(w.constexprs)
+    out = [f"# FusionLens · Triton code for region {group.id}", w.kind_comment()]
+    if group.source_lines:
+        out.append("# from:")
+        for s in group.source_lines:
+            out.append(f"#   {s}")
+    out.append("# inputs: " + "; ".join(f"{v.name}: {_type_str(v)} strides {tuple(st)}"
+                                        for v, st in zip(an.inputs, strides)))
+    out.append("# outputs: " + "; ".join(f"{o.name}: {_type_str(o)}" for o in an.outputs))
+    out += ["import torch", "import triton", "import triton.language as tl", "", ""]
+    for h in _HELPER_ORDER:
+        if h in helpers:
+            out += HELPERS[h].rstrip("\n").split("\n") + ["", ""]
+    out.append("@triton.jit")
+    out.append(f"def {kname}({', '.join(args + [c + ': tl.constexpr' for c in const_names])}):")
+    out += lines
+    out += ["", ""]
+    dev = f"{_ident(an.inputs[0].name)}.device" if an.inputs else "torch.device('cuda')"
+    largs = [_ident(v.name) for v in an.inputs]
+    out.append(f"def {lname}({', '.join(largs)}):")
+    for k, o in enumerate(an.outputs):
+        out.append(f"    out{k} = torch.empty({tuple(o.shape)!r}, dtype={o.dtype}, device={dev})  # {o.name}")
+    consts = ", ".join(f"{c}={v}" for c, v in w.constexprs.items())
+    call_args = ", ".join(largs + [f"out{k}" for k in range(len(an.outputs))])
+    out.append(f"    {kname}[{w.grid!r}]({call_args}, {consts}, num_warps={w.warps})")
+    ret = ", ".join(f"out{k}" for k in range(len(an.outputs)))
+    out.append(f"    return ({ret},)" if len(an.outputs) == 1 else f"    return ({ret})")
+    source = "\n".join(out) + "\n"
+    sig = {}
+    for v, a in zip(an.inputs, args):
+        sig[a] = PTR_TYPE[v.dtype]
+    for k, o in enumerate(an.outputs):
+        sig[f"out{k}_ptr"] = PTR_TYPE[o.dtype]
+    for c in const_names:
+        sig[c] = "constexpr"
+    spec = KernelSpec(kname, sig, dict(w.constexprs), w.warps)
+    return source, kname, lname, spec
+
+
+_module_ids = itertools.count()
+_MODULES: dict = {}  # (source, interpreted?) -> namespace: identical regions share compiled kernels
+_MODULES_LOCK = threading.Lock()
+
+
+def load_source(source: str, launcher: str, label: str) -> Callable:
+    """Exec a generated module once per distinct source; returns the object named `launcher`
+    (or a kernel). The source is registered with linecache so tracebacks and Triton (which
+    reads the kernel's source) see it."""
+    key = (source, os.environ.get("TRITON_INTERPRET") == "1")
+    with _MODULES_LOCK:
+        namespace = _MODULES.get(key)
+        if namespace is None:
+            namespace = _MODULES[key] = _exec_source(source, label)
+    return namespace[launcher]
+
+
+def _exec_source(source: str, label: str) -> dict:
+    import triton  # noqa: F401  (imported here: TRITON_INTERPRET must be set before this)
+
+    filename = f"<fusionlens-triton {label} #{next(_module_ids)}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    namespace = {"__name__": f"fusionlens_triton_{label}", "__file__": filename}
+    exec(compile(source, filename, "exec"), namespace)
+    return namespace

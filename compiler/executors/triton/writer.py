@@ -1,0 +1,107 @@
+"""What the two kernel writers (pointwise.py, reduction.py) share: the kernel's signature,
+the coalescing of domain dims into index runs, 64-bit indexing, the dry run that collects
+every access before the real emission."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from . import tuning
+from .analysis import _Analysis, _ident
+from .emitter import _Emitter, _Run
+from .support import TL_DTYPE
+
+_INT32_LIMIT = 2**31 - 1
+
+
+def _next_pow2(n: int) -> int:
+    return 1 if n <= 1 else 1 << (n - 1).bit_length()
+
+
+def _store_cast(v: str, o) -> str:
+    if o.dtype == torch.float32:
+        return v
+    return f"({v}).to({TL_DTYPE[o.dtype]})"
+
+
+class _Writer:
+    """Writes one kernel's body; subclasses give `_body` (and set constexprs, grid, warps)."""
+
+    def __init__(self, an: _Analysis, strides: list, rid: str):
+        self.an = an
+        self.strides = [tuple(int(x) for x in s) for s in strides]
+        self.rid = rid
+        self.kname = f"{rid}_kernel"
+
+    def kind_comment(self) -> str:
+        """The `# kind: ...` header line of the module."""
+        raise NotImplementedError
+
+    def _body(self, em: _Emitter) -> list:
+        """The kernel's lines, written through `em`."""
+        raise NotImplementedError
+
+    def out_ds(self, o) -> tuple:
+        # full outputs are contiguous in the domain
+        ds, acc = [0] * self.an.n, 1
+        for d in reversed(range(self.an.n)):
+            ds[d] = acc if self.an.domain[d] != 1 else 0
+            acc *= self.an.domain[d]
+        return tuple(ds)
+
+    def make_runs(self, accesses: list) -> dict:
+        an = self.an
+        groups = {"rows": list(an.kept), "cols": list(an.rdims)} if an.is_reduction else {"offs": list(range(an.n))}
+        prefix = {"rows": "r_", "cols": "c_", "offs": "i_"}
+        runs = {}
+        for g, dims in groups.items():
+            dims = [d for d in dims if an.domain[d] != 1]
+            merged: list = []
+            for d in dims:
+                if merged and all(ds[merged[-1][-1]] == ds[d] * an.domain[d] for ds in accesses):
+                    merged[-1].append(d)
+                else:
+                    merged.append([d])
+            runs[g] = [_Run(m, math.prod(an.domain[d] for d in m), f"{prefix[g]}{k}") for k, m in enumerate(merged)]
+        return runs
+
+    def index_lines(self, group: str, runs: list) -> list:
+        out = []
+        for k, r in enumerate(runs):
+            inner = math.prod(x.size for x in runs[k + 1:])
+            if len(runs) == 1:
+                expr = group
+            elif k == 0:
+                expr = f"{group} // {inner}"
+            elif inner == 1:
+                expr = f"{group} % {r.size}"
+            else:
+                expr = f"({group} // {inner}) % {r.size}"
+            out.append(f"{r.var} = {expr}  # domain dims {r.dims}")
+        return out
+
+    def needs_int64(self) -> bool:
+        an = self.an
+        worst = math.prod(an.domain)
+        for v, st in zip(an.inputs, self.strides):
+            worst = max(worst, sum((s - 1) * abs(x) for s, x in zip(v.shape, st)) + 1)
+        return worst >= _INT32_LIMIT - tuning.POINTWISE_BLOCK * 4
+
+    def write(self) -> tuple:
+        """(kernel body lines, helper functions it uses, index runs)."""
+        # dry run to learn every access, then coalesce dims against all of them
+        dry = _Emitter(self.an, self.strides, None, self.rid)
+        self._body(dry)
+        accesses = dry.accesses + [self.out_ds(o) for o in self.an.outputs if self.an.level_shape(o) == "full"]
+        runs = self.make_runs(accesses)
+        em = _Emitter(self.an, self.strides, runs, self.rid)
+        lines = self._body(em)
+        return lines, em.helpers, runs
+
+    def _signature(self) -> list:
+        an = self.an
+        args = [f"{_ident(v.name)}_ptr" for v in an.inputs]
+        args += [f"out{k}_ptr" for k in range(len(an.outputs))]
+        return args

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import threading
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Optional
 
 from compiler.executors import base
 from compiler.fusion import Decline, FusionGroup

@@ -23,7 +23,8 @@ sys.path.insert(0, ROOT)
 
 import compiler  # noqa: E402
 from compiler import timing  # noqa: E402
-from compiler.targets import find_targets, load_module  # noqa: E402
+from compiler.discovery import find_targets  # noqa: E402
+from compiler.targets import load_module  # noqa: E402
 
 
 def table(rows, headers):

@@ -230,7 +230,8 @@ def standalone(table, device, args, copy_gbs):
 # --- part 2: examples ---------------------------------------------------------------------
 
 def examples(table, rtable, device, args, copy_gbs):
-    from compiler.targets import compile_target, find_targets
+    from compiler.discovery import find_targets
+    from compiler.targets import compile_target
 
     files = sorted(glob.glob(os.path.join(ROOT, "examples", "*.py")))
     for path in files:

@@ -1,4 +1,4 @@
-from lsp_server.server import main
+from lsp_server.app import main
 
 if __name__ == "__main__":
     main()

@@ -7,7 +7,7 @@ import dataclasses
 import os
 from typing import Optional
 
-from compiler.report import CompileReport
+from compiler.report import CompileReport, format_ms
 
 HINT_MAX = 30
 HOVER_CODE_LINES = 60
@@ -160,18 +160,6 @@ def load_report(data: dict) -> CompileReport:
 
 # --- formatting -------------------------------------------------------------------------
 
-def fmt_ms(ms: Optional[float]) -> str:
-    if ms is None:
-        return "?"
-    if ms >= 100:
-        return f"{ms:.0f} ms"
-    if ms >= 10:
-        return f"{ms:.1f} ms"
-    if ms >= 0.1:
-        return f"{ms:.2f} ms"
-    return f"{ms * 1000:.1f} µs"
-
-
 def shorten(text: str, limit: int = HINT_MAX) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
@@ -200,7 +188,7 @@ def hint_label(notes: list) -> str:
     executors = {r.executor for r in regions}
     label = f"{ids} · {executors.pop() if len(executors) == 1 else 'mixed'}"
     if len(regions) == 1 and region_time(regions[0]) is not None:
-        label += f" · {fmt_ms(region_time(regions[0]))}"
+        label += f" · {format_ms(region_time(regions[0]))}"
     return shorten(label)
 
 
@@ -213,9 +201,9 @@ def timing_text(region) -> str:
     t = region.timing
     if t is None or t.median_ms is None:
         return "not measured"
-    text = fmt_ms(t.median_ms)
+    text = format_ms(t.median_ms)
     if t.eager_median_ms:
-        text += f" vs eager {fmt_ms(t.eager_median_ms)}"
+        text += f" vs eager {format_ms(t.eager_median_ms)}"
         if t.median_ms:
             text += f" ({t.eager_median_ms / t.median_ms:.2f}x)"
     return text
@@ -307,8 +295,8 @@ def hover_markdown(notes: list, boundaries: list, region_lines_of, line: int) ->
                 t = n.region.timing
                 rows.append(f"| `{n.region.id}` | {n.region.executor} | "
                             + ", ".join(f"`{o.name}`" for o in n.ops[:4]) + (" …" if len(n.ops) > 4 else "")
-                            + f" | {fmt_ms(t.median_ms) if t and t.median_ms is not None else '—'}"
-                            + f" | {fmt_ms(t.eager_median_ms) if t and t.eager_median_ms is not None else '—'} |")
+                            + f" | {format_ms(t.median_ms if t else None, missing='—')}"
+                            + f" | {format_ms(t.eager_median_ms if t else None, missing='—')} |")
             out.append("\n".join(rows))
             others = sorted({ln for n in group for ln in region_lines_of(res, n.region.id)} - {line})
             out.append(f"times{dev}; **these regions also cover:** "
@@ -355,7 +343,7 @@ def report_summary(report: CompileReport) -> str:
              _plural(sum(int(r.kernels or 0) for r in report.regions), "kernel")]
     t = report.timings
     if t is not None and t.compiled is not None:
-        parts.append(fmt_ms(t.compiled.median_ms))
+        parts.append(format_ms(t.compiled.median_ms))
     if t is not None and t.speedup_vs_eager:
         parts.append(f"{t.speedup_vs_eager:.1f}x vs eager")
     return " · ".join(parts)
@@ -382,7 +370,7 @@ def target_hover(name: str, status: str, message: str, result: Optional[Result])
         out.append(report_summary(rep) + f" · device {rep.device_name or rep.device}")
         t = rep.timings
         if t is not None and t.compiled is not None and t.eager is not None:
-            out.append(f"compiled {fmt_ms(t.compiled.median_ms)} vs eager {fmt_ms(t.eager.median_ms)}"
+            out.append(f"compiled {format_ms(t.compiled.median_ms)} vs eager {format_ms(t.eager.median_ms)}"
                        f" ({t.compiled.method}, {t.compiled.repeats} repeats)")
         if rep.regions:
             out.append("\n".join(f"- `{r.id}` {r.executor}: {len(r.ops)} ops, {timing_text(r)}"

@@ -100,7 +100,7 @@ def test_boundaries_fallbacks_and_errors_land_on_user_lines():
 
 
 def test_settings_parse_leniently():
-    from lsp_server.server import Settings
+    from lsp_server.settings import Settings
 
     s = Settings()
     changed = s.update({"fusionlens": {"allowExecution": False, "compileTrigger": "bogus",

@@ -24,12 +24,19 @@ def tolerance(dtype: torch.dtype):
     return TOLERANCES.get(dtype, (0.0, 0.0))
 
 
+def _structure(spec) -> str:
+    text = str(spec)
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
 def mismatch(actual, expected) -> Optional[str]:
     """None when every tensor in `actual` matches `expected`; else what differs, in words."""
     a_flat, a_spec = pytree.tree_flatten(actual)
     e_flat, e_spec = pytree.tree_flatten(expected)
     if len(a_flat) != len(e_flat):
         return f"the compiled program returned {len(a_flat)} values, eager returned {len(e_flat)}"
+    if a_spec != e_spec:
+        return f"the compiled program returned {_structure(a_spec)}, eager returned {_structure(e_spec)}"
     for i, (a, e) in enumerate(zip(a_flat, e_flat)):
         if not isinstance(e, torch.Tensor):
             if a != e:

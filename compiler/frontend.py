@@ -17,7 +17,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils import _pytree as pytree
 
 from compiler import provenance
-from compiler.ir import BoundSymbol, NameGen, Symbol, Trace, Value, dtype_name
+from compiler.ir import OUTPUT_BUILDER, BoundSymbol, NameGen, Symbol, Trace, Value, dtype_name
 from compiler.ops import torch_ops
 
 MAX_OPS = 100_000  # a trace this long almost surely comes from a loop that never ends
@@ -111,7 +111,7 @@ class Tracer:
         self.bound_symbols: list = []
         self.notes: list = []
         self.extra_globals: dict = {}
-        self.taken: set = {"torch", "prims", "operator", "math", "inf", "nan"}  # the program's globals
+        self.taken: set = {"torch", "prims", "operator", "math", "inf", "nan", OUTPUT_BUILDER}  # the program's globals
 
     # --- values ---------------------------------------------------------------------------
 
@@ -306,11 +306,13 @@ def describe_input(name: str, x) -> str:
 
 
 class TraceResult:
-    def __init__(self, trace: Trace, eager_output: Any, constants: dict, notes: list):
+    def __init__(self, trace: Trace, eager_output: Any, constants: dict, notes: list,
+                 opaque_output: bool = False):
         self.trace = trace
         self.eager_output = eager_output
         self.constants = constants  # input name -> tensor (params, buffers, captured constants)
         self.notes = notes
+        self.opaque_output = opaque_output  # the result hides computed tensors in an object: run eagerly
 
 
 def trace(fn, args=(), kwargs=None, name: Optional[str] = None) -> TraceResult:
@@ -345,9 +347,31 @@ def trace(fn, args=(), kwargs=None, name: Optional[str] = None) -> TraceResult:
     if not any(isinstance(leaf, Value) for leaf in pytree.tree_leaves(output)):
         tracer.notes.append(Note("warning", f"{tracer.name} returned {type(out).__name__} and no tensor: "
                                  "there is nothing to compile", None))
+    hidden = [type(leaf).__name__ for leaf in pytree.tree_leaves(output)
+              if not isinstance(leaf, Value) and _holds_traced_tensor(leaf, tracer.values)]
+    if hidden:
+        tracer.notes.append(Note("warning", f"the result holds computed tensors inside {', '.join(hidden)}, "
+                                 "which FusionLens cannot take apart (no pytree registration): compiled calls "
+                                 "with this signature run eagerly", None))
     for v in tracer.inputs:
         if v not in user_inputs:
             signature.append(describe_input(v.name, tracer.constants[v.name]))
     t = Trace(tracer.name, tracer.inputs, tracer.bound_symbols, output, "acquired", signature,
               tracer.extra_globals)
-    return TraceResult(t, out, tracer.constants, tracer.notes)
+    return TraceResult(t, out, tracer.constants, tracer.notes, opaque_output=bool(hidden))
+
+
+def _holds_traced_tensor(obj, traced: dict, depth: int = 3) -> bool:
+    """Whether an object the trace keeps as a constant refers to a tensor the call computed
+    (through its attributes and containers, a few levels deep)."""
+    if isinstance(obj, torch.Tensor):
+        return id(obj) in traced and traced[id(obj)].role == ""
+    if depth == 0 or isinstance(obj, (str, bytes, int, float, bool, type(None), torch.nn.Module, type)):
+        return False
+    if isinstance(obj, dict):
+        children = list(obj.values())
+    elif isinstance(obj, (list, tuple, set, frozenset)):
+        children = list(obj)
+    else:
+        children = list(getattr(obj, "__dict__", {}).values())
+    return any(_holds_traced_tensor(c, traced, depth - 1) for c in children[:64])

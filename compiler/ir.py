@@ -169,10 +169,17 @@ class Trace:
     def python(self, nested: bool = False) -> str:
         return TracePrinter(self, nested).source()
 
+    def globals(self) -> dict:
+        """The objects the printed program names beyond torch, prims and math: opaque
+        callables, region kernels, and the builder of a result it cannot write literally."""
+        if printable(self.output):
+            return dict(self.extra_globals)
+        return {**self.extra_globals, OUTPUT_BUILDER: output_builder(self.output)}
+
     def python_callable(self) -> Callable:
         """Compile the printed program; calling it runs the trace."""
         source = self.python()
-        namespace = program_globals(self.extra_globals)
+        namespace = program_globals(self.globals())
         exec(compile(source, f"<fusionlens {self.name}:{self.stage}>", "exec"), namespace)
         return namespace[self.name]
 
@@ -312,6 +319,59 @@ def infer_device(args, kwargs) -> torch.device:
     return vals[0].device if vals else torch.device("cpu")
 
 
+# --- the program's result -----------------------------------------------------------------
+
+OUTPUT_BUILDER = "fusionlens_output"  # the global a printed program calls to build its result
+_LITERALS = (bool, int, float, str, type(None), torch.dtype, torch.device, torch.memory_format, slice,
+             type(Ellipsis))
+
+
+def printable(tree) -> bool:
+    """Whether `format_arg` writes `tree` as Python that builds exactly this object: plain
+    tuples, lists and dicts of Values and literals. Anything else (a namedtuple, a
+    ModelOutput, a cache object) is rebuilt by `output_builder`."""
+    if isinstance(tree, Value) or type(tree) in _LITERALS:
+        return True
+    if type(tree) in (tuple, list):
+        return all(printable(x) for x in tree)
+    if type(tree) is dict:
+        return all(type(k) in (str, int) and printable(v) for k, v in tree.items())
+    return False
+
+
+def output_builder(template) -> Callable:
+    """A function of the result's tensors (in `values_in(template)` order) that returns the
+    result as eager returned it: the same types, rebuilt through pytree (the classes' own
+    flatten/unflatten, e.g. a ModelOutput or a cache registered by its library), and the
+    non-tensor objects themselves (held as constants, never named by a string)."""
+    leaves, spec = pytree.tree_flatten(template)
+    slots = [i for i, leaf in enumerate(leaves) if isinstance(leaf, Value)]
+
+    def build(*tensors):
+        out = list(leaves)
+        for i, t in zip(slots, tensors):
+            out[i] = t
+        return pytree.tree_unflatten(out, spec)
+    build.__qualname__ = f"build {type(template).__name__}"
+    return build
+
+
+def describe(tree) -> str:
+    """A short description of a result's structure for the printed program's comment."""
+    if isinstance(tree, Value):
+        return tree.name
+    if type(tree) in _LITERALS:
+        return format_arg(tree)
+    name = type(tree).__name__
+    if isinstance(tree, dict):
+        return f"{name}({', '.join(f'{k}={describe(v)}' for k, v in list(tree.items())[:8])}" + (
+            ", ..." if len(tree) > 8 else "") + ")"
+    if isinstance(tree, (tuple, list)):
+        return f"{name}({', '.join(describe(v) for v in tree[:8])}" + (", ..." if len(tree) > 8 else "") + ")"
+    inner = values_in(tree) if type(tree) not in _LITERALS else []
+    return f"{name}({', '.join(v.name for v in inner)})" if inner else name
+
+
 # --- printing -----------------------------------------------------------------------------
 
 def program_globals(extra: Optional[dict] = None) -> dict:
@@ -390,7 +450,11 @@ class TracePrinter:
             out.append(f"  # {v.name}: {v.type_str()}" + (f"  ({v.role})" if v.role and v.role != "input" else ""))
         for bsym in t.bound_symbols:
             self.emit(bsym, "  ")
-        out.append(f"  return {format_arg(t.output)}")
+        if printable(t.output):
+            out.append(f"  return {format_arg(t.output)}")
+        else:
+            values = ", ".join(v.name for v in values_in(t.output))
+            out.append(f"  return {OUTPUT_BUILDER}({values})  # {describe(t.output)}")
         return "\n".join(out) + "\n"
 
     def emit(self, bsym: BoundSymbol, indent: str, nested_level: int = 0):

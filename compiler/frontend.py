@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import inspect
 import re
+import sys
 from typing import Any, Optional
 
 import torch
@@ -112,6 +113,12 @@ class Tracer:
         self.notes: list = []
         self.extra_globals: dict = {}
         self.taken: set = {"torch", "prims", "operator", "math", "inf", "nan", OUTPUT_BUILDER}  # the program's globals
+        self.stop = None  # the code object of `trace`: frames beyond it are not the traced call's
+        self.call: Optional[provenance.Provenance] = None  # the user's call of what is traced
+
+    def where(self) -> Optional[provenance.Provenance]:
+        """The provenance of the op being recorded now."""
+        return provenance.capture(sys._getframe(1), self.stop, self.call)
 
     # --- values ---------------------------------------------------------------------------
 
@@ -144,7 +151,7 @@ class Tracer:
             self.notes.append(Note("information",
                                    f"captured tensor constant {name} ({Value('', x.shape, x.dtype, x.device).type_str()}): "
                                    "it is an input of the compiled program, not specialised",
-                                   provenance.capture()))
+                                   self.where()))
         return self.bind_input(x, name, role)
 
     def new_output(self, t: torch.Tensor) -> Value:
@@ -157,10 +164,10 @@ class Tracer:
 
     def record(self, func, args, kwargs, out):
         if len(self.bound_symbols) >= MAX_OPS:
-            where = provenance.capture()
+            where = self.where()
             raise TraceError(f"the trace passed {MAX_OPS} ops: does this code loop forever?",
                              where.file if where else None, where.line if where else None)
-        where = provenance.capture()
+        where = self.where()
         sym, args2, kwargs2, note = self.symbol_for(func, args, kwargs, where)
         vargs, vkwargs = pytree.tree_map(self.to_value, (args2, kwargs2))
         flat, spec = pytree.tree_flatten(out)
@@ -219,7 +226,7 @@ class Tracer:
         return sym, args, kwargs, reason
 
     def note_data_dependent(self, name, args, out):
-        where = provenance.capture()
+        where = self.where()
         src = args[0] if args and isinstance(args[0], torch.Tensor) else None
         v = self.values.get(id(src)) if src is not None else None
         self.notes.append(Note("warning", f"Python control flow read a tensor's value ({v.name if v else 'a tensor'}"
@@ -320,6 +327,8 @@ def trace(fn, args=(), kwargs=None, name: Optional[str] = None) -> TraceResult:
     kwargs = kwargs or {}
     tracer = Tracer(name or target_name(fn))
     tracer.known = _parameter_names(fn)
+    tracer.stop = sys._getframe(0).f_code
+    tracer.call = provenance.caller(sys._getframe(1))
     # Trace on copies of the caller's tensors: an in-place op in `fn` must not change them
     # (the compiled program is functional and is checked on the originals).
     copies: dict = {}

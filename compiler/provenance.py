@@ -1,13 +1,19 @@
-"""Where an op came from: the user's frames on the Python stack when it was recorded.
+"""Where an op came from: the frames of model code on the Python stack when it was recorded.
 
-A frame is a *user* frame when its file is not part of torch, of FusionLens itself, of
-the standard library or of an installed package. The innermost user frame is the op's
-location; the whole chain of user frames is its call stack (innermost first), so an op in
-`nn.Module.forward` points at the line in `forward`, not into torch/nn/modules.
+A frame is *model code* (a user frame) when its file is not part of torch, of FusionLens
+itself or of the standard library, wherever it lives: the user's own files and a model
+library's installed files (transformers' modeling_llama.py) alike. The innermost such frame
+is the op's location; its stack runs from there out to the user's own call (the frames of
+the traced call, innermost first, then the line that called it), so an op in
+`nn.Module.forward` points at the line in `forward`, not into torch/nn/modules, and an op of
+torch's own module called directly (`nn.LayerNorm`) points at the user's call.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import dataclasses
 import functools
 import linecache
 import os
@@ -20,38 +26,74 @@ from typing import Optional
 from compiler.report import Frame
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
+_FUSIONLENS = (_HERE, os.path.join(os.path.dirname(_HERE), "lsp_server"))
 
 
-def _library_roots() -> tuple:
-    roots = {_HERE}
+def _roots() -> tuple:
+    """(roots that are never model code, package folders that are model code unless under the former)."""
+    never = set(_FUSIONLENS)
     try:
         import torch
 
-        roots.add(os.path.dirname(os.path.abspath(torch.__file__)))
-    except ImportError:  # the language server uses is_user_file without torch
+        never.add(os.path.dirname(os.path.abspath(torch.__file__)))
+    except ImportError:  # the language server's worker may ask before torch is imported
         pass
-    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
-        path = sysconfig.get_paths().get(key)
-        if path:
-            roots.add(os.path.abspath(path))
-    for path in sys.path:
-        if path.endswith(("site-packages", "dist-packages")):
-            roots.add(os.path.abspath(path))
-    return tuple(sorted(roots))
+    paths = sysconfig.get_paths()
+    packages = {os.path.abspath(paths[k]) for k in ("purelib", "platlib") if paths.get(k)}
+    packages |= {os.path.abspath(p) for p in sys.path if p.endswith(("site-packages", "dist-packages"))}
+    stdlib = {os.path.abspath(paths[k]) for k in ("stdlib", "platstdlib") if paths.get(k)}
+    return tuple(sorted(never)), tuple(sorted(stdlib)), tuple(sorted(packages))
 
 
 _ROOTS = None
 
 
+def _under(path: str, roots) -> bool:
+    return any(path == root or path.startswith(root + os.sep) for root in roots)
+
+
 @functools.lru_cache(maxsize=4096)
 def is_user_file(filename: str) -> bool:
+    """Whether `filename` is model code: not torch, not FusionLens, not the standard library
+    (installed packages are model code: that is where library models live)."""
     global _ROOTS
     if not filename or filename.startswith("<"):
         return False
     if _ROOTS is None:
-        _ROOTS = _library_roots()
+        _ROOTS = _roots()
+    never, stdlib, packages = _ROOTS
     path = os.path.abspath(filename)
-    return not any(path == root or path.startswith(root + os.sep) for root in _ROOTS)
+    if _under(path, never):
+        return False
+    return _under(path, packages) or not _under(path, stdlib)
+
+
+# The user's own call of what is traced, when FusionLens's caller is not the user
+# (compile_target runs an example's returned callable: its call site is the example's line).
+_CALL_SITE: contextvars.ContextVar = contextvars.ContextVar("fusionlens_call_site", default=None)
+
+
+@contextlib.contextmanager
+def call_site(file: str, line: int, function: str):
+    """Ops that no model-code frame made point at this line (see `caller`)."""
+    token = _CALL_SITE.set(_whole_line(Frame(file, line, function)))
+    try:
+        yield
+    finally:
+        _CALL_SITE.reset(token)
+
+
+def caller(start_frame) -> Optional["Provenance"]:
+    """The user's call of a traced function: the call site set by `call_site`, else the
+    innermost model-code frame from `start_frame` outwards (the call of FusionLens), with
+    the span of the call expression."""
+    given = _CALL_SITE.get()
+    if given is not None:
+        return given
+    frame = start_frame
+    while frame is not None and not is_user_file(frame.f_code.co_filename):
+        frame = frame.f_back
+    return _at(frame, ()) if frame is not None else None
 
 
 def user_location(exc: BaseException, fallback_file: Optional[str] = None) -> tuple:
@@ -92,6 +134,15 @@ def display_path(file: str) -> str:
     return file if rel.startswith("..") else rel
 
 
+def _whole_line(frame: Frame) -> Provenance:
+    """A provenance spanning a line's code, less a leading `return` (UTF-8 byte columns)."""
+    text = linecache.getline(frame.file, frame.line).rstrip("\r\n").encode("utf-8")
+    start = len(text) - len(text.lstrip())
+    if text[start:].startswith(b"return "):
+        start += len(b"return ")
+    return Provenance(frame.file, frame.line, frame.line, start, max(len(text.rstrip()), start + 1), (frame,))
+
+
 _positions_cache: dict = {}
 
 
@@ -102,27 +153,39 @@ def _positions(code):
     return found
 
 
-def capture(start_frame=None):
-    """Provenance of the current call, or None when no user frame is on the stack."""
+def capture(start_frame=None, stop=None, call: Optional["Provenance"] = None):
+    """Provenance of the current op: the model-code frames from `start_frame` out to the frame
+    running code object `stop` (the tracer's entry, beyond which nothing belongs to the
+    traced call), then the user's `call` (see `caller`). Without a model-code frame the op
+    is located at `call` (None when there is none either)."""
     frame = start_frame or sys._getframe(1)
     stack = []
     first = None
-    while frame is not None:
+    while frame is not None and frame.f_code is not stop:
         code = frame.f_code
         if is_user_file(code.co_filename):
             if first is None:
                 first = frame
             stack.append(Frame(code.co_filename, frame.f_lineno, code.co_name))
         frame = frame.f_back
+    if call is not None and call.stack[0] not in stack:
+        stack.append(call.stack[0])
     if first is None:
-        return None
-    line, end_line, col, end_col = first.f_lineno, first.f_lineno, 0, 0
-    if first.f_lasti >= 0:
-        positions = _positions(first.f_code)
-        index = first.f_lasti // 2
+        return dataclasses.replace(call, stack=tuple(stack)) if call is not None else None
+    return _at(first, tuple(stack))
+
+
+def _at(frame, stack: tuple) -> Provenance:
+    """The span of the instruction a frame is executing (code positions: UTF-8 byte columns)."""
+    code = frame.f_code
+    line, end_line, col, end_col = frame.f_lineno, frame.f_lineno, 0, 0
+    if frame.f_lasti >= 0:
+        positions = _positions(code)
+        index = frame.f_lasti // 2
         if index < len(positions):
             pline, pend, pcol, pend_col = positions[index]
             if pline is not None:
                 line, end_line = pline, pend or pline
                 col, end_col = pcol or 0, pend_col or 0
-    return Provenance(first.f_code.co_filename, line, end_line, col, end_col, tuple(stack))
+    return Provenance(code.co_filename, line, end_line, col, end_col,
+                      stack or (Frame(code.co_filename, frame.f_lineno, code.co_name),))

@@ -15,6 +15,7 @@ import sys
 from typing import Optional
 
 from compiler.discovery import find_targets
+from compiler import provenance
 from compiler.provenance import user_location
 
 
@@ -28,6 +29,13 @@ class TargetError(Exception):
 
 
 _module_counter = itertools.count()
+
+
+def syntax_error_col(e: SyntaxError) -> int:
+    """The error's column as the report counts columns: 0-based UTF-8 bytes, like ast and
+    code positions (SyntaxError.offset counts characters from 1)."""
+    chars = max((e.offset or 1) - 1, 0)
+    return len((e.text or "")[:chars].encode("utf-8")) if e.text else chars
 
 
 def _use_source(path: str, source: Optional[str]) -> None:
@@ -66,7 +74,7 @@ def load_module(path: str, source: Optional[str] = None):
         else:
             exec(compile(source, path, "exec"), module.__dict__)
     except SyntaxError as e:
-        raise TargetError(f"SyntaxError: {e.msg}", e.filename or path, e.lineno, (e.offset or 1) - 1) from e
+        raise TargetError(f"SyntaxError: {e.msg}", e.filename or path, e.lineno, syntax_error_col(e)) from e
     except Exception as e:
         file, line = user_location(e, path)
         raise TargetError(f"importing {os.path.basename(path)} raised {type(e).__name__}: {e}",
@@ -134,7 +142,7 @@ def compile_target(path: str, name: str, *, source: Optional[str] = None, execut
     except OSError as e:
         return fail(f"cannot read {path}: {e}")
     except SyntaxError as e:
-        return fail(f"SyntaxError: {e.msg}", path, e.lineno, (e.offset or 1) - 1)  # report columns are 0-based
+        return fail(f"SyntaxError: {e.msg}", path, e.lineno, syntax_error_col(e))
     if name not in found:
         return fail(f"no @compiler.example target named {name!r} in {os.path.basename(path)}"
                     f" (found: {', '.join(found) or 'none'})")
@@ -151,8 +159,9 @@ def compile_target(path: str, name: str, *, source: Optional[str] = None, execut
     try:
         fn, args, kwargs = _check_example(value, path, info.return_line, name)
         fn, args, kwargs = _to_device(fn, args, kwargs, resolve_device(device))
-        return api.compile_checked(fn, args, kwargs, executors, name, previews=True, benchmark=benchmark,
-                                   repeats=repeats, warmup=3, torch_compile=torch_compile, target=target)[1]
+        with provenance.call_site(path, info.return_line, name):  # the line that made the callable
+            return api.compile_checked(fn, args, kwargs, executors, name, previews=True, benchmark=benchmark,
+                                       repeats=repeats, warmup=3, torch_compile=torch_compile, target=target)[1]
     except TargetError as e:
         return fail(e.message, e.file, e.line, e.col)
     except api.CompileError as e:

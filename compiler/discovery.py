@@ -1,13 +1,16 @@
-"""Target discovery: find `@compiler.example` functions by parsing a file's text.
+"""Discovery: what a user's files hold, without running them. `find_targets` finds the
+`@compiler.example` functions by parsing a file's text; `is_model_code` says whether a file
+is model code (the rule provenance locates ops with).
 
-Pure `ast`: no torch, no user code runs. The language server uses only this (and the
-report schema); compiling a target is `compiler.targets`.
+Pure `ast` and path logic: no torch, no user code runs. The language server uses only this
+(and the report schema); compiling a target is `compiler.targets`.
 """
 
 from __future__ import annotations
 
 import ast
 import dataclasses
+import os
 
 # Decorator spellings that mark a target: @compiler.example, @fusionlens.example, @example.
 _MARKERS = {"example", "compiler.example", "fusionlens.example"}
@@ -47,3 +50,29 @@ def find_targets(source: str, filename: str = "<unknown>") -> list[TargetInfo]:
                                           node.col_offset, dec.lineno, max(returns, default=node.lineno)))
                 break
     return targets
+
+
+@dataclasses.dataclass(frozen=True)
+class CodeRoots:
+    """Folders by what they hold (absolute paths): `never` model code (torch, FusionLens),
+    the standard library, and installed packages (model code, e.g. transformers' models;
+    they may lie inside the standard library's folder)."""
+
+    never: tuple = ()
+    stdlib: tuple = ()
+    packages: tuple = ()
+
+
+def _under(path: str, roots) -> bool:
+    return any(path == root or path.startswith(root + os.sep) for root in roots)
+
+
+def is_model_code(filename: str, roots: CodeRoots) -> bool:
+    """Whether a file is model code: the user's own or an installed library's, not torch,
+    FusionLens or the standard library."""
+    if not filename or filename.startswith("<"):
+        return False
+    path = os.path.abspath(filename)
+    if _under(path, roots.never):
+        return False
+    return _under(path, roots.packages) or not _under(path, roots.stdlib)

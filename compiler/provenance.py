@@ -23,49 +23,35 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Optional
 
+from compiler.discovery import CodeRoots, is_model_code
 from compiler.report import Frame
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _FUSIONLENS = (_HERE, os.path.join(os.path.dirname(_HERE), "lsp_server"))
 
 
-def _roots() -> tuple:
-    """(roots that are never model code, package folders that are model code unless under the former)."""
+@functools.lru_cache(maxsize=1)
+def code_roots() -> CodeRoots:
+    """This interpreter's folders for `is_model_code`: torch's and FusionLens's are never model
+    code, the standard library's neither, installed packages' are."""
     never = set(_FUSIONLENS)
     try:
         import torch
 
         never.add(os.path.dirname(os.path.abspath(torch.__file__)))
-    except ImportError:  # the language server's worker may ask before torch is imported
+    except ImportError:  # a worker that cannot import torch still classifies frames
         pass
     paths = sysconfig.get_paths()
     packages = {os.path.abspath(paths[k]) for k in ("purelib", "platlib") if paths.get(k)}
     packages |= {os.path.abspath(p) for p in sys.path if p.endswith(("site-packages", "dist-packages"))}
     stdlib = {os.path.abspath(paths[k]) for k in ("stdlib", "platstdlib") if paths.get(k)}
-    return tuple(sorted(never)), tuple(sorted(stdlib)), tuple(sorted(packages))
-
-
-_ROOTS = None
-
-
-def _under(path: str, roots) -> bool:
-    return any(path == root or path.startswith(root + os.sep) for root in roots)
+    return CodeRoots(tuple(sorted(never)), tuple(sorted(stdlib)), tuple(sorted(packages)))
 
 
 @functools.lru_cache(maxsize=4096)
 def is_user_file(filename: str) -> bool:
-    """Whether `filename` is model code: not torch, not FusionLens, not the standard library
-    (installed packages are model code: that is where library models live)."""
-    global _ROOTS
-    if not filename or filename.startswith("<"):
-        return False
-    if _ROOTS is None:
-        _ROOTS = _roots()
-    never, stdlib, packages = _ROOTS
-    path = os.path.abspath(filename)
-    if _under(path, never):
-        return False
-    return _under(path, packages) or not _under(path, stdlib)
+    """Whether `filename` is model code (compiler.discovery.is_model_code) here."""
+    return is_model_code(filename, code_roots())
 
 
 # The user's own call of what is traced, when FusionLens's caller is not the user

@@ -112,7 +112,8 @@ class Fallback:
 
 @dataclass
 class Diagnostic:
-    """Lines are 1-based, columns 0-based (as in Python's ast and code positions)."""
+    """Lines are 1-based, columns 0-based UTF-8 byte offsets (as Python's ast and code
+    positions count them)."""
 
     severity: str  # "error" | "warning" | "information"
     message: str

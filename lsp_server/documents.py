@@ -27,14 +27,15 @@ _SEVERITY = {"error": T.DiagnosticSeverity.Error, "warning": T.DiagnosticSeverit
 
 
 class DocState:
-    def __init__(self, uri: str):
+    def __init__(self, uri: str, fs_path: Optional[str] = None):
         self.uri = uri
-        self.fs_path = to_fs_path(uri) or uri
+        self.fs_path = fs_path or to_fs_path(uri) or uri  # an untitled buffer gets a path of its own
         self.path = norm_path(self.fs_path) or uri
         self.parsed_text: Optional[str] = None
         self.targets: list = []  # [compiler.discovery.TargetInfo]
         self.syntax_error: Optional[tuple] = None  # (line0, col0, message)
         self.notes: dict = {}  # target -> message (e.g. why it was not compiled)
+        self.cancelled: set = set()  # targets whose latest run was cancelled
         self.view = None
         self.view_key = None
 
@@ -75,7 +76,7 @@ class DocumentsMixin:
     def doc(self, uri: str) -> DocState:
         state = self.docs.get(uri)
         if state is None:
-            state = self.docs[uri] = DocState(uri)
+            state = self.docs[uri] = DocState(uri, None if to_fs_path(uri) else self.untitled_path(uri))
         text_doc = self.workspace.get_text_document(uri)
         try:
             text = text_doc.source
@@ -149,14 +150,20 @@ class DocumentsMixin:
         return view
 
     def target_state(self, state: DocState, name: str) -> tuple:
+        """(status, message) of a target (docs/lsp.md, fusionlens/regions): compiling; not
+        compiled when its latest run was cancelled (the message says so); not allowed
+        (execution off: its results, if any, are stale); ok or error (its latest result)."""
         if (state.path, name) in self.active:
             job = self.active[(state.path, name)]
             return "compiling", ("running" if job.started else "queued")
+        if name in state.cancelled:
+            return "not compiled", state.notes.get(name, "compile cancelled")
         res = self.latest.get((state.path, name))
+        if not self.settings.allowExecution:
+            stale = " (the results shown are stale)" if res is not None else ""
+            return "not allowed", "not compiled: running user code is disabled (fusionlens.allowExecution is false)" + stale
         if res is not None:
             return res.status, res.message
-        if not self.settings.allowExecution:
-            return "not allowed", "not compiled: running user code is disabled (fusionlens.allowExecution is false)"
         return "not compiled", state.notes.get(name, "")
 
     # --- publishing ----------------------------------------------------------------------
@@ -165,11 +172,13 @@ class DocumentsMixin:
         text_doc = self.workspace.get_text_document(state.uri)
         lines = text_doc.lines
         out = []
+        codec = text_doc.position_codec
         if state.syntax_error is not None:
-            line, col, msg = state.syntax_error
+            line, col, msg = state.syntax_error  # col: characters (SyntaxError.offset)
             line = min(line, max(len(lines) - 1, 0))
-            end = len(lines[line].rstrip("\r\n")) if lines else 0
-            out.append(T.Diagnostic(range=T.Range(T.Position(line, min(col, end)), T.Position(line, max(end, col))),
+            text = lines[line].rstrip("\r\n") if lines else ""
+            start, end = codec.client_num_units(text[:col]), codec.client_num_units(text)
+            out.append(T.Diagnostic(range=T.Range(T.Position(line, min(start, end)), T.Position(line, max(end, start))),
                                     message=msg, severity=T.DiagnosticSeverity.Error, source="fusionlens",
                                     code="syntax-error"))
         seen = set()
@@ -178,14 +187,18 @@ class DocumentsMixin:
                 continue
             seen.add((line, d.message))
             text = lines[line].rstrip("\r\n")
-            start = d.col if d.col is not None else len(text) - len(text.lstrip())
-            end = d.end_col if d.end_col is not None and d.end_col > start else len(text)
-            codec = text_doc.position_codec
+            # report columns count UTF-8 bytes; the client counts its own units (UTF-16 mostly)
+            start = _chars(text, d.col) if d.col is not None else len(text) - len(text.lstrip())
+            end = _chars(text, d.end_col) if d.end_col is not None else len(text)
+            end = end if end > start else len(text)
             rng = T.Range(T.Position(line, codec.client_num_units(text[:start])),
                           T.Position(line, codec.client_num_units(text[:end])))
             out.append(T.Diagnostic(range=rng, message=d.message,
                                     severity=_SEVERITY.get(d.severity, T.DiagnosticSeverity.Information),
-                                    source="fusionlens", code=d.code))
+                                    source="fusionlens", code=d.code,
+                                    related_information=[T.DiagnosticRelatedInformation(
+                                        T.Location(u, T.Range(T.Position(ln, 0), T.Position(ln + 1, 0))), m)
+                                        for u, ln, m in d.related_uris()] or None))
         self.text_document_publish_diagnostics(
             T.PublishDiagnosticsParams(uri=state.uri, diagnostics=out, version=text_doc.version))
 
@@ -205,6 +218,11 @@ class DocumentsMixin:
 
     def _mentions(self, state: DocState) -> bool:
         return any(state.path in r.files() for r in self.latest.values())
+
+
+def _chars(text: str, utf8_col: int) -> int:
+    """The character index of a UTF-8 byte offset into `text`."""
+    return len(text.encode("utf-8")[:utf8_col].decode("utf-8", errors="ignore"))
 
 
 def _quiet(future) -> None:

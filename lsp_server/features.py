@@ -18,7 +18,15 @@ from lsp_server.views import boundary_label, hint_label, hover_markdown, lens_ti
 # --- lifecycle ----------------------------------------------------------------------------
 
 def on_initialize(ls: FusionLensServer, params: T.InitializeParams):
-    ls.settings.update(params.initialization_options or {})
+    _changed, warnings = ls.settings.update(params.initialization_options)
+    _warn(ls, warnings)
+
+
+def _warn(ls: FusionLensServer, warnings: list) -> None:
+    """Settings refused: say so where the user looks (LSP allows this before `initialized`)."""
+    for w in warnings:
+        ls.window_show_message(T.ShowMessageParams(type=T.MessageType.Warning, message=f"FusionLens: {w}"))
+        ls.window_log_message(T.LogMessageParams(type=T.MessageType.Warning, message=w))
 
 
 async def on_initialized(ls: FusionLensServer, params: T.InitializedParams):
@@ -38,8 +46,8 @@ async def pull_configuration(ls: FusionLensServer) -> None:
 
 
 def apply_settings(ls: FusionLensServer, data: Any) -> None:
-    before = ls.settings.allowExecution
-    changed = ls.settings.update(data)
+    changed, warnings = ls.settings.update(data)
+    _warn(ls, warnings)
     if not changed:
         return
     for state in ls.docs.values():
@@ -47,11 +55,7 @@ def apply_settings(ls: FusionLensServer, data: Any) -> None:
     if "allowExecution" in changed and not ls.settings.allowExecution:
         for uri in list(ls.docs):
             ls.cancel(uri, "execution was disabled")
-    ls.refresh()
-    if "allowExecution" in changed and ls.settings.allowExecution and not before \
-            and ls.settings.compileTrigger == "onOpen":
-        for uri in list(ls.docs):
-            ls.schedule(uri, "execution allowed")
+    ls.refresh()  # lenses, hints and diagnostics under the new settings (stale once execution is off)
 
 
 async def on_config(ls: FusionLensServer, params: T.DidChangeConfigurationParams):
@@ -123,8 +127,9 @@ def hover(ls: FusionLensServer, params: T.HoverParams):
             return None
         status, message = ls.target_state(state, target.name)
         value = target_hover(target.name, status, message, ls.latest.get((state.path, target.name)))
-    return T.Hover(contents=T.MarkupContent(kind=T.MarkupKind.Markdown, value=value),
-                   range=_line_range(text_doc, line))
+    formats = ls.caps("text_document", "hover", "content_format")
+    kind = T.MarkupKind.PlainText if formats and T.MarkupKind.Markdown not in formats else T.MarkupKind.Markdown
+    return T.Hover(contents=T.MarkupContent(kind=kind, value=value), range=_line_range(text_doc, line))
 
 
 def inlay_hints(ls: FusionLensServer, params: T.InlayHintParams):
@@ -134,12 +139,13 @@ def inlay_hints(ls: FusionLensServer, params: T.InlayHintParams):
     text_doc = ls.workspace.get_text_document(state.uri)
     view = ls.view(state)
     if view.hints is None:
-        view.hints = build_hints(view, text_doc)
+        view.hints = build_hints(view, text_doc, stale=not ls.settings.allowExecution)
     first, last = params.range.start.line, params.range.end.line
     return [hint for line, hint in view.hints if first <= line <= last]
 
 
-def build_hints(view: View, text_doc) -> list:
+def build_hints(view: View, text_doc, stale: bool = False) -> list:
+    """Inlay hints of a document's View; `stale`: execution was turned off after they were made."""
     lines = text_doc.lines
     out = []
     for line in view.hint_lines:
@@ -152,7 +158,8 @@ def build_hints(view: View, text_doc) -> list:
             shown = [n for n in notes if n.result is notes[0].result]
             tip = "\n\n---\n\n".join(
                 region_tooltip(n, view.region_lines.get((n.result.seq, n.region.id), [])) for n in notes)
-            out.append((line, T.InlayHint(position=pos, label=hint_label(shown), padding_left=True,
+            label = hint_label(shown, "stale · " if stale else "")
+            out.append((line, T.InlayHint(position=pos, label=label, padding_left=True,
                                           tooltip=T.MarkupContent(kind=T.MarkupKind.Markdown, value=tip))))
         bounds = view.boundaries.get(line)
         if bounds:
@@ -168,9 +175,9 @@ def code_lens(ls: FusionLensServer, params: T.CodeLensParams):
     out = []
     for t in state.targets:
         status, message = ls.target_state(state, t.name)
+        if state.syntax_error is not None and status != "compiling":
+            status, message = "syntax error", f"syntax error on line {state.syntax_error[0] + 1}"
         title = lens_title(status, ls.latest.get((state.path, t.name)), message)
-        if status == "not compiled" and message.startswith("compile cancelled"):
-            title = "Compile & benchmark (last run cancelled)"
         line = t.decorator_line - 1
         out.append(T.CodeLens(range=T.Range(T.Position(line, 0), T.Position(line, 0)),
                               command=T.Command(title=title, command=CMD_COMPILE, arguments=[state.uri, t.name])))
@@ -194,11 +201,14 @@ def code_actions(ls: FusionLensServer, params: T.CodeActionParams):
             if (n.result.target, n.region.id) not in regions:
                 regions.append((n.result.target, n.region.id, n.result.path))
     many = len(targets) > 1
+    can_run = ls.settings.allowExecution and state.syntax_error is None  # offer only what can run
     out = []
     for name in targets:
         suffix = f" ({name})" if many else ""
-        out.append(T.CodeAction(title="Compile and benchmark" + suffix, kind=T.CodeActionKind.Empty,
-                                command=T.Command(title="Compile and benchmark", command=CMD_COMPILE, arguments=[uri, name])))
+        if can_run and name in {t.name for t in state.targets}:
+            out.append(T.CodeAction(title="Compile and benchmark" + suffix, kind=T.CodeActionKind.Empty,
+                                    command=T.Command(title="Compile and benchmark", command=CMD_COMPILE,
+                                                      arguments=[uri, name])))
         if (state.path, name) in ls.latest and ls.latest[(state.path, name)].report is not None:
             out.append(T.CodeAction(title="Show generated trace" + suffix, kind=T.CodeActionKind.Empty,
                                     command=T.Command(title="Show generated trace", command=CMD_SHOW_TRACE, arguments=[uri, name])))

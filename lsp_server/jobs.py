@@ -17,12 +17,13 @@ from typing import Any, Optional
 
 from lsprotocol import types as T
 
-from compiler.discovery import find_targets
 from lsp_server.documents import DocState
 from lsp_server.views import Result, load_report, report_summary
 from lsp_server.worker_client import WorkerError
 
 logger = logging.getLogger("fusionlens.lsp")
+
+EXECUTION_DISABLED = "not compiled: running user code is disabled (fusionlens.allowExecution is false)"
 
 
 @dataclasses.dataclass
@@ -37,6 +38,8 @@ class Job:
     target_line: Optional[int]
     options: tuple
     future: asyncio.Future
+    source: Optional[str] = None  # the buffer's text when it differs from the saved file
+    command: bool = False  # the user asked for it (tell them how it ended)
     task: Optional[asyncio.Task] = None
     started: bool = False
     on_start: list = dataclasses.field(default_factory=list)  # callables, run when user code starts
@@ -78,40 +81,43 @@ class CompileJobsMixin:
 
     async def compile_targets(self, uri: str, names: Optional[list], reason: str = "command",
                               force: bool = True, token: Any = None) -> dict:
+        """Compile the document's targets (all when `names` is None) as the buffer holds them:
+        an edited or untitled buffer compiles its own text. A request the user made (a
+        command) that is refused or fails says so with window/showMessage as well as in the
+        lens and the return value."""
         state = self.doc(uri)
+        command = reason == "command"
         all_names = [t.name for t in state.targets]
         if names is None:
             names = all_names
         unknown = [n for n in names if n not in all_names]
         names = [n for n in names if n in all_names]
         if state.syntax_error is not None:
-            return {"targets": names, "ok": False, "message": state.syntax_error[2]}
+            line, _, msg = state.syntax_error
+            return self._refuse(state, names, f"not compiled: {msg} (line {line + 1})", command)
         if not self.settings.allowExecution:
-            msg = "not compiled: running user code is disabled (fusionlens.allowExecution is false)"
-            for n in names:
-                state.notes[n] = msg
-            if reason == "command":
-                self.window_show_message(T.ShowMessageParams(type=T.MessageType.Warning,
-                                                             message=f"FusionLens: {msg}"))
-            self.refresh(uri)
-            return {"targets": names, "ok": False, "message": msg}
+            return self._refuse(state, names, EXECUTION_DISABLED, command)
+        if unknown:
+            msg = (f"no @compiler.example target named {', '.join(unknown)} in "
+                   f"{os.path.basename(state.fs_path)} (found: {', '.join(all_names) or 'none'})")
+            if command:
+                self.tell(T.MessageType.Warning, msg)
+            if not names:
+                return {"targets": [], "ok": False, "message": msg}
         if not names:
-            msg = f"no target named {', '.join(unknown)}" if unknown else "no @compiler.example targets in this file"
-            return {"targets": [], "ok": not unknown, "message": msg}
+            msg = "no @compiler.example targets in this file"
+            if command:
+                self.tell(T.MessageType.Info, msg)
+            return {"targets": [], "ok": True, "message": msg}
+        text = state.parsed_text or ""
         try:
             with open(state.fs_path, encoding="utf-8") as f:
-                disk = f.read()
-        except OSError as e:
-            msg = f"cannot compile an unsaved file ({e.strerror}); save it first"
-            for n in names:
-                state.notes[n] = msg
-            self.refresh(uri)
-            return {"targets": names, "ok": False, "message": msg}
-        digest = hashlib.sha256(disk.encode("utf-8")).hexdigest()
-        try:
-            disk_targets = {t.name: t for t in find_targets(disk, state.fs_path)}
-        except SyntaxError:
-            disk_targets = {}
+                saved = f.read()
+        except (OSError, UnicodeDecodeError):
+            saved = None  # untitled, or not on disk (yet)
+        source = None if saved == text else text  # the worker compiles the buffer, not the file
+        digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
+        infos = {t.name: t for t in state.targets}
         opts = self.settings.options_key()
         version = self.workspace.get_text_document(uri).version
         futures = []
@@ -128,11 +134,12 @@ class CompileJobsMixin:
                 continue
             if job is not None:  # an older version of this target is queued or running
                 self.cancel_job(job, "superseded by a newer compile")
-            info = disk_targets.get(name)
+            info = infos.get(name)
             job = Job(uri=uri, path=state.path, fs_path=state.fs_path, target=name, key=key, version=version,
-                      snapshot=disk, target_line=(info.line - 1) if info else None, options=opts,
-                      future=asyncio.get_running_loop().create_future())
+                      snapshot=text, target_line=(info.line - 1) if info else None, options=opts,
+                      future=asyncio.get_running_loop().create_future(), source=source, command=command)
             state.notes.pop(name, None)
+            state.cancelled.discard(name)
             self.queue.append(job)
             self.active[(state.path, name)] = job
             futures.append(job.future)
@@ -170,6 +177,16 @@ class CompileJobsMixin:
             self.work_done_progress.end(progress, T.WorkDoneProgressEnd(message="done"))
         ok = all(r is not None and r.status == "ok" for r in results) and not unknown
         return {"targets": names, "ok": ok}
+
+    def _refuse(self, state: DocState, names: list, msg: str, command: bool) -> dict:
+        """Nothing is compiled: the lens of each target says why, and so does a message when
+        the user asked."""
+        for n in names:
+            state.notes[n] = msg
+        if command:
+            self.tell(T.MessageType.Warning, msg)
+        self.refresh(state.uri)
+        return {"targets": names, "ok": False, "message": msg}
 
     def cancel_job(self, job: Job, reason: str) -> None:
         if job in self.queue:
@@ -225,7 +242,7 @@ class CompileJobsMixin:
         payload = {"cmd": "compile", "path": job.fs_path, "target": job.target,
                    "executors": list(executors) if executors is not None else None,
                    "repeats": repeats, "device": device, "benchmark": True,
-                   "sys_path": [root], "cwd": root}
+                   "sys_path": [root], "cwd": root, "source": job.source}
 
         def on_started():
             job.started = True
@@ -239,7 +256,7 @@ class CompileJobsMixin:
             msg = await self.worker.request(payload, self.settings.timeoutSeconds, on_started)
         except WorkerError as e:
             self.last_device = self.worker.device_name if self.worker.device_name != "unknown" else self.last_device
-            return self._failure(job, e.kind, e.message)
+            return self._failure(job, e.kind, e.message, e.where)
         if self.worker.device_name != "unknown":
             self.last_device = self.worker.device_name
         if not msg.get("ok"):
@@ -269,10 +286,20 @@ class CompileJobsMixin:
                     pass
         return res
 
-    def _failure(self, job: Job, kind: str, message: str) -> Result:
+    def _failure(self, job: Job, kind: str, message: str, where: Optional[dict] = None) -> Result:
+        """A compile without a report; `where`: the user's position when the worker timed
+        out or died (its file, if another, gets a diagnostic too)."""
         self._seq += 1
-        return Result(job.target, job.path, job.key, "error", message, None, {job.path: job.snapshot},
-                      job.target_line, kind, self._seq)
+        res = Result(job.target, job.path, job.key, "error", message, None, {job.path: job.snapshot},
+                     job.target_line, kind, self._seq, where=where)
+        for path in res.files():
+            if path not in res.snapshots:
+                try:
+                    with open(path, encoding="utf-8") as f:
+                        res.snapshots[path] = f.read()
+                except (OSError, UnicodeDecodeError):
+                    pass
+        return res
 
     def _finish(self, job: Job, result: Optional[Result], reason: str) -> None:
         if self.active.get((job.path, job.target)) is job:
@@ -281,7 +308,10 @@ class CompileJobsMixin:
         if result is None:
             if state is not None:
                 state.notes[job.target] = f"compile cancelled: {reason}"
+                state.cancelled.add(job.target)
             self.notify_status("idle", f"cancelled {job.target}: {reason}", job.uri)
+            if job.command:
+                self.tell(T.MessageType.Info, f"compiling {job.target} was cancelled: {reason}")
         else:
             if result.kind == "report":
                 self.cache[job.key] = result  # failures of the machinery are retried, not cached
@@ -295,6 +325,8 @@ class CompileJobsMixin:
             else:
                 state_name = "failed"
                 msg = f"{job.target} failed: {result.message.splitlines()[0] if result.message else 'error'}"
+                if job.command:
+                    self.tell(T.MessageType.Error, f"compiling {msg}")
             self.notify_status(state_name, msg, job.uri, speedup)
         if not job.future.done():
             job.future.set_result(result)

@@ -77,6 +77,17 @@ class FusionLensServer(DocumentsMixin, CompileJobsMixin, LanguageServer):
         os.makedirs(folder, exist_ok=True)
         return folder
 
+    def tell(self, kind: T.MessageType, message: str) -> None:
+        """window/showMessage: how a request the user made ended, when it is not what they asked."""
+        self.window_show_message(T.ShowMessageParams(type=kind, message=f"FusionLens: {message}"))
+
+    def untitled_path(self, uri: str) -> str:
+        """Where an untitled buffer is said to live (its report's file): never written."""
+        root = self.settings.cacheFolder or os.path.join(
+            tempfile.gettempdir(), f"fusionlens-lsp-{os.getuid() if hasattr(os, 'getuid') else 'user'}")
+        name = re.sub(r"[^A-Za-z0-9_.-]+", "_", uri.split(":", 1)[-1]).strip("_") or "untitled"
+        return os.path.join(root, "untitled", name if name.endswith(".py") else name + ".py")
+
     def notify_status(self, state: str, message: str, uri: Optional[str], speedup: Optional[float] = None):
         self.protocol.notify(STATUS_NOTIFICATION, {
             "state": state, "device": self.last_device, "message": message,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import pathlib
 from typing import Optional
 
 from compiler.report import CompileReport, format_ms
@@ -33,6 +34,9 @@ class Result:
     target_line: Optional[int]  # 0-based line of the target's `def` in that text
     kind: str = "report"  # "report" | "timeout" | "crashed" | "internal" | "startup"
     seq: int = 0
+    # where the user's code was when the worker timed out or died (WorkerError.where):
+    # {"file", "line" (1-based), "function", "stack": [user frames, innermost first], "note"}
+    where: Optional[dict] = None
     _files: dict = dataclasses.field(default_factory=dict, repr=False)
 
     def files(self) -> set:
@@ -41,12 +45,15 @@ class Result:
         return self._files["__files__"]
 
     def _compute_files(self) -> set:
-        if self.report is None:
-            return {self.path}
         out = {self.path}
+        if self.where and self.where.get("file"):
+            out.add(norm_path(self.where["file"]))
+        if self.report is None:
+            return out
         for op in self.report.ops:
-            if op.file:
-                out.add(norm_path(op.file))
+            for f in [op, *op.stack]:  # every file its call stack passes through
+                if f.file:
+                    out.add(norm_path(f.file))
         for r in self.report.regions:
             for s in r.source_lines:
                 if s.file:
@@ -78,6 +85,12 @@ class DiagNote:
     col: Optional[int] = None
     end_col: Optional[int] = None
     code: Optional[str] = None
+    # LSP relatedInformation: [(normalised path, 0-based line in the compiled text, message)]
+    related: list = dataclasses.field(default_factory=list)
+
+    def related_uris(self) -> list:
+        """`related` as [(file URI, 0-based line, message)]."""
+        return [(pathlib.Path(p).as_uri(), ln, m) for p, ln, m in self.related]
 
 
 @dataclasses.dataclass
@@ -101,13 +114,22 @@ def build_annotations(result: Result, path: str) -> FileAnnotations:
     tl = result.target_line if path == result.path else None
     if report is not None:
         ops_by_region_line: dict = {}
+        calls_by_region_line: dict = {}  # lines of this file that call into another file's ops
         for op in report.ops:
-            if op.region is None or not _same(op.file, path) or not op.line:
+            if op.region is None or not op.line:
                 continue
-            ops_by_region_line.setdefault((op.region, op.line - 1), []).append(op)
+            if _same(op.file, path):
+                ops_by_region_line.setdefault((op.region, op.line - 1), []).append(op)
+                continue
+            for f in op.stack[1:]:  # e.g. the user's `model(x)` line of ops in modeling_llama.py
+                if _same(f.file, path) and f.line:
+                    calls_by_region_line.setdefault((op.region, f.line - 1), []).append(op)
         for region in report.regions:
             rl = {s.line - 1 for s in region.source_lines if _same(s.file, path) and s.line}
             rl |= {ln for (rid, ln) in ops_by_region_line if rid == region.id}
+            calls = sorted({ln for (rid, ln) in calls_by_region_line if rid == region.id} - rl)
+            for ln in calls:
+                lines.setdefault(ln, []).append(LineNote(result, region, calls_by_region_line[(region.id, ln)]))
             if not rl:
                 continue
             region_lines[region.id] = sorted(rl)
@@ -138,17 +160,30 @@ def build_annotations(result: Result, path: str) -> FileAnnotations:
     if result.status == "error":
         err = report.error if report is not None else None
         msg = (err.message if err is not None else "") or result.message or "compile failed"
+        code = result.kind if result.kind != "report" else "compile-error"
+        # the user's line where it failed: the error's (an exception in the example's call), or
+        # where the code was when the worker timed out or died
+        wh = result.where if result.where and result.where.get("file") and result.where.get("line") else None
+        at_file, at_line, at_msg = None, None, None
+        if err is not None and err.file and err.line:
+            at_file, at_line, at_msg = norm_path(err.file), err.line, f"{result.target}: {msg}"
+        elif wh is not None:
+            func = f" (in {wh['function']})" if wh.get("function") else ""
+            at_file, at_line = norm_path(wh["file"]), int(wh["line"])
+            at_msg = f"compiling {result.target} {wh.get('note') or 'failed here'}{func}"
         at_error = None
-        if err is not None and _same(err.file, path) and err.line:
-            at_error = err.line - 1
+        if at_file == path:
+            at_error = at_line - 1
             # the whole line: the error's column is where Python noticed it, rarely the whole cause
-            diags.append(DiagNote(at_error, "error", f"{result.target}: {msg}", code="compile-error"))
+            diags.append(DiagNote(at_error, "error", at_msg, code=code))
         if tl is not None and at_error != tl:
-            where = ""
-            if err is not None and err.file and err.line:
-                where = f" (at {os.path.basename(err.file)}:{err.line})"
+            where, related = "", []
+            if at_file is not None:
+                where = f" (at {os.path.basename(at_file)}:{at_line}"
+                where += f" in {wh['function']})" if wh is not None and wh.get("function") else ")"
+                related = [(at_file, at_line - 1, at_msg)]
             diags.append(DiagNote(tl, "error", f"compiling {result.target} failed{where}: {msg}",
-                                  code=result.kind if result.kind != "report" else "compile-error"))
+                                  code=code, related=related))
     return FileAnnotations(lines, boundaries, region_lines, diags)
 
 
@@ -174,7 +209,7 @@ def region_time(region) -> Optional[float]:
     return t.median_ms if t is not None else None
 
 
-def hint_label(notes: list) -> str:
+def hint_label(notes: list, prefix: str = "") -> str:
     """`R3 · triton · 0.12 ms` for one region; `R3+R4 · torch` or `R3 +8 more · torch` when
     the line's ops went to several regions (time only when it is one region's)."""
     regions = []
@@ -189,7 +224,7 @@ def hint_label(notes: list) -> str:
     label = f"{ids} · {executors.pop() if len(executors) == 1 else 'mixed'}"
     if len(regions) == 1 and region_time(regions[0]) is not None:
         label += f" · {format_ms(region_time(regions[0]))}"
-    return shorten(label)
+    return shorten(prefix + label)
 
 
 def boundary_label(items: list) -> str:
@@ -349,17 +384,32 @@ def report_summary(report: CompileReport) -> str:
     return " · ".join(parts)
 
 
+def nothing_compiled(report: CompileReport) -> Optional[str]:
+    """Why a report that compiled has no region (its call returned no tensor), else None."""
+    if report.regions:
+        return None
+    why = next((d.message for d in report.diagnostics if "nothing to compile" in d.message), None)
+    why = why.split(": there is nothing to compile")[0] if why else "the call ran no tensor op"
+    return "Nothing to compile: " + shorten(why, 60)
+
+
 def lens_title(status: str, result: Optional[Result], message: str = "") -> str:
+    """The target's code lens, from `DocumentsMixin.target_state`'s (status, message)."""
     if status == "compiling":
         return "Compiling…"
+    if status == "not compiled" and message.startswith("compile cancelled"):
+        return "Compile & benchmark (last run cancelled)"
+    if status == "syntax error":
+        return "Not compiled: " + shorten(message, 60)
+    ok = result is not None and result.status == "ok" and result.report is not None
     if status == "not allowed":
+        if ok and result.report.regions:
+            return "Stale (execution disabled): " + report_summary(result.report)
         return "Not compiled: execution disabled (fusionlens.allowExecution)"
+    if ok:
+        return nothing_compiled(result.report) or report_summary(result.report)
     if result is not None:
-        if result.status == "ok" and result.report is not None:
-            return report_summary(result.report)
         return "Compile failed: " + shorten(result.message or "error", 60) + " · retry"
-    if status == "cancelled":
-        return "Compile & benchmark (cancelled: document changed)"
     return "Compile & benchmark"
 
 

@@ -7,14 +7,19 @@ its own session (process group), so a kill also takes down anything it started.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import collections
 import itertools
 import json
 import logging
 import os
+import re
 import signal
 import sys
+import tempfile
 from typing import Callable, Optional
+
+from compiler.discovery import CodeRoots, is_model_code
 
 logger = logging.getLogger(__name__)
 
@@ -25,10 +30,13 @@ STARTUP_TIMEOUT_S = 180.0  # importing torch on a cold, busy machine can take a 
 class WorkerError(Exception):
     """A compile that produced no report: the worker timed out, died, or failed to start."""
 
-    def __init__(self, kind: str, message: str):
+    def __init__(self, kind: str, message: str, where: Optional[dict] = None):
         super().__init__(message)
         self.kind = kind  # "timeout" | "crashed" | "startup"
         self.message = message
+        # where the user's code was: {"file", "line", "function", "stack": [{"file", "line",
+        # "function"}, ...] (user frames, innermost first), "note": "timed out after 4 s here"}
+        self.where = where
 
 
 class Worker:
@@ -48,6 +56,8 @@ class Worker:
         self.restarts = 0  # processes started after the first one (after a kill or a death)
         self._started = False
         self._lock = asyncio.Lock()
+        self._stacks_path: Optional[str] = None  # faulthandler dumps of the worker (worker.py)
+        self._stacks: dict = {}  # the ready message's "stacks": main thread id, non-user roots
 
     @property
     def pid(self) -> Optional[int]:
@@ -57,6 +67,16 @@ class Worker:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
         env.setdefault("PYTHONUNBUFFERED", "1")
+        if self._stacks_path is None:
+            try:
+                fd, self._stacks_path = tempfile.mkstemp(prefix="fusionlens-stacks-", suffix=".txt")
+                os.close(fd)
+                atexit.register(_remove, self._stacks_path)
+            except OSError:
+                self._stacks_path = None
+        if self._stacks_path:
+            env["FUSIONLENS_WORKER_STACKS"] = self._stacks_path
+        self._stacks = {}
         self._stderr_tail.clear()
         self.proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "lsp_server.worker",
@@ -77,6 +97,7 @@ class Worker:
         self.device = msg.get("device") or "cpu"
         self.device_name = msg.get("device_name") or self.device
         self.startup_error = msg.get("error")
+        self._stacks = msg.get("stacks") or {}
 
     async def _pump_stderr(self, proc) -> None:
         assert proc.stderr is not None
@@ -160,7 +181,9 @@ class Worker:
             proc = self.proc
             assert proc is not None and proc.stdin is not None
             msg_id = next(self._ids)
-            payload = dict(payload, id=msg_id)
+            payload = dict(payload, id=msg_id, timeout=timeout)
+            seen: dict = {}  # the worker's latest "where" events: "sample", "exit"
+            cwd = payload.get("cwd") or self.cwd
             try:
                 proc.stdin.write((json.dumps(payload) + "\n").encode())
                 await proc.stdin.drain()
@@ -181,14 +204,21 @@ class Worker:
                         if on_started:
                             on_started()
                         continue
+                    if msg.get("event") == "where":
+                        where = msg.get("where")
+                        if isinstance(where, dict):
+                            seen["exit" if "exit" in where else "sample"] = where
+                        continue
                     return msg
 
             try:
                 msg = await asyncio.wait_for(answer(), timeout)
             except asyncio.TimeoutError:
                 await self.kill()
+                where = self._dumped_where("Timeout", cwd) or seen.get("sample")
                 raise WorkerError("timeout", f"compile timed out after {timeout:g} s "
-                                  "(setting fusionlens.timeoutSeconds); the worker was killed")
+                                  "(setting fusionlens.timeoutSeconds); the worker was killed",
+                                  _noted(where, f"timed out after {timeout:g} s here"))
             except asyncio.CancelledError:
                 await self.kill()
                 raise
@@ -200,9 +230,26 @@ class Worker:
                 code = proc.returncode
                 await self.kill()
                 how = _describe_exit(code)
+                where = self._dumped_where("Fatal Python error", cwd) or seen.get("exit")
+                note = f"crashed the compile worker ({how}) here"
+                if where is None and seen.get("sample"):
+                    where, note = seen["sample"], f"crashed the compile worker ({how}); it was last seen here"
                 raise WorkerError("crashed", f"compile worker died ({how}) while compiling; "
-                                  "it will be restarted" + self._tail_text())
+                                  "it will be restarted" + self._tail_text(), _noted(where, note))
             return msg
+
+    def _dumped_where(self, kind: str, cwd: Optional[str]) -> Optional[dict]:
+        """The user position in the worker's last faulthandler dump of `kind` ("Timeout",
+        "Fatal Python error") for the compile that just ended, if any."""
+        if not self._stacks_path or not self._stacks:
+            return None
+        try:
+            with open(self._stacks_path, encoding="utf-8", errors="replace") as f:
+                text = f.read(4 << 20)
+        except OSError:
+            return None
+        roots = CodeRoots(**{k: tuple(v) for k, v in (self._stacks.get("roots") or {}).items()})
+        return parse_stack_dump(text, kind, self._stacks.get("thread"), roots, cwd)
 
 
 def _kill_group(pid: int) -> None:
@@ -212,6 +259,64 @@ def _kill_group(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
     else:
         os.kill(pid, signal.SIGTERM)
+
+
+def _remove(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def _noted(where: Optional[dict], note: str) -> Optional[dict]:
+    return dict(where, note=note) if where else None
+
+
+_DUMP_START = re.compile(r"^(Timeout \(|Fatal Python error)", re.M)
+_THREAD = re.compile(r"^(?:(Current thread|Thread) (0x[0-9a-fA-F]+)|Stack) \(most recent call first\):\s*$")
+_FRAME = re.compile(r'^\s+File "(.*)", line (\d+) in (.*?)\s*$')
+
+
+def parse_stack_dump(text: str, kind: str, main_thread: Optional[int], roots: CodeRoots,
+                     cwd: Optional[str] = None) -> Optional[dict]:
+    """The innermost user frame of the last `faulthandler` dump of `kind` in `text`: in the
+    thread that crashed (a fatal signal), else in the main thread. A frame is a user frame
+    when it is model code by `compiler.discovery.is_model_code` with the worker's `roots`
+    (the folders compiler.provenance classifies by). Returns {"file", "line",
+    "function", "stack"} (stack: the user frames, innermost first) or None."""
+    starts = [m.start() for m in _DUMP_START.finditer(text)]
+    dumps = [text[a:b] for a, b in zip(starts, starts[1:] + [len(text)])]
+
+    for dump in reversed([d for d in dumps if d.startswith(kind)]):
+        threads: list = []  # (is current, thread id, frames innermost first)
+        for line in dump.splitlines():
+            m = _THREAD.match(line)
+            if m:
+                ident = int(m.group(2), 16) if m.group(2) else None
+                threads.append((m.group(1) != "Thread", ident, []))
+                continue
+            m = _FRAME.match(line)
+            if m and threads:
+                path = _unescape(m.group(1))
+                if not path.startswith("<") and not os.path.isabs(path) and cwd:
+                    path = os.path.join(cwd, path)
+                threads[-1][2].append({"file": os.path.abspath(path) if not path.startswith("<") else path,
+                                       "line": int(m.group(2)), "function": m.group(3)})
+        ranked = sorted(threads, key=lambda t: (not t[0], t[1] != main_thread))
+        for current, ident, frames in ranked:
+            if not current and ident != main_thread:
+                continue
+            stack = [f for f in frames if is_model_code(f["file"], roots)]
+            if stack:
+                return dict(stack[0], stack=stack)
+    return None
+
+
+def _unescape(path: str) -> str:
+    """faulthandler writes non-ASCII characters as \\xNN, \\uNNNN or \\UNNNNNNNN."""
+    if "\\" not in path:
+        return path
+    return re.sub(r"\\(x[0-9a-f]{2}|u[0-9a-f]{4}|U[0-9a-f]{8})", lambda m: chr(int(m.group(1)[1:], 16)), path)
 
 
 def _describe_exit(code: Optional[int]) -> str:

@@ -14,7 +14,19 @@ from compiler.targets import compile_target
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def test_which_files_are_model_code():
+def test_the_model_code_rule():
+    from compiler.discovery import CodeRoots, is_model_code
+
+    roots = CodeRoots(never=("/py/lib/python3.11/site-packages/torch", "/repo/compiler"),
+                      stdlib=("/py/lib/python3.11",), packages=("/py/lib/python3.11/site-packages",))
+    assert is_model_code("/py/lib/python3.11/site-packages/transformers/models/llama/modeling_llama.py", roots)
+    assert not is_model_code("/py/lib/python3.11/site-packages/torch/nn/modules/linear.py", roots)
+    assert not is_model_code("/py/lib/python3.11/functools.py", roots)
+    assert not is_model_code("/repo/compiler/frontend.py", roots)
+    assert is_model_code("/home/me/model.py", roots) and not is_model_code("<frozen runpy>", roots)
+
+
+def test_which_files_are_model_code_here():
     assert is_user_file(os.path.join(os.path.dirname(torch.__file__), "site-packages-like", "x.py")) is False
     assert is_user_file(torch.nn.functional.__file__) is False
     assert is_user_file(os.__file__) is False  # the standard library
@@ -49,7 +61,7 @@ def test_model_code_in_an_installed_package_gets_its_own_lines(tmp_path, monkeyp
 
     import compiler.provenance as prov
 
-    monkeypatch.setattr(prov, "_ROOTS", None)  # the new site-packages folder is an installed-package root
+    prov.code_roots.cache_clear()  # the new site-packages folder is an installed-package root
     prov.is_user_file.cache_clear()
     Block = importlib.import_module("tinymodels.layers").Block
     rep = compiler.compile(Block().eval(), torch.randn(2, 8), executors=["torch"])
@@ -58,6 +70,7 @@ def test_model_code_in_an_installed_package_gets_its_own_lines(tmp_path, monkeyp
     assert where == {("layers.py", "NORM"), ("layers.py", "ACT")}, where
     for op in rep.ops:  # out to the user's call: this test's compile line
         assert op.stack[0].file == str(layers) and op.stack[-1].file == __file__, op.stack
+    prov.code_roots.cache_clear()
     prov.is_user_file.cache_clear()
 
 

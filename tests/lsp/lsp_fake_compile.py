@@ -15,10 +15,11 @@ from compiler.report import (Boundary, CompileReport, Diagnostic, OpRecord, Prog
                              RegionTiming, SourceLine, Target, Timing)
 
 
-def compile_target(path, target_name, executors=None, benchmark=True, repeats=20, device="auto"):
+def compile_target(path, target_name, executors=None, benchmark=True, repeats=20, device="auto", source=None):
     path = os.path.abspath(path)
-    with open(path, encoding="utf-8") as f:
-        source = f.read()
+    if source is None:
+        with open(path, encoding="utf-8") as f:
+            source = f.read()
     tree = ast.parse(source, path)
     target = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == target_name), None)
     if target is None:
@@ -68,3 +69,11 @@ def noisy_compile_target(*args, **kwargs):
     sys.stdout.flush()
     os.write(1, b"NOISE from fd 1\n")
     return compile_target(*args, **kwargs)
+
+
+def hanging_compile_target(*args, **kwargs):
+    """Never returns (a stand-in for user code that hangs): for timeout and cancel tests."""
+    import time
+
+    while True:
+        time.sleep(0.05)

@@ -103,6 +103,23 @@ async def test_fallback_ops_become_diagnostics(start_server):
     assert {h.position.line for h in hints} & marked
 
 
+def _errors_by_line(s, uri) -> dict:
+    return {d.range.start.line: d for d in s.diagnostics(uri) if d.severity == ERROR}
+
+
+def _assert_points_at(s, uri, path, here: int, def_line: int, *words) -> None:
+    """An error diagnostic on `here` (the user's line where the code was) with `words` in it,
+    and the one on the target's `def` line refers to `here` (relatedInformation)."""
+    errors = _errors_by_line(s, uri)
+    assert sorted(errors) == sorted({here, def_line}), [(d.range.start.line, d.message) for d in errors.values()]
+    for w in words:
+        assert w in errors[here].message, errors[here].message
+    related = errors[def_line].related_information
+    assert related and related[0].location.uri == uri, errors[def_line]
+    assert related[0].location.range.start.line == here
+    assert f"{path.name}:{here + 1}" in errors[def_line].message
+
+
 @pytest.mark.parametrize("profile", ["visual-studio-code"])
 async def test_timeout_kills_worker_then_crash_restarts_it(start_server):
     s = await start_server({"compileTrigger": "manual", "timeoutSeconds": 4})
@@ -111,27 +128,64 @@ async def test_timeout_kills_worker_then_crash_restarts_it(start_server):
     result = await s.compile(uri, "sleeps_forever_example")
     assert result["ok"] is False
     target_line = line_of(loops, "def sleeps_forever_example")
-    diags = [d for d in s.diagnostics(uri) if d.severity == ERROR]
-    assert [d.range.start.line for d in diags] == [target_line]
-    assert "timed out after 4 s" in diags[0].message
+    # a long blocking call (time.sleep) inside `while True` in forward: the loop is where it hung
+    loop = line_of(loops, "# LOOPS HERE", line_of(loops, "class SleepsForever"))
+    here = next(iter(set(_errors_by_line(s, uri)) - {target_line}), None)
+    assert here in (loop, loop + 1), s.diagnostics(uri)
+    _assert_points_at(s, uri, loops, here, target_line, "timed out after 4 s here", "(in forward)")
+    assert "timed out after 4 s" in _errors_by_line(s, uri)[target_line].message
     assert s.statuses[-1].state == "failed"
     info = await s.command("fusionlens.debugInfo")
     assert info["workerPid"] is None  # killed
 
-    # a worker that dies (os._exit in the user's forward) becomes a diagnostic on the target
+    # a pure-Python busy loop: same
+    result = await s.compile(uri, "loops_forever_example")
+    assert result["ok"] is False
+    target_line = line_of(loops, "def loops_forever_example")
+    loop = line_of(loops, "# LOOPS HERE")
+    errors = _errors_by_line(s, uri)
+    here = next(iter(set(errors) - {target_line, line_of(loops, "def sleeps_forever_example"),
+                                    line_of(loops, "# LOOPS HERE", loop + 1),
+                                    line_of(loops, "# LOOPS HERE", loop + 1) + 1}), None)
+    assert here in (loop, loop + 1, loop + 2), s.diagnostics(uri)
+    assert "timed out after 4 s here (in forward)" in errors[here].message
+    assert errors[target_line].related_information[0].location.range.start.line == here
+
+    # a worker that dies (os._exit in the user's forward) becomes a diagnostic on that line
     crashes = FIXTURES / "crashes.py"
     curi = s.open(crashes)
     result = await s.compile(curi, "crashes_example")
     assert result["ok"] is False
-    diags = [d for d in s.diagnostics(curi) if d.severity == ERROR]
-    assert [d.range.start.line for d in diags] == [line_of(crashes, "def crashes_example")]
-    assert "worker died" in diags[0].message and "exit code 3" in diags[0].message
+    def_line = line_of(crashes, "def crashes_example")
+    _assert_points_at(s, curi, crashes, line_of(crashes, "# CRASHES HERE"), def_line,
+                      "exit code 3", "(in forward)")
+    assert "worker died" in _errors_by_line(s, curi)[def_line].message
     # ... and the next compile gets a fresh worker and succeeds
     mlp = s.open(EXAMPLES / "mlp.py")
     assert (await s.compile(mlp, "mlp_function_example"))["ok"] is True
     info = await s.command("fusionlens.debugInfo")
     assert info["workerPid"] is not None and info["workerRestarts"] >= 1
     assert info["torchImported"] is False
+
+
+@pytest.mark.parametrize("profile", ["neovim"])
+async def test_segfault_and_shape_error_point_at_the_users_line(start_server):
+    s = await start_server({"compileTrigger": "manual", "timeoutSeconds": 60})
+    path = FIXTURES / "segfaults.py"
+    uri = s.open(path)
+    result = await s.compile(uri, "segfaults_example")
+    assert result["ok"] is False
+    # the innermost user frame: the helper the forward called, not forward, not ctypes
+    _assert_points_at(s, uri, path, line_of(path, "# SEGFAULTS HERE"), line_of(path, "def segfaults_example"),
+                      "SIGSEGV", "(in poke_null)")
+
+    # an error raised by the example's call: at the line in forward, and the def refers to it
+    shape = FIXTURES / "shape_error.py"
+    suri = s.open(shape)
+    result = await s.compile(suri, "wrong_width_example")
+    assert result["ok"] is False
+    _assert_points_at(s, suri, shape, line_of(shape, "# SHAPE ERROR HERE"), line_of(shape, "def wrong_width_example"),
+                      "mat1 and mat2 shapes cannot be multiplied")
 
 
 @pytest.mark.parametrize("profile", ["neovim"])
@@ -174,9 +228,16 @@ async def test_execution_disabled(start_server):
     assert info["workerPid"] is None and info["torchImported"] is False
     assert s.statuses == []
 
-    # the user trusts the workspace: the client flips the setting, open documents compile
+    # turning it on in the running server is refused: a false wins until the server restarts
     s.client.workspace_did_change_configuration(
         T.DidChangeConfigurationParams(settings={"fusionlens": {"allowExecution": True}}))
+    await s.wait_for(lambda: any("restart the server" in m.message for m in s.client.messages), 20, "refusal")
+    assert {t.status for t in (await s.regions(uri)).targets} == {"not allowed"}
+    assert (await s.command("fusionlens.debugInfo"))["workerPid"] is None
+
+    # the user trusts the workspace: the client restarts the server, open documents compile
+    s = await start_server({"compileTrigger": "onOpen", "allowExecution": True})
+    uri = s.open(path)
     await s.wait_targets(uri, ("ok",))
     assert all(SUMMARY_RE.match(l.command.title) for l in await s.lenses(uri))
 

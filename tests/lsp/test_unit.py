@@ -99,16 +99,17 @@ def test_boundaries_fallbacks_and_errors_land_on_user_lines():
     assert "model.py:3" in ann.diags[1].message
 
 
-def test_settings_parse_leniently():
+def test_settings_take_valid_values_and_refuse_the_rest():
+    """Strict since settings are validated (a string "3" is not a number): see test_settings.py."""
     from lsp_server.settings import Settings
 
     s = Settings()
-    changed = s.update({"fusionlens": {"allowExecution": False, "compileTrigger": "bogus",
-                                       "benchmarkRepeats": "3", "executors": ["triton", "torch"],
-                                       "timeoutSeconds": "x", "unknown": 1}})
-    assert sorted(changed) == ["allowExecution", "benchmarkRepeats", "executors"]
+    changed, warnings = s.update({"fusionlens": {"allowExecution": False, "compileTrigger": "bogus",
+                                                 "benchmarkRepeats": "3", "executors": ["triton", "torch"],
+                                                 "timeoutSeconds": "x", "unknown": 1}})
+    assert sorted(changed) == ["allowExecution", "executors"] and len(warnings) == 3
     assert s.compileTrigger == "onOpen" and s.timeoutSeconds == 60.0
-    assert s.options_key() == (("triton", "torch"), 3, "auto")
+    assert s.options_key() == (("triton", "torch"), 20, "auto")
 
 
 def test_hover_shows_what_triton_would_fuse_on_a_cpu():
@@ -126,3 +127,81 @@ def test_hover_shows_what_triton_would_fuse_on_a_cpu():
     ops = [o for o in report.ops if "rsqrt" in o.name]
     text = "\n".join(preview_section(report, ops))
     assert "where triton can run" in text and "@triton.jit" in text
+
+
+def test_stack_dump_parses_to_the_innermost_user_frame():
+    from compiler.discovery import CodeRoots
+    from lsp_server.worker_client import parse_stack_dump
+
+    dump = ('Timeout (0:00:03)!\n'
+            'Thread 0x00007f0000000002 (most recent call first):\n'
+            '  File "/proj/other.py", line 7 in spin\n'
+            'Thread 0x00007f0000000001 (most recent call first):\n'
+            '  File "/lib/torch/nn/modules/module.py", line 1520 in _call_impl\n'
+            '  File "/proj/helper.py", line 4 in poke\n'
+            '  File "/proj/model.py", line 12 in forward\n'
+            '  File "/repo/compiler/targets.py", line 150 in compile_target\n')
+    roots = CodeRoots(never=("/lib/torch", "/repo/compiler"))
+    where = parse_stack_dump(dump, "Timeout", 0x7f0000000001, roots)
+    assert (where["file"], where["line"], where["function"]) == ("/proj/helper.py", 4, "poke")
+    assert [(f["file"], f["line"]) for f in where["stack"]] == [("/proj/helper.py", 4), ("/proj/model.py", 12)]
+    assert parse_stack_dump(dump, "Fatal Python error", 0x7f0000000001, roots) is None
+    # a fatal signal: the crashing thread ("Current thread"), the last dump of the file
+    crash = dump + ('Fatal Python error: Segmentation fault\n\n'
+                    'Current thread 0x00007f0000000001 (most recent call first):\n'
+                    '  File "/lib/python3/ctypes/__init__.py", line 519 in string_at\n'
+                    '  File "/proj/\\xe9t\\xe9.py", line 9 in crash\n\n'
+                    'Extension modules: torch._C (total: 1)\n')
+    where = parse_stack_dump(crash, "Fatal Python error", 0x7f0000000001,
+                             CodeRoots(never=roots.never, stdlib=("/lib/python3",)))
+    assert (where["file"], where["line"]) == ("/proj/été.py", 9)
+
+
+def test_a_timeout_points_at_the_users_line_in_another_file():
+    from lsp_server.views import build_annotations
+
+    path, helper = norm_path("/x/model.py"), norm_path("/x/helper.py")
+    where = {"file": "/x/helper.py", "line": 4, "function": "poke", "note": "timed out after 2 s here",
+             "stack": [{"file": "/x/helper.py", "line": 4, "function": "poke"},
+                       {"file": "/x/model.py", "line": 12, "function": "forward"}]}
+    res = Result("t", path, (), "error", "compile timed out after 2 s", None, {}, 9, "timeout", where=where)
+    assert res.files() == {path, helper}
+    at, = build_annotations(res, helper).diags
+    assert (at.line, at.severity, at.code) == (3, "error", "timeout")
+    assert at.message == "compiling t timed out after 2 s here (in poke)"
+    on_def, = build_annotations(res, path).diags
+    assert on_def.line == 9 and "(at helper.py:4 in poke)" in on_def.message
+    assert on_def.related == [(helper, 3, at.message)]
+    assert on_def.related_uris() == [(Path(helper).as_uri(), 3, at.message)]
+
+
+def test_a_target_that_returned_no_tensor_says_so_in_its_lens():
+    from compiler.report import Diagnostic
+
+    rep = CompileReport(Target("sizes", "/x/m.py", 3, 4), diagnostics=[Diagnostic(
+        "warning", "sizes returned int and no tensor: there is nothing to compile")])
+    res = Result("sizes", norm_path("/x/m.py"), (), "ok", report_summary(rep), rep, {}, 2)
+    assert lens_title("ok", res) == "Nothing to compile: sizes returned int and no tensor"
+    assert lens_title("not compiled", None, "compile cancelled: the document changed") == \
+        "Compile & benchmark (last run cancelled)"
+
+
+def test_model_code_in_a_library_file_annotates_it_and_the_users_call_line():
+    from compiler.report import Frame
+    from lsp_server.views import build_annotations
+
+    lib, user = "/site/transformers/modeling_tiny.py", "/x/run.py"
+    ops = [OpRecord(i, name, f"R{i}", lib, 10 + i, 10 + i, 4, 20,
+                    [Frame(lib, 10 + i, "forward"), Frame(user, 5, "example")], f"t{i} = {name}(x)", [])
+           for i, name in enumerate(["torch.nn.functional.linear", "torch.relu"])]
+    regions = [Region(f"R{i}", "torch", [op.name], [SourceLine(lib, op.line)], "", [], [])
+               for i, op in enumerate(ops)]
+    rep = CompileReport(Target("example", user, 3, 5), regions=regions, ops=ops)
+    res = Result("example", norm_path(user), (), "ok", "", rep, {}, 2)
+    assert res.files() == {norm_path(user), norm_path(lib)}
+    in_lib = build_annotations(res, norm_path(lib))
+    assert sorted(in_lib.lines) == [9, 10] and in_lib.region_lines == {"R0": [9], "R1": [10]}
+    at_call = build_annotations(res, norm_path(user))
+    assert list(at_call.lines) == [4] and at_call.region_lines == {}  # the call line summarises both regions
+    assert [n.region.id for n in at_call.lines[4]] == ["R0", "R1"]
+    assert hint_label(at_call.lines[4]) == "R0+R1 · torch"

@@ -330,10 +330,11 @@ class FusionLens implements vscode.Disposable {
       return child;
     };
     const clientOptions: LanguageClientOptions = {
-      documentSelector: [{ scheme: 'file', language: 'python' }],
+      // untitled buffers too: the server compiles a buffer's own text
+      documentSelector: [{ scheme: 'file', language: 'python' }, { scheme: 'untitled', language: 'python' }],
       outputChannel: this.log,
       revealOutputChannelOn: RevealOutputChannelOn.Never,
-      initializationOptions: this.settings(),
+      initializationOptions: this.startSettings(),
       middleware: {
         workspace: {
           configuration: async (params, token, next) => {
@@ -422,6 +423,7 @@ class FusionLens implements vscode.Disposable {
     }
   }
 
+  private executionWasOff = false; // this server was told allowExecution false
   private restartQueue: Promise<void> = Promise.resolve();
   private restartPending = false;
 
@@ -462,6 +464,13 @@ class FusionLens implements vscode.Disposable {
     return c;
   }
 
+  /** The settings a server starts with; remembers whether it started with execution off. */
+  private startSettings(): ServerSettings {
+    const settings = this.settings();
+    this.executionWasOff = !settings.allowExecution;
+    return settings;
+  }
+
   private configurationChanged(e: vscode.ConfigurationChangeEvent): void {
     if (e.affectsConfiguration('fusionlens.pythonPath') || e.affectsConfiguration('python.defaultInterpreterPath')) {
       void this.restart('interpreter setting changed');
@@ -469,6 +478,12 @@ class FusionLens implements vscode.Disposable {
     }
     if (e.affectsConfiguration('fusionlens')) {
       const settings = this.settings();
+      if (settings.allowExecution && this.executionWasOff) {
+        // the server keeps execution off once told so, until it restarts (docs/lsp.md)
+        void this.restart('execution allowed');
+        return;
+      }
+      this.executionWasOff ||= !settings.allowExecution;
       this.log.info(`Settings changed: ${JSON.stringify(settings)}`);
       if (this.client?.isRunning()) {
         void this.client.sendNotification(DidChangeConfigurationNotification.type, { settings: { fusionlens: settings } });

@@ -53,10 +53,10 @@ def compile_checked(fn, args, kwargs, executors, name: str, *, previews: bool, b
         raise CompileError(reporting.error_report(e, target, executors)) from e
     inputs = frontend.user_tensors(fn, args, kwargs) + c.constants
     checked = checking.check_program(c, inputs, defined)
-    failed = any(d.severity == "error" for d in checked) or c.traced.opaque_output
+    failed = any(d.severity == "error" for d in checked) or c.traced.eager_only is not None
     measured = bench.measure_program(c, fn, args, kwargs, inputs, repeats=repeats, warmup=warmup,
                                      torch_compile=torch_compile) if benchmark else None
     extra = [R.Diagnostic("warning", "this signature runs eagerly: see the "
-                          f"{'error' if not c.traced.opaque_output else 'warning'} above")] \
+                          f"{'error' if c.traced.eager_only is None else 'warning'} above")] \
         if failed and eager_on_failure else []
     return c, reporting.assemble(c, target, checked, measured, extra), failed

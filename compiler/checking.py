@@ -76,9 +76,18 @@ def _shapes_only(tree):
 
 def check_program(c, inputs: list, target) -> list:
     """Run the compiled program `c` (a pipeline.Compiled) on `inputs` and compare it with the
-    eager result recorded while tracing; the report's diagnostics, located at `target`."""
-    actual = c.fn(*inputs)
+    eager result recorded while tracing, and the inputs it updates in place with their values
+    after the eager call (on copies: checking must not update the caller's tensors); the
+    report's diagnostics, located at `target`."""
+    names = [v.name for v in c.traces["acquired"].inputs]
+    mutated = c.traced.mutated
+    run_on = [x.clone(memory_format=torch.preserve_format) if n in mutated else x for n, x in zip(names, inputs)]
+    actual = c.fn(*run_on)
     problem = mismatch(actual, c.traced.eager_output)
+    for n, x in zip(names, run_on):
+        if n in mutated and problem is None:
+            wrong = mismatch(x, mutated[n])
+            problem = f"{n}, updated in place, differs from eager's update: {wrong}" if wrong else None
     if problem and _is_random(c.traces["acquired"]):  # random draws differ from eager's: shapes and dtypes only
         problem = mismatch(_shapes_only(actual), _shapes_only(c.traced.eager_output))
     out = []

@@ -8,6 +8,7 @@ specialises on the example inputs; the trace's signature says what it assumed.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import re
 import sys
@@ -107,12 +108,15 @@ class Tracer:
         self.values: dict = {}  # id(tensor) -> Value
         self.alive: list = []  # keeps traced tensors alive so their ids stay unique
         self.inputs: list = []
+        self.inputs_by_id: dict = {}  # id(tensor) -> its input Value (values[] moves on when it is updated)
         self.known: dict = {}  # id(tensor) -> (role, name) for parameters and buffers
         self.constants: dict = {}  # input name -> tensor, for parameters/buffers/captured
         self.bound_symbols: list = []
         self.notes: list = []
         self.extra_globals: dict = {}
         self.taken: set = {"torch", "prims", "operator", "math", "inf", "nan", OUTPUT_BUILDER}  # the program's globals
+        self.eager_only: Optional[str] = None  # why calls of this signature must run eagerly
+        self.updated_at: dict = {}  # id(tensor) -> where it was first updated in place
         self.stop = None  # the code object of `trace`: frames beyond it are not the traced call's
         self.call: Optional[provenance.Provenance] = None  # the user's call of what is traced
 
@@ -133,6 +137,7 @@ class Tracer:
     def bind_input(self, tensor: torch.Tensor, name: str, role: str) -> Value:
         v = Value(self._unique(name), tensor.shape, tensor.dtype, tensor.device, role)
         self.values[id(tensor)] = v
+        self.inputs_by_id[id(tensor)] = v
         self.alive.append(tensor)
         self.inputs.append(v)
         if role != "input":
@@ -189,6 +194,10 @@ class Tracer:
                 return getter[0], getter[1](args), {}, ""
             return self.opaque(lambda x, _p=prop: getattr(x, _p), f"Tensor.{prop}", args, kwargs, where)
         if name == "__setitem__":
+            if args and isinstance(args[0], torch.Tensor):
+                self.updated_at.setdefault(id(args[0]), where)
+                if args[0]._base is not None:
+                    self.view_mutation("setitem", where)
             return self.opaque(_inplace_wrapper(name), "setitem", args, kwargs, where)
         if func is torch.Tensor.view and len(args) == 2 and isinstance(args[1], torch.dtype):
             return self.opaque(func, name, args, kwargs, where, "a view as another dtype is not decomposed")
@@ -197,14 +206,10 @@ class Tracer:
             owner = torch.Tensor if hasattr(torch.Tensor, name) else torch
             fn = getattr(owner, functional, None)
             entry = torch_ops.lookup(fn) if fn is not None else None
-            target = self.values.get(id(args[0])) if args and isinstance(args[0], torch.Tensor) else None
-            if target is not None and target.role == "input":
-                self.notes.append(Note("warning", f"in-place {name} on the input {target.name}: the compiled "
-                                       "program leaves the caller's tensor unchanged, eager PyTorch updates it",
-                                       where))
-            if args and isinstance(args[0], torch.Tensor) and args[0]._base is not None:
-                self.notes.append(Note("warning", f"in-place {name} on a view: FusionLens traces it as a new "
-                                       "value, so later reads of the viewed tensor may differ from eager", where))
+            if args and isinstance(args[0], torch.Tensor):
+                self.updated_at.setdefault(id(args[0]), where)
+                if args[0]._base is not None:
+                    self.view_mutation(name, where)
             if entry is None and not hasattr(torch.Tensor, name):  # a function such as nn.init.constant_
                 return self.opaque(_inplace_function_wrapper(func), name, args, kwargs, where)
             if entry is None:
@@ -215,6 +220,14 @@ class Tracer:
         if adapter is not None:
             args, kwargs = adapter(args, kwargs)
         return sym, args, _drop_defaults(sym, kwargs), ""
+
+    def view_mutation(self, name: str, where) -> None:
+        """An in-place update of a view changes its base too, which the functional trace does
+        not follow: calls with this signature run eagerly (correct, not compiled)."""
+        if self.eager_only is None:
+            self.eager_only = (f"in-place {name} on a view of another tensor: FusionLens does not follow "
+                               "updates through views, so calls with this signature run eagerly")
+            self.notes.append(Note("warning", self.eager_only, where))
 
     def opaque(self, func, label, args, kwargs, where, why=None):
         printed = torch_ops.qualified_name(func)
@@ -314,26 +327,38 @@ def describe_input(name: str, x) -> str:
 
 class TraceResult:
     def __init__(self, trace: Trace, eager_output: Any, constants: dict, notes: list,
-                 opaque_output: bool = False):
+                 eager_only: Optional[str] = None, mutated: Optional[dict] = None):
         self.trace = trace
         self.eager_output = eager_output
         self.constants = constants  # input name -> tensor (params, buffers, captured constants)
         self.notes = notes
-        self.opaque_output = opaque_output  # the result hides computed tensors in an object: run eagerly
+        self.eager_only = eager_only  # why this signature cannot be compiled faithfully (jit runs eagerly)
+        self.mutated = mutated or {}  # input name -> its value after the eager call (updated in place)
 
 
 def trace(fn, args=(), kwargs=None, name: Optional[str] = None) -> TraceResult:
     """Run `fn(*args, **kwargs)` once, recording it. Errors in user code raise TraceError."""
     kwargs = kwargs or {}
     tracer = Tracer(name or target_name(fn))
-    tracer.known = _parameter_names(fn)
     tracer.stop = sys._getframe(0).f_code
     tracer.call = provenance.caller(sys._getframe(1))
-    # Trace on copies of the caller's tensors: an in-place op in `fn` must not change them
-    # (the compiled program is functional and is checked on the originals).
+    # Trace on copies of the caller's tensors and of the module's buffers: an in-place update
+    # in `fn` must not change them (the program writes it back when it runs; eager's final
+    # values are what its check compares with).
+    with _buffer_copies(fn) as originals:
+        tracer.known = _parameter_names(fn)
+        return _trace(tracer, fn, args, kwargs, originals)
+
+
+def _trace(tracer: Tracer, fn, args, kwargs, originals: dict) -> TraceResult:
     copies: dict = {}
-    copy = lambda x: copies.setdefault(id(x), x.clone(memory_format=torch.preserve_format)) \
-        if isinstance(x, torch.Tensor) else x  # noqa: E731
+    def copy(x):
+        if not isinstance(x, torch.Tensor):
+            return x
+        if id(x) not in copies:
+            copies[id(x)] = x.clone(memory_format=torch.preserve_format)
+            originals[id(copies[id(x)])] = x
+        return copies[id(x)]
     args, kwargs = pytree.tree_map(copy, (tuple(args), dict(kwargs)))
     signature = []
     for pname, value in signature_names(fn, args, kwargs):
@@ -344,6 +369,9 @@ def trace(fn, args=(), kwargs=None, name: Optional[str] = None) -> TraceResult:
                 tracer.bind_input(leaf, _sanitize(label), "input")
             signature.append(describe_input(label, leaf))
     user_inputs = list(tracer.inputs)
+    module = fn if isinstance(fn, torch.nn.Module) else getattr(fn, "__self__", None)
+    state = list(module.parameters()) + list(module.buffers()) if isinstance(module, torch.nn.Module) else []
+    versions = {id(t): t._version for t in tracer.alive + state}
     try:
         with torch.no_grad(), _Recorder(tracer):
             out = fn(*args, **kwargs)
@@ -365,9 +393,75 @@ def trace(fn, args=(), kwargs=None, name: Optional[str] = None) -> TraceResult:
     for v in tracer.inputs:
         if v not in user_inputs:
             signature.append(describe_input(v.name, tracer.constants[v.name]))
+    writeback, mutated = _mutations(tracer, versions, originals)
     t = Trace(tracer.name, tracer.inputs, tracer.bound_symbols, output, "acquired", signature,
-              tracer.extra_globals)
-    return TraceResult(t, out, tracer.constants, tracer.notes, opaque_output=bool(hidden))
+              tracer.extra_globals, writeback)
+    eager_only = tracer.eager_only or (
+        "the result holds tensors FusionLens cannot take apart" if hidden else None)
+    constants = {k: originals.get(id(x), x) for k, x in tracer.constants.items()}  # the module's own buffers
+    return TraceResult(t, out, constants, tracer.notes, eager_only=eager_only, mutated=mutated)
+
+
+def _mutations(tracer: Tracer, versions: dict, originals: dict) -> tuple:
+    """(write-back pairs (input Value, its final Value), {input name: eager's final value}) of
+    the trace inputs the call updated in place. An update the trace recorded (x.add_(y),
+    x[i] = v) is written back by the program; one inside a library call (batch_norm's running
+    statistics) happens again when the program runs that call on the real tensor. Inputs and
+    buffers were copies: a copy that differs from its original was updated (library kernels
+    write without bumping the version counter); a parameter was updated if its version moved."""
+    writeback, mutated, where = [], {}, {}
+    for t in {id(t): t for t in tracer.alive}.values():
+        v = tracer.inputs_by_id.get(id(t))
+        if v is None or id(t) not in versions:
+            continue
+        original = originals.get(id(t))
+        if versions[id(t)] == t._version and (original is None or _same_values(t, original)):
+            continue
+        final = tracer.values.get(id(t))
+        if final is not None and final is not v:
+            writeback.append((v, final))
+            where[v.name] = tracer.updated_at.get(id(t))
+        mutated[v.name] = t.detach().clone(memory_format=torch.preserve_format)
+        if v.role == "param":
+            tracer.eager_only = tracer.eager_only or (
+                f"the call updates the parameter {v.name} in place: calls with this signature run eagerly")
+            tracer.notes.append(Note("warning", tracer.eager_only, None))
+    for v, final in writeback:
+        tracer.notes.append(Note("information", f"{v.name} is updated in place: the compiled program writes "
+                                 f"{final.name} back into it, as eager does", where[v.name]))
+    return writeback, mutated
+
+
+def _same_values(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    same = a == b
+    if a.dtype.is_floating_point or a.dtype.is_complex:
+        same |= a.isnan() & b.isnan()
+    return bool(same.all())
+
+
+@contextlib.contextmanager
+def _buffer_copies(fn):
+    """While tracing, a module's buffers are copies (running statistics updated in place must
+    not change the real ones); yields {id(copy): the real buffer}."""
+    module = fn if isinstance(fn, torch.nn.Module) else getattr(fn, "__self__", None)
+    originals: dict = {}
+    swapped = []
+    if isinstance(module, torch.nn.Module):
+        copies: dict = {}
+        for m in module.modules():
+            for key, b in list(m._buffers.items()):
+                if b is not None:
+                    c = copies.setdefault(id(b), b.clone(memory_format=torch.preserve_format))
+                    originals[id(c)] = b
+                    swapped.append((m, key, b))
+                    m._buffers[key] = c
+    try:
+        yield originals
+    finally:
+        for m, key, b in swapped:
+            m._buffers[key] = b
 
 
 def _holds_traced_tensor(obj, traced: dict, depth: int = 3) -> bool:

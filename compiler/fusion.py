@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from compiler import passes
-from compiler.ir import BoundSymbol, NameGen, Trace, Value, distinct_lines, external_inputs, values_in
+from compiler.ir import BoundSymbol, NameGen, Trace, Value, distinct_lines, external_inputs
 from compiler.ops import prims as P
 from compiler.report import Boundary
 
@@ -341,7 +341,7 @@ def sink_broadcasts(trace: Trace, fusers) -> list:
         for b in bsyms:
             for v in b.inputs():
                 uses[v.name] = uses.get(v.name, 0) + 1
-        for v in values_in(trace.output):
+        for v in trace.results():
             uses[v.name] = uses.get(v.name, 0) + 1
         producer = {o.name: b for b in bsyms for o in b.outputs}
         for i, b in enumerate(bsyms):
@@ -380,7 +380,7 @@ def source_comments(bsyms) -> list:
 def clusters(flat: Trace, fusers: list) -> tuple:
     """Partition the fusion-stage trace: (nodes in a valid order, a function making the
     FusionGroup of a Cluster node, given its region id). A node is a Cluster or one op."""
-    output_names = {v.name for v in values_in(flat.output)}
+    output_names = {v.name for v in flat.results()}
     nodes, _ = partition(flat.bound_symbols, fusers)
     used_by: dict = {}  # value name -> ids of the nodes reading it
     for n in nodes:

@@ -161,10 +161,24 @@ class Trace:
     stage: str = "acquired"
     signature: list = field(default_factory=list)  # human-readable specialisation assumptions
     extra_globals: dict = field(default_factory=dict)  # name -> object the program refers to
+    # (input Value, Value) for each input the call updates in place: the program copies the
+    # second into the first at its end, so the caller sees the update as in eager
+    writeback: list = field(default_factory=list)
 
-    def with_(self, stage: str, bound_symbols: list, output=None) -> "Trace":
-        return Trace(self.name, self.inputs, bound_symbols, self.output if output is None else output,
-                     stage, self.signature, dict(self.extra_globals))
+    def with_(self, stage: str, bound_symbols: list, output=None, rename: Optional[dict] = None) -> "Trace":
+        """A trace of the same program with other ops; `rename` (name -> Value) renames what
+        it returns and writes back (an op replaced by an earlier one's result)."""
+        output = self.output if output is None else output
+        writeback = list(self.writeback)
+        if rename:
+            output = pytree.tree_map(lambda x: rename.get(x.name, x) if isinstance(x, Value) else x, output)
+            writeback = [(dst, rename.get(src.name, src)) for dst, src in writeback]
+        return Trace(self.name, self.inputs, bound_symbols, output, stage, self.signature,
+                     dict(self.extra_globals), writeback)
+
+    def results(self) -> list:
+        """Every Value the program hands out: its result's and those it writes back."""
+        return values_in(self.output) + [src for _, src in self.writeback]
 
     def python(self, nested: bool = False) -> str:
         return TracePrinter(self, nested).source()
@@ -174,7 +188,7 @@ class Trace:
         callables, region kernels, and the builder of a result it cannot write literally."""
         if printable(self.output):
             return dict(self.extra_globals)
-        return {**self.extra_globals, OUTPUT_BUILDER: output_builder(self.output)}
+        return {**self.extra_globals, OUTPUT_BUILDER: output_builder(self.output)}  # leaves in values_in order
 
     def python_callable(self) -> Callable:
         """Compile the printed program; calling it runs the trace."""
@@ -450,11 +464,17 @@ class TracePrinter:
             out.append(f"  # {v.name}: {v.type_str()}" + (f"  ({v.role})" if v.role and v.role != "input" else ""))
         for bsym in t.bound_symbols:
             self.emit(bsym, "  ")
-        if printable(t.output):
-            out.append(f"  return {format_arg(t.output)}")
+        written = {}
+        for dst, src in t.writeback:
+            out.append(f"  {dst.name}.copy_({src.name})  # {dst.name} was updated in place: written back")
+            written[src.name] = dst
+        # a result that is an updated input is that input, as in eager
+        result = pytree.tree_map(lambda x: written.get(x.name, x) if isinstance(x, Value) else x, t.output)
+        if printable(result):
+            out.append(f"  return {format_arg(result)}")
         else:
-            values = ", ".join(v.name for v in values_in(t.output))
-            out.append(f"  return {OUTPUT_BUILDER}({values})  # {describe(t.output)}")
+            values = ", ".join(v.name for v in values_in(result))
+            out.append(f"  return {OUTPUT_BUILDER}({values})  # {describe(result)}")
         return "\n".join(out) + "\n"
 
     def emit(self, bsym: BoundSymbol, indent: str, nested_level: int = 0):

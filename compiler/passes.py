@@ -6,7 +6,7 @@ import re
 
 from torch.utils import _pytree as pytree
 
-from compiler.ir import BoundSymbol, NameGen, Trace, TraceContext, Value, format_arg, tracing, values_in
+from compiler.ir import BoundSymbol, NameGen, Trace, TraceContext, Value, format_arg, tracing
 from compiler.ops.torch_ops import NoDecomposition
 
 
@@ -25,10 +25,6 @@ def iter_all(bsyms):
     for b in bsyms:
         yield b
         yield from iter_all(b.subsymbols)
-
-
-def _rename_output(tree, mapping):
-    return pytree.tree_map(lambda x: mapping.get(x.name, x) if isinstance(x, Value) else x, tree)
 
 
 def decompose(trace: Trace) -> Trace:
@@ -75,7 +71,7 @@ def decompose(trace: Trace) -> Trace:
         mapping = {n.name: o for n, o in zip(flat, b.outputs)}
         out.append(BoundSymbol(b.sym, b.args, b.kwargs, b.outputs, b.out_spec, b.provenance,
                                [s.replace(mapping) for s in ctx.bound_symbols], b.note))
-    return trace.with_("decomposed", out, _rename_output(trace.output, alias))
+    return trace.with_("decomposed", out, rename=alias)
 
 
 def _with_note(b: BoundSymbol, note: str) -> BoundSymbol:
@@ -95,7 +91,7 @@ def flatten(bsyms) -> list:
 
 def dce(trace: Trace) -> Trace:
     """Drop ops none of whose outputs reach the trace's output."""
-    needed = {v.name for v in values_in(trace.output)}
+    needed = {v.name for v in trace.results()}
     kept = []
     for b in reversed(trace.bound_symbols):
         if any(o.name in needed for o in b.outputs):
@@ -133,7 +129,7 @@ def cse(trace: Trace) -> Trace:
         if key is not None:
             seen[key] = b
         out.append(b)
-    return trace.with_(trace.stage, out, _rename_output(trace.output, alias))
+    return trace.with_(trace.stage, out, rename=alias)
 
 
 def optimise(trace: Trace) -> Trace:

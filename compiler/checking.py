@@ -29,8 +29,9 @@ def _structure(spec) -> str:
     return text if len(text) <= 200 else text[:197] + "..."
 
 
-def mismatch(actual, expected) -> Optional[str]:
-    """None when every tensor in `actual` matches `expected`; else what differs, in words."""
+def mismatch(actual, expected, depth: int = 8) -> Optional[str]:
+    """None when every tensor in `actual` matches `expected`; else what differs, in words.
+    Objects pytree does not take apart (a library's cache) are compared attribute by attribute."""
     a_flat, a_spec = pytree.tree_flatten(actual)
     e_flat, e_spec = pytree.tree_flatten(expected)
     if len(a_flat) != len(e_flat):
@@ -39,6 +40,13 @@ def mismatch(actual, expected) -> Optional[str]:
         return f"the compiled program returned {_structure(a_spec)}, eager returned {_structure(e_spec)}"
     for i, (a, e) in enumerate(zip(a_flat, e_flat)):
         if not isinstance(e, torch.Tensor):
+            if a is e:
+                continue
+            if type(a) is type(e) and depth and isinstance(getattr(e, "__dict__", None), dict):
+                inner = mismatch(vars(a), vars(e), depth - 1)
+                if inner:
+                    return f"output {i} ({type(e).__name__}): {inner}"
+                continue
             if a != e:
                 return f"output {i}: {a!r} != {e!r}"
             continue

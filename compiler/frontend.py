@@ -18,7 +18,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils import _pytree as pytree
 
-from compiler import provenance
+from compiler import objects, provenance
 from compiler.ir import OUTPUT_BUILDER, BoundSymbol, NameGen, Symbol, Trace, Value, dtype_name
 from compiler.ops import torch_ops
 
@@ -327,13 +327,28 @@ def describe_input(name: str, x) -> str:
 
 class TraceResult:
     def __init__(self, trace: Trace, eager_output: Any, constants: dict, notes: list,
-                 eager_only: Optional[str] = None, mutated: Optional[dict] = None):
+                 eager_only: Optional[str] = None, mutated: Optional[dict] = None,
+                 originals: Optional[dict] = None, copies: tuple = ()):
         self.trace = trace
         self.eager_output = eager_output
         self.constants = constants  # input name -> tensor (params, buffers, captured constants)
         self.notes = notes
         self.eager_only = eager_only  # why this signature cannot be compiled faithfully (jit runs eagerly)
         self.mutated = mutated or {}  # input name -> its value after the eager call (updated in place)
+        self.originals = originals or {}  # id(copy traced on) -> the caller's tensor or the module's buffer
+        self.copies = copies  # the copies themselves (their ids stay theirs while they live)
+
+    def as_the_call(self):
+        """The traced run as the caller's own call: the copies' updates written into the real
+        tensors and buffers, the result with each copy replaced by its original."""
+        by_id = {}
+        for copy_ in self.copies:
+            original = self.originals[id(copy_)]
+            if not _same_values(copy_, original):
+                original.copy_(copy_)
+            by_id[id(copy_)] = original
+        return pytree.tree_map(lambda x: by_id.get(id(x), x) if isinstance(x, torch.Tensor) else x,
+                               self.eager_output)
 
 
 def trace(fn, args=(), kwargs=None, name: Optional[str] = None) -> TraceResult:
@@ -381,6 +396,12 @@ def _trace(tracer: Tracer, fn, args, kwargs, originals: dict) -> TraceResult:
         file, line = provenance.user_location(e)
         raise TraceError(f"{type(e).__name__}: {e}", file, line) from e
     output = pytree.tree_map(tracer.to_value, out)
+    # objects (no pytree node) holding tensors the call computed: taken apart to be rebuilt,
+    # unless the caller passed them in (the call updated the caller's object: eager only)
+    passed = {id(x) for x in pytree.tree_leaves((args, kwargs)) if not isinstance(x, torch.Tensor)}
+    computed = lambda t: id(t) in tracer.values and tracer.values[id(t)].role == ""  # noqa: E731
+    output = pytree.tree_map(lambda leaf: leaf if isinstance(leaf, Value) else objects.template(
+        leaf, tracer.to_value, computed, passed), output)
     if not any(isinstance(leaf, Value) for leaf in pytree.tree_leaves(output)):
         tracer.notes.append(Note("warning", f"{tracer.name} returned {type(out).__name__} and no tensor: "
                                  "there is nothing to compile", None))
@@ -388,8 +409,9 @@ def _trace(tracer: Tracer, fn, args, kwargs, originals: dict) -> TraceResult:
               if not isinstance(leaf, Value) and _holds_traced_tensor(leaf, tracer.values)]
     if hidden:
         tracer.notes.append(Note("warning", f"the result holds computed tensors inside {', '.join(hidden)}, "
-                                 "which FusionLens cannot take apart (no pytree registration): compiled calls "
-                                 "with this signature run eagerly", None))
+                                 "which FusionLens cannot rebuild (an object the caller passed in, or one "
+                                 "without attributes to set): compiled calls with this signature run eagerly",
+                                 None))
     for v in tracer.inputs:
         if v not in user_inputs:
             signature.append(describe_input(v.name, tracer.constants[v.name]))
@@ -399,7 +421,9 @@ def _trace(tracer: Tracer, fn, args, kwargs, originals: dict) -> TraceResult:
     eager_only = tracer.eager_only or (
         "the result holds tensors FusionLens cannot take apart" if hidden else None)
     constants = {k: originals.get(id(x), x) for k, x in tracer.constants.items()}  # the module's own buffers
-    return TraceResult(t, out, constants, tracer.notes, eager_only=eager_only, mutated=mutated)
+    copies = tuple(x for x in tracer.alive if id(x) in originals)
+    return TraceResult(t, out, constants, tracer.notes, eager_only=eager_only, mutated=mutated,
+                       originals=originals, copies=tuple({id(x): x for x in copies}.values()))
 
 
 def _mutations(tracer: Tracer, versions: dict, originals: dict) -> tuple:
@@ -464,7 +488,7 @@ def _buffer_copies(fn):
             m._buffers[key] = b
 
 
-def _holds_traced_tensor(obj, traced: dict, depth: int = 3) -> bool:
+def _holds_traced_tensor(obj, traced: dict, depth: int = objects.MAX_DEPTH) -> bool:
     """Whether an object the trace keeps as a constant refers to a tensor the call computed
     (through its attributes and containers, a few levels deep)."""
     if isinstance(obj, torch.Tensor):

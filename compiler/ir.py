@@ -376,7 +376,7 @@ def describe(tree) -> str:
         return tree.name
     if type(tree) in _LITERALS:
         return format_arg(tree)
-    name = type(tree).__name__
+    name = getattr(tree, "type_name", type(tree).__name__)  # an objects.ObjectTemplate: its object's class
     if isinstance(tree, dict):
         return f"{name}({', '.join(f'{k}={describe(v)}' for k, v in list(tree.items())[:8])}" + (
             ", ..." if len(tree) > 8 else "") + ")"
@@ -387,6 +387,21 @@ def describe(tree) -> str:
 
 
 # --- printing -----------------------------------------------------------------------------
+
+def no_grad(program: Callable) -> Callable:
+    """What `@torch.no_grad()` does to a printed program (no autograd graph; grad mode as it
+    was after, however the call ends) for a fraction of its cost a call: grad mode is
+    switched off only when it is on."""
+    def run(*args):
+        if not torch.is_grad_enabled():
+            return program(*args)
+        torch._C._set_grad_enabled(False)
+        try:
+            return program(*args)
+        finally:
+            torch._C._set_grad_enabled(True)
+    return functools.wraps(program)(run)
+
 
 def program_globals(extra: Optional[dict] = None) -> dict:
     """The namespace a printed program runs in (it imports `prims` itself, as printed)."""
@@ -456,9 +471,10 @@ class TracePrinter:
         out.append("import operator")
         out.append("from compiler.ops import prims")
         out.append("from math import inf, nan")
+        out.append("from compiler.ir import no_grad  # torch.no_grad(), cheaper per call")
         out.append("")
         out.append("")
-        out.append("@torch.no_grad()")
+        out.append("@no_grad")
         out.append(f"def {t.name}({', '.join(v.name for v in t.inputs)}):")
         for v in t.inputs:
             out.append(f"  # {v.name}: {v.type_str()}" + (f"  ({v.role})" if v.role and v.role != "input" else ""))

@@ -21,7 +21,7 @@ __all__ = ["jit", "last_report", "last_traces", "JitFunction"]
 
 def _leaf_key(x):
     if isinstance(x, torch.Tensor):
-        return (tuple(x.shape), x.dtype, x.device, x.requires_grad, x.is_contiguous())
+        return (x.shape, x.dtype, x.device, x.requires_grad, x.is_contiguous())
     try:
         hash(x)
         return (type(x), x)
@@ -69,8 +69,14 @@ class JitFunction:
         # A module traced in eval mode must not serve calls in training mode (dropout).
         # A replaced parameter or buffer is a new signature too.
         mode = (self.fn.training, self._state_ids()) if self._module else None
-        if not kwargs and all(isinstance(a, torch.Tensor) for a in args):
-            return (mode, tuple(_leaf_key(a) for a in args))
+        if not kwargs:
+            keys = []  # _leaf_key of each tensor, inlined: this runs on every call
+            for a in args:
+                if not isinstance(a, torch.Tensor):
+                    break
+                keys.append((a.shape, a.dtype, a.device, a.requires_grad, a.is_contiguous()))
+            else:
+                return (mode, tuple(keys))
         flat, spec = pytree.tree_flatten((args, kwargs))
         return (mode, spec, tuple(_leaf_key(x) for x in flat))
 
@@ -83,6 +89,9 @@ class JitFunction:
             if len(self.cache) >= self.max_entries:  # forget the oldest signature
                 self.cache.pop(next(iter(self.cache)))
             self.cache[key] = entry
+            if entry.eager_fallback:  # tracing was this call, run eagerly: do not run the code twice
+                self.last = entry
+                return entry.compiled.traced.as_the_call()
         else:
             self.hits += 1
         self.last = entry

@@ -17,6 +17,7 @@ LAYERS = [
     ["compiler.report", "compiler.discovery"],  # contracts: the report schema, target discovery
     ["compiler.provenance"],
     ["compiler.ir"],
+    ["compiler.objects"],
     ["compiler.ops"],
     ["compiler.frontend"],
     ["compiler.passes"],

@@ -9,6 +9,7 @@ specialises on the example inputs; the trace's signature says what it assumed.
 from __future__ import annotations
 
 import contextlib
+import functools
 import inspect
 import re
 import sys
@@ -114,7 +115,7 @@ class Tracer:
         self.bound_symbols: list = []
         self.notes: list = []
         self.extra_globals: dict = {}
-        self.taken: set = {"torch", "prims", "operator", "math", "inf", "nan", OUTPUT_BUILDER}  # the program's globals
+        self.taken: set = {"torch", "prims", "operator", "math", "inf", "nan", OUTPUT_BUILDER, "setitem"}  # the program's globals
         self.eager_only: Optional[str] = None  # why calls of this signature must run eagerly
         self.updated_at: dict = {}  # id(tensor) -> where it was first updated in place
         self.stop = None  # the code object of `trace`: frames beyond it are not the traced call's
@@ -178,7 +179,8 @@ class Tracer:
         flat, spec = pytree.tree_flatten(out)
         outs = [self.new_output(t) for t in flat if isinstance(t, torch.Tensor)]
         single = isinstance(out, torch.Tensor)
-        if not single and len(outs) != len(flat):
+        if not single and len(outs) != len(flat):  # (attn_output, None): call it for its tensors only
+            sym = self.tensors_only(sym)
             spec = None if len(outs) == 1 else pytree.tree_flatten(tuple(outs))[1]
             single = len(outs) == 1
         self.bound_symbols.append(BoundSymbol(sym, vargs, vkwargs, outs, None if single else spec, where,
@@ -198,7 +200,9 @@ class Tracer:
                 self.updated_at.setdefault(id(args[0]), where)
                 if args[0]._base is not None:
                     self.view_mutation("setitem", where)
-            return self.opaque(_inplace_wrapper(name), "setitem", args, kwargs, where)
+            sym = torch_ops.SYMBOLS["setitem"]  # x[key] = value: the functional setitem, a new value
+            self.extra_globals[sym.name] = sym.impl
+            return sym, args, kwargs, ""
         if func is torch.Tensor.view and len(args) == 2 and isinstance(args[1], torch.dtype):
             return self.opaque(func, name, args, kwargs, where, "a view as another dtype is not decomposed")
         entry = torch_ops.lookup(func)
@@ -228,6 +232,22 @@ class Tracer:
             self.eager_only = (f"in-place {name} on a view of another tensor: FusionLens does not follow "
                                "updates through views, so calls with this signature run eagerly")
             self.notes.append(Note("warning", self.eager_only, where))
+
+    def tensors_only(self, sym: Symbol) -> Symbol:
+        """`sym` as a call that returns only the tensors of its result, in order (one alone):
+        what the trace binds when the result also holds None or other non-tensors."""
+        def only(result):
+            leaves = [x for x in pytree.tree_leaves(result) if isinstance(x, (torch.Tensor, Value))]
+            return leaves[0] if len(leaves) == 1 else tuple(leaves)
+
+        def impl(*args, **kwargs):
+            return only(sym.impl(*args, **kwargs))
+        printed = self._unique(f"{_sanitize(sym.name.rsplit('.', 1)[-1])}_tensors")
+        self.extra_globals[printed] = impl
+        decomposition = None
+        if sym.decomposition is not None:
+            decomposition = functools.wraps(sym.decomposition)(lambda *a, **k: only(sym.decomposition(*a, **k)))
+        return Symbol(printed, impl, kind=sym.kind, decomposition=decomposition, tags=sym.tags)
 
     def opaque(self, func, label, args, kwargs, where, why=None):
         printed = torch_ops.qualified_name(func)

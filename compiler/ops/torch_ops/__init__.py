@@ -20,7 +20,11 @@ The package, one module a family of ops, each building only on those above it:
 - reductions: sum, mean, max/min, argmax, var/std, logsumexp, vector_norm
 - normalization: softmax, log_softmax, layer_norm, rms_norm, normalize
 - losses: nll_loss, cross_entropy, mse_loss
-- library_calls: matmul, linear, SDPA, convolutions, ... (run whole)
+- library_calls: matmul, linear, SDPA, conv1d/conv2d, ... (run whole)
+- convolution: conv3d, conv_transpose1d/2d/3d (run whole)
+- pooling: adaptive_avg_pool (a mean where windows are whole), max/avg/adaptive_max pooling
+  (run whole)
+- resampling: interpolate (run whole; what nn.Upsample and F.upsample* call)
 
 Symbols register when their module is imported; the imports below keep the order of
 REGISTRY and SYMBOLS (lookups, docs/ops.md) fixed.
@@ -29,6 +33,8 @@ REGISTRY and SYMBOLS (lookups, docs/ops.md) fixed.
 from compiler.ops.torch_ops import registry, common  # noqa: F401  (the base: imported first)
 from compiler.ops.torch_ops import pointwise, activations, conversions, shapes, factories  # noqa: F401
 from compiler.ops.torch_ops import reductions, normalization, losses, library_calls  # noqa: F401
+from compiler.ops.torch_ops import convolution, pooling, resampling  # noqa: F401
+from compiler.ops.torch_ops import indexing, layout, special, statistics, scans, linalg, spectral, creation  # noqa: F401
 from compiler.ops.torch_ops.common import broadcast_to_shape, cast, elementwise, opmath, reduction, result_dtype
 from compiler.ops.torch_ops.registry import (LIBRARY, REGISTRY, SYMBOLS, NoDecomposition, library, lookup,
                                              qualified_name, register, symbol_for)

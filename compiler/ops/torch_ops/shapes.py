@@ -12,7 +12,7 @@ import torch
 from compiler.ir import Value
 from compiler.ops import prims
 from compiler.ops.torch_ops.common import _dims, _is_value, _scalar_as, broadcast_to_shape, cast, result_dtype
-from compiler.ops.torch_ops.pointwise import where
+from compiler.ops.torch_ops.pointwise import add, lt, mul, where
 from compiler.ops.torch_ops.registry import NoDecomposition, _pack_varargs, register
 
 
@@ -133,7 +133,7 @@ def _slice_dim(x: Value, dim: int, start: int, stop: int, step: int = 1) -> Valu
 def getitem(input, key):
     key = key if isinstance(key, tuple) else (key,)
     if any(_is_value(k) or isinstance(k, (list, torch.Tensor)) for k in key):
-        raise NoDecomposition("indexing with tensors")
+        return _advanced_getitem(input, key)
     n_ellipsis = builtins.sum(k is Ellipsis for k in key)
     consumed = builtins.sum(1 for k in key if k is not None and k is not Ellipsis)
     if n_ellipsis:
@@ -161,6 +161,62 @@ def getitem(input, key):
             out_shape.append(x.shape[dim])
         dim += 1
     return reshape(x, tuple(out_shape))
+
+
+def wrap_index(index: Value, size: int) -> Value:
+    """An int64 index with negative entries counted from the end, as torch's indexing does."""
+    index = cast(index, torch.int64)
+    return where(lt(index, 0), add(index, size), index)
+
+
+def take_dim(x: Value, index: Value, dim: int, wrap: bool = True) -> Value:
+    """x's slices along `dim` at `index` (any shape; negatives wrap unless wrap=False): the
+    result has x's shape with dim `dim` replaced by index's shape. One take_along_axis prim."""
+    flat = reshape(cast(index, torch.int64), (-1,))
+    flat = wrap_index(flat, x.shape[dim]) if wrap else flat
+    full = x.shape[:dim] + (flat.shape[0],) + x.shape[dim + 1:]
+    taken = prims.take_along_axis(x, prims.broadcast_in_dim(flat, full, (dim,)), dim)
+    return reshape(taken, x.shape[:dim] + index.shape + x.shape[dim + 1:])
+
+
+def _list_index(k, device) -> Value:
+    """A list of ints as an index tensor: an iota when it steps evenly, else a cat of fills."""
+    if not k or len(k) > 64 or not all(type(i) is int for i in k):
+        raise NoDecomposition("a list index other than a short list of ints")
+    step = k[1] - k[0] if len(k) > 1 else 1
+    if all(b - a == step for a, b in zip(k, k[1:])):
+        return prims.iota(len(k), start=k[0], step=step, dtype=torch.int64, device=device)
+    return prims.cat([prims.full((1,), i, dtype=torch.int64, device=device) for i in k], 0)
+
+
+def _advanced_getitem(input, key):
+    """Indexing with integer tensors (and lists, and ints beside them): the indexed dims are
+    linearised into one index and taken with take_along_axis, placed as torch places them
+    (where the indices are if they are adjacent, else first). Boolean masks give a shape
+    that depends on the data: those run whole."""
+    if builtins.any(_is_value(k) and k.dtype == torch.bool for k in key) or builtins.any(
+            isinstance(k, (bool, torch.Tensor)) or k is None for k in key):
+        raise NoDecomposition("a boolean mask or None beside tensor indices (the shape depends on the data)")
+    key = tuple(_list_index(k, input.device) if isinstance(k, list) else k for k in key)
+    if Ellipsis in key:
+        i = key.index(Ellipsis)
+        key = key[:i] + (slice(None),) * (input.ndim - len(key) + 1) + key[i + 1:]
+    key = key + (slice(None),) * (input.ndim - len(key))
+    x = getitem(input, tuple(k if isinstance(k, slice) else slice(None) for k in key))
+    adv = [i for i, k in enumerate(key) if not isinstance(k, slice)]
+    if adv != list(range(adv[0], adv[-1] + 1)):  # apart: the indexed dims go first
+        x = permute(x, adv + [i for i in range(x.ndim) if i not in adv])
+        key, adv = tuple(key[i] for i in adv), list(range(len(adv)))
+    p, sizes = adv[0], [x.shape[i] for i in adv]
+    linear, stride = 0, 1
+    for i, size in reversed(list(zip(adv, sizes))):
+        k = key[i]
+        k = wrap_index(k, size) if _is_value(k) else k % size
+        term = (mul(k, stride) if stride != 1 else k) if _is_value(k) else k * stride
+        linear = add(term, linear) if _is_value(term) or _is_value(linear) else term + linear
+        stride *= size
+    merged = reshape(x, x.shape[:p] + (math.prod(sizes),) + x.shape[p + len(adv):])
+    return take_dim(merged, linear, p, wrap=False)
 
 
 @register(torch.narrow, torch.Tensor.narrow)

@@ -1,0 +1,18 @@
+"""Convolutions: library calls (torch's kernels run them whole), known to the trace by name.
+
+nn.Conv1d/2d/3d call torch.conv1d/2d/3d and nn.ConvTranspose*d torch.conv_transpose*d, the
+same objects as torch.nn.functional's. conv1d and conv2d were registered first, in
+library_calls; the rest of the family is here. Output shapes and dtypes are torch's own
+(recorded from the traced call, or torch's meta kernels inside a decomposition).
+"""
+
+from __future__ import annotations
+
+import torch.nn.functional as F
+
+from compiler.ops.torch_ops.registry import library
+
+conv3d = library(F.conv3d)
+conv_transpose1d = library(F.conv_transpose1d)
+conv_transpose2d = library(F.conv_transpose2d)
+conv_transpose3d = library(F.conv_transpose3d)

@@ -1,0 +1,86 @@
+"""Tensors made from nothing but arguments, beyond factories.py: the Tensor.new_* fills,
+scalar_tensor, fill and eye (decomposed into full and iota), tensors from Python data
+(torch.tensor), uninitialised ones (empty*), spaced ranges (linspace, logspace) and random
+draws (tagged random: a compiled program's draws are checked by shape and dtype only)."""
+
+from __future__ import annotations
+
+import torch
+
+from compiler.ops import prims
+from compiler.ops.torch_ops.common import _scalar_as
+from compiler.ops.torch_ops.registry import library, register
+
+
+def _size(size):
+    if len(size) == 1 and isinstance(size[0], (tuple, list, torch.Size)):
+        return tuple(size[0])
+    return tuple(size)
+
+
+def _new(fill):
+    def decomposition(input, *size, dtype=None, layout=None, device=None, pin_memory=False, requires_grad=False):
+        dtype = dtype or input.dtype
+        return prims.full(_size(size), _scalar_as(fill, dtype), dtype=dtype, device=device or input.device)
+    return decomposition
+
+
+new_zeros = register(torch.Tensor.new_zeros, name="torch.Tensor.new_zeros")(_new(0))
+new_ones = register(torch.Tensor.new_ones, name="torch.Tensor.new_ones")(_new(1))
+
+
+@register(torch.Tensor.new_full, name="torch.Tensor.new_full")
+def new_full(input, size, fill_value, *, dtype=None, layout=None, device=None, pin_memory=False,
+             requires_grad=False):
+    dtype = dtype or input.dtype
+    return prims.full(tuple(size), _scalar_as(fill_value, dtype), dtype=dtype, device=device or input.device)
+
+
+@register(torch.scalar_tensor)
+def scalar_tensor(s, *, dtype=None, layout=None, device=None, pin_memory=None, requires_grad=False):
+    dtype = dtype or torch.get_default_dtype()
+    return prims.full((), _scalar_as(s, dtype), dtype=dtype, device=torch.device(device or "cpu"))
+
+
+@register(torch.fill)
+def fill(input, value):
+    if not isinstance(value, (bool, int, float)):
+        value = prims.broadcast_in_dim(value, input.shape, ()) if value.shape == () else value
+        return prims.convert_element_type(value, input.dtype) if value.dtype != input.dtype else value
+    return prims.full(input.shape, _scalar_as(value, input.dtype), dtype=input.dtype, device=input.device)
+
+
+@register(torch.eye)
+def eye(n, m=None, *, dtype=None, layout=None, device=None, pin_memory=False, requires_grad=False, out=None):
+    m = n if m is None else m
+    device = torch.device(device or "cpu")
+    rows = prims.broadcast_in_dim(prims.iota(n, start=0, step=1, dtype=torch.int64, device=device), (n, m), (0,))
+    cols = prims.broadcast_in_dim(prims.iota(m, start=0, step=1, dtype=torch.int64, device=device), (n, m), (1,))
+    diagonal = prims.eq(rows, cols)
+    dtype = dtype or torch.get_default_dtype()
+    return diagonal if dtype == torch.bool else prims.convert_element_type(diagonal, dtype)
+
+
+tensor = library(torch.tensor)
+as_tensor = library(torch.as_tensor)
+empty = library(torch.empty)
+empty_like = library(torch.empty_like)
+empty_strided = library(torch.empty_strided)
+empty_permuted = library(torch.empty_permuted)
+new_empty = library(torch.Tensor.new_empty, name="torch.Tensor.new_empty")
+new_empty_strided = library(torch.Tensor.new_empty_strided, name="torch.Tensor.new_empty_strided")
+new_tensor = library(torch.Tensor.new_tensor, name="torch.Tensor.new_tensor")
+linspace = library(torch.linspace)
+logspace = library(torch.logspace)
+
+
+def _random(*fns):
+    sym = library(*fns)
+    sym.tags = sym.tags | {"random"}
+    return sym
+
+
+RANDOM = {n: _random(getattr(torch, n)) for n in (
+    "rand", "randn", "randint", "randperm", "rand_like", "randn_like", "randint_like", "normal", "poisson")}
+bernoulli = _random(torch.bernoulli, torch.Tensor.bernoulli)
+multinomial = _random(torch.multinomial, torch.Tensor.multinomial)

@@ -20,7 +20,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils import _pytree as pytree
 
 from compiler import objects, provenance
-from compiler.ir import OUTPUT_BUILDER, BoundSymbol, NameGen, Symbol, Trace, Value, dtype_name
+from compiler.ir import OUTPUT_BUILDER, BoundSymbol, NameGen, Symbol, Trace, Value, dtype_name, printable
 from compiler.ops import torch_ops
 
 MAX_OPS = 100_000  # a trace this long almost surely comes from a loop that never ends
@@ -115,6 +115,7 @@ class Tracer:
         self.bound_symbols: list = []
         self.notes: list = []
         self.extra_globals: dict = {}
+        self.named: set = set()  # ids of the argument objects named in extra_globals
         self.taken: set = {"torch", "prims", "operator", "math", "inf", "nan", OUTPUT_BUILDER, "setitem"}  # the program's globals
         self.eager_only: Optional[str] = None  # why calls of this signature must run eagerly
         self.updated_at: dict = {}  # id(tensor) -> where it was first updated in place
@@ -176,6 +177,10 @@ class Tracer:
         where = self.where()
         sym, args2, kwargs2, note = self.symbol_for(func, args, kwargs, where)
         vargs, vkwargs = pytree.tree_map(self.to_value, (args2, kwargs2))
+        for leaf in pytree.tree_leaves((vargs, vkwargs)):  # an object argument (a loss's distance module)
+            if not isinstance(leaf, Value) and not printable(leaf) and id(leaf) not in self.named:
+                self.named.add(id(leaf))
+                self.extra_globals[self._unique(f"k_{_sanitize(type(leaf).__name__).lower()}")] = leaf
         flat, spec = pytree.tree_flatten(out)
         outs = [self.new_output(t) for t in flat if isinstance(t, torch.Tensor)]
         single = isinstance(out, torch.Tensor)
@@ -280,8 +285,10 @@ def _drop_defaults(sym, kwargs: dict) -> dict:
     if sym.decomposition is None or not kwargs:
         return kwargs
     params = sym.decomposition_signature.parameters
-    return {k: v for k, v in kwargs.items()
-            if not (k in params and _is_default(v, params[k].default))}
+    dropped = {k for k, v in kwargs.items() if k in params and _is_default(v, params[k].default)}
+    # a None stays beside kept keywords: torch.sum(x, dim=None, keepdim=True) has no form without dim
+    kept_any = len(dropped) < len(kwargs)
+    return {k: v for k, v in kwargs.items() if k not in dropped or (v is None and kept_any)}
 
 
 _PROPERTIES = {
@@ -339,7 +346,8 @@ def user_tensors(fn, args, kwargs) -> list:
 
 def describe_input(name: str, x) -> str:
     if isinstance(x, torch.Tensor):
-        layout = "contiguous" if x.is_contiguous() else f"strides {tuple(x.stride())}"
+        layout = (str(x.layout).removeprefix("torch.") if x.layout != torch.strided else
+                  "contiguous" if x.is_contiguous() else f"strides {tuple(x.stride())}")
         return (f"{name}: {dtype_name(x.dtype)}{list(x.shape)} on {x.device}, {layout}, "
                 f"requires_grad={x.requires_grad}")
     return f"{name} = {x!r} (specialised)"
@@ -391,7 +399,7 @@ def _trace(tracer: Tracer, fn, args, kwargs, originals: dict) -> TraceResult:
         if not isinstance(x, torch.Tensor):
             return x
         if id(x) not in copies:
-            copies[id(x)] = x.clone(memory_format=torch.preserve_format)
+            copies[id(x)] = _clone(x)
             originals[id(copies[id(x)])] = x
         return copies[id(x)]
     args, kwargs = pytree.tree_map(copy, (tuple(args), dict(kwargs)))
@@ -465,7 +473,7 @@ def _mutations(tracer: Tracer, versions: dict, originals: dict) -> tuple:
         if final is not None and final is not v:
             writeback.append((v, final))
             where[v.name] = tracer.updated_at.get(id(t))
-        mutated[v.name] = t.detach().clone(memory_format=torch.preserve_format)
+        mutated[v.name] = _clone(t.detach())
         if v.role == "param":
             tracer.eager_only = tracer.eager_only or (
                 f"the call updates the parameter {v.name} in place: calls with this signature run eagerly")
@@ -476,9 +484,16 @@ def _mutations(tracer: Tracer, versions: dict, originals: dict) -> tuple:
     return writeback, mutated
 
 
+def _clone(x: torch.Tensor) -> torch.Tensor:
+    """A copy with the same strides (sparse and other layouts have no memory format)."""
+    return x.clone(memory_format=torch.preserve_format) if x.layout == torch.strided else x.clone()
+
+
 def _same_values(a: torch.Tensor, b: torch.Tensor) -> bool:
-    if a.shape != b.shape or a.dtype != b.dtype:
+    if a.shape != b.shape or a.dtype != b.dtype or a.layout != b.layout:
         return False
+    if a.layout != torch.strided:
+        a, b = a.to_dense(), b.to_dense()
     same = a == b
     if a.dtype.is_floating_point or a.dtype.is_complex:
         same |= a.isnan() & b.isnan()
@@ -497,7 +512,7 @@ def _buffer_copies(fn):
         for m in module.modules():
             for key, b in list(m._buffers.items()):
                 if b is not None:
-                    c = copies.setdefault(id(b), b.clone(memory_format=torch.preserve_format))
+                    c = copies.setdefault(id(b), _clone(b))
                     originals[id(c)] = b
                     swapped.append((m, key, b))
                     m._buffers[key] = c

@@ -439,7 +439,11 @@ def format_arg(x) -> str:
         return "..."
     if isinstance(x, torch.memory_format):
         return str(x)
-    return repr(x)
+    named = _NAMED.get(id(x)) if _NAMED else None
+    return named if named is not None else repr(x)
+
+
+_NAMED: dict = {}  # id(object) -> the program global naming it, while a program is printed
 
 
 def format_call(bsym: BoundSymbol) -> str:
@@ -452,8 +456,9 @@ def format_call(bsym: BoundSymbol) -> str:
         lhs = bsym.outputs[0].name
     else:
         lhs = format_arg(pytree.tree_unflatten([v for v in bsym.outputs], bsym.out_spec))
-        lhs = lhs.strip("()[]").rstrip(",")
-        lhs = lhs + "," if len(bsym.outputs) == 1 else lhs
+        if lhs[:1] in "([" and lhs[-1:] in ")]":  # the outer pair only: (t0, (t1, t2)) stays nested
+            lhs = lhs[1:-1].rstrip(",")
+        lhs = lhs + "," if len(bsym.outputs) == 1 and not lhs.endswith(",") else lhs
     return f"{lhs} = {call}"
 
 
@@ -464,6 +469,14 @@ class TracePrinter:
         self.last_loc = None
 
     def source(self) -> str:
+        global _NAMED
+        previous, _NAMED = _NAMED, {id(obj): name for name, obj in self.trace.extra_globals.items()}
+        try:
+            return self._source()
+        finally:
+            _NAMED = previous
+
+    def _source(self) -> str:
         t = self.trace
         out = self.lines
         out.append(f"# FusionLens trace · stage: {t.stage}")

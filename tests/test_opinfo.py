@@ -28,18 +28,7 @@ ALWAYS = ("__getitem__", "index_select", "gather", "take_along_dim", "scatter_ad
 
 # Known compiler bugs an op of the sweep hits (outside compiler/ops), each with its fix; the
 # ops' tests are xfail(strict=True): once fixed, delete the entry.
-KNOWN = {
-    "histogramdd": "ir.format_call prints a nested result `t0, (t1, t2) = ...` with unbalanced parentheses",
-    "masked.std": "frontend._drop_defaults drops sum's dim=None, and torch.sum(x, keepdim=True) is no overload",
-    "masked.var": "frontend._drop_defaults drops sum's dim=None, and torch.sum(x, keepdim=True) is no overload",
-    "nn.functional.linear_cross_entropy.chunked": "an option object is printed by repr into the program",
-    "nn.functional.linear_cross_entropy.chunked_none": "an option object is printed by repr into the program",
-    "nn.functional.triplet_margin_with_distance_loss": "a module argument is printed by repr into the program",
-    "sparse.mm.reduce": "frontend.trace clones sparse inputs with memory_format=preserve_format",
-    "sparse.sampled_addmm": "frontend.trace clones sparse inputs with memory_format=preserve_format",
-    "to_sparse": "checking.mismatch compares sparse results with torch.isclose",
-    "broadcast_shapes": "a torch.Size result comes back as a tuple",
-}
+KNOWN: dict = {}  # none left: the bugs the sweep found are fixed
 
 
 def _shard():
@@ -88,7 +77,6 @@ def test_most_of_the_slice_has_no_fallback():
 
 # --- what the frontend does not do yet: each passes once compiler/frontend.py maps it ---------
 
-@pytest.mark.xfail(strict=True, reason="frontend.Tracer.record binds an (attn, None) result as one value")
 def test_multihead_attention_without_weights():
     mha = torch.nn.MultiheadAttention(16, 4, batch_first=True).eval()
     q = torch.randn(2, 5, 16)
@@ -97,7 +85,6 @@ def test_multihead_attention_without_weights():
     assert not [d for d in report.diagnostics if d.severity == "error"] and not report.fallbacks
 
 
-@pytest.mark.xfail(strict=True, reason="frontend records x[key] = v as an opaque call, not the setitem symbol")
 def test_setitem_is_the_functional_symbol():
     def fn(x, i):
         x = x.clone()

@@ -150,7 +150,7 @@ def test_every_registered_callable_has_samples():
         if not reached or any(torch_ops.lookup(f) is None or torch_ops.lookup(f)[0] is not sym or id(f) not in seen
                               for f in reached):
             unreached.append(torch_ops.qualified_name(fn) or repr(fn))
-    assert not unreached, f"registered torch callables without a sample in tests/op_samples.py: {unreached}"
+    assert not unreached, f"registered torch callables without a sample in tests/samples_*.py: {unreached}"
 
 
 def _reaches(fn) -> list:

@@ -1,54 +1,76 @@
-"""Compile latency and host overhead per call, FusionLens vs eager, torch.compile, Thunder.
+"""Fixed costs of the jit path: FusionLens vs Thunder, torch.compile and eager, in one run.
 
-    python benchmarks/bench_compile.py [--no-torch-compile] [--repeats 200]
+    python benchmarks/bench_compile.py [--first-repeats 5] [--repeats 300] [--no-torch-compile]
 
-Compile latency: first call (trace to callable) on each example target. Host overhead:
-median time per call on tiny inputs, where the kernels cost next to nothing and what is
-left is the Python between them. Prints tables; never asserts.
+Three tables, for small functions (a 10-op elementwise chain, an MLP, softmax, LayerNorm):
+
+- First call, each in a fresh process (median of --first-repeats, the frameworks
+  interleaved so a busy machine slows them alike): `torch import` and `import` (the
+  framework's, after torch's); `first call`: jit(fn) plus its first call (trace, compile,
+  run), under torch.no_grad() (inference; thunder would also trace a backward for a
+  module's parameters); `in gc`: the part of the first call spent in garbage collections.
+  Right after `import torch` a full collection (about 100 ms here) is due, and whatever
+  allocates next pays it: FusionLens, whose own import allocates little, pays it in its
+  first call; thunder's import pays it. `first call - gc` is the framework's own work;
+  --gc-collect runs gc.collect() before the timed call instead. `process`: the whole
+  `python` run (interpreter, torch, framework, first call, exit). .pyc files are written
+  once first (a priming run of each child), so imports are measured with them present.
+  torch.compile runs cold (TORCHINDUCTOR_FORCE_DISABLE_CACHES=1).
+- Host overhead per call on tiny inputs: median of --repeats samples of 20 calls each, all
+  frameworks interleaved, under torch.no_grad() (inference), and with grad mode on for the
+  functions without parameters (a module's parameters would make eager build a graph).
+- Compile latency of every example target (FusionLens only, in this process).
+
+Thunder (lightning-thunder 0.2.x) is imported through benchmarks/thunder_shim.py, which
+stands in for the named-tensor methods torch 2.13 removed. Prints tables; never asserts.
 """
 
 from __future__ import annotations
 
-import argparse
-import glob
-import os
-import sys
 import time
 
-import torch
-import torch.nn.functional as F
+_T0 = time.perf_counter()
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+import argparse  # noqa: E402
+import datetime  # noqa: E402
+import gc  # noqa: E402
+import glob  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import platform  # noqa: E402
+import statistics  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+_T_TORCH = time.perf_counter()
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
+sys.path.insert(0, HERE)
 
-import compiler  # noqa: E402
-from compiler import timing  # noqa: E402
-from compiler.discovery import find_targets  # noqa: E402
-from compiler.targets import load_module  # noqa: E402
+FRAMEWORKS = ("eager", "fusionlens", "thunder", "torch.compile")
 
 
-def table(rows, headers):
-    widths = [max(len(str(r[i])) for r in [headers] + rows) for i in range(len(headers))]
-    line = "  ".join(f"{{:<{w}}}" for w in widths)
-    print(line.format(*headers))
-    print(line.format(*("-" * w for w in widths)))
-    for r in rows:
-        print(line.format(*map(str, r)))
+# --- workloads: torch only, so a child process imports nothing else before it is timed ----
+
+def chain10(x, y):
+    a = x * y
+    b = a + 1.0
+    c = torch.sin(b)
+    d = c * 2.0
+    e = d - x
+    f = torch.tanh(e)
+    g = f * y
+    h = g + 0.5
+    i = torch.relu(h)
+    return i * 3.0
 
 
-def thunder_jit():
-    try:
-        import thunder  # noqa: F401
-    except Exception:
-        return None
-    return thunder.jit
-
-
-def first_call_ms(make, args):
-    start = time.perf_counter()
-    fn = make()
-    fn(*args)
-    return (time.perf_counter() - start) * 1e3
+def softmax(x):
+    return torch.softmax(x, -1)
 
 
 class TinyMLP(torch.nn.Module):
@@ -60,67 +82,245 @@ class TinyMLP(torch.nn.Module):
         return self.fc2(F.gelu(self.fc1(x)))
 
 
-def tiny_workloads():
-    ln = torch.nn.LayerNorm(16)
-    return [
-        ("add+mul", lambda x, y: (x + y) * 2, (torch.randn(4), torch.randn(4))),
-        ("softmax", lambda x: torch.softmax(x, -1), (torch.randn(2, 8),)),
-        ("layernorm", ln, (torch.randn(4, 16),)),
-        ("mlp", TinyMLP().eval(), (torch.randn(2, 8),)),
-    ]
+def workload(name: str):
+    """(fn, args, has_parameters), the same in every process."""
+    torch.manual_seed(0)
+    if name == "chain10":
+        return chain10, (torch.randn(4), torch.randn(4)), False
+    if name == "mlp":
+        return TinyMLP().eval(), (torch.randn(2, 8),), True
+    if name == "softmax":
+        return softmax, (torch.randn(2, 8),), False
+    if name == "layernorm":
+        return torch.nn.LayerNorm(16).eval(), (torch.randn(4, 16),), True
+    raise ValueError(name)
+
+
+WORKLOADS = ("chain10", "mlp", "softmax", "layernorm")
+
+
+def import_framework(framework: str):
+    """The function that makes a compiled callable (its import is what is timed)."""
+    if framework == "fusionlens":
+        import compiler
+
+        return compiler.jit
+    if framework == "thunder":
+        from thunder_shim import import_thunder
+
+        thunder, why = import_thunder()
+        if thunder is None:
+            raise RuntimeError(why)
+        return thunder.jit
+    if framework == "torch.compile":
+        return torch.compile
+    return lambda fn: fn
+
+
+# --- the child: one framework, one workload, one fresh process -----------------------------
+
+def child(framework: str, name: str, collect: bool) -> None:
+    t1 = time.perf_counter()
+    make = import_framework(framework)
+    t2 = time.perf_counter()
+    fn, args, _ = workload(name)
+    with torch.no_grad():
+        expected = fn(*args) if framework != "eager" else None
+    if collect:
+        gc.collect()
+    in_gc, started = [0.0], [0.0]
+
+    def on_gc(phase, info):  # time spent in garbage collections during the first call
+        if phase == "start":
+            started[0] = time.perf_counter()
+        else:
+            in_gc[0] += time.perf_counter() - started[0]
+    gc.callbacks.append(on_gc)
+    with torch.no_grad():  # inference, as FusionLens compiles it (thunder would also trace a backward)
+        t3 = time.perf_counter()
+        out = make(fn)(*args)
+        t4 = time.perf_counter()
+    gc.callbacks.remove(on_gc)
+    ok = expected is None or torch.allclose(out, expected, rtol=1e-5, atol=1e-6)
+    print(json.dumps({"torch_ms": (_T_TORCH - _T0) * 1e3, "import_ms": (t2 - t1) * 1e3,
+                      "first_ms": (t4 - t3) * 1e3, "gc_ms": in_gc[0] * 1e3,
+                      "first_no_gc_ms": (t4 - t3 - in_gc[0]) * 1e3, "ok": bool(ok)}))
+
+
+def run_child(framework: str, name: str, collect: bool, write_pyc: bool = False) -> dict:
+    env = dict(os.environ)
+    if write_pyc:
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+    if framework == "torch.compile":
+        env["TORCHINDUCTOR_FORCE_DISABLE_CACHES"] = "1"
+    cmd = [sys.executable, os.path.abspath(__file__), "--child", framework, name] + (["--gc-collect"] if collect else [])
+    start = time.perf_counter()
+    r = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    wall = (time.perf_counter() - start) * 1e3
+    if r.returncode != 0:
+        return {"error": (r.stderr.strip().splitlines() or ["failed"])[-1][:120]}
+    result = json.loads(r.stdout.strip().splitlines()[-1])
+    result["process_ms"] = wall
+    return result
+
+
+def first_calls(frameworks, repeats: int, collect: bool) -> dict:
+    """(framework, workload) -> list of child results, interleaved repeats."""
+    for fw in frameworks:  # write .pyc files (torch's, ours, thunder's) before anything is timed
+        run_child(fw, WORKLOADS[0], collect, write_pyc=True)
+    out = {(fw, w): [] for fw in frameworks for w in WORKLOADS}
+    for _ in range(repeats):
+        for w in WORKLOADS:
+            for fw in frameworks:
+                out[fw, w].append(run_child(fw, w, collect))
+    return out
+
+
+def _median(results, key):
+    values = [r[key] for r in results if key in r]
+    return statistics.median(values) if values else None
+
+
+# --- per call, in this process -------------------------------------------------------------
+
+def per_call_us(fns: dict, args, repeats: int, batch: int = 20) -> dict:
+    """name -> median microseconds a call, the callables interleaved batch by batch."""
+    samples = {k: [] for k in fns}
+    for f in fns.values():
+        for _ in range(20):
+            f(*args)
+    for _ in range(repeats):
+        for k, f in fns.items():
+            t = time.perf_counter_ns()
+            for _ in range(batch):
+                f(*args)
+            samples[k].append((time.perf_counter_ns() - t) / batch / 1e3)
+    return {k: statistics.median(v) for k, v in samples.items()}
+
+
+def table(rows, headers):
+    widths = [max(len(str(r[i])) for r in [headers] + rows) for i in range(len(headers))]
+    line = "  ".join(f"{{:<{w}}}" for w in widths)
+    print(line.format(*headers).rstrip())
+    print(line.format(*("-" * w for w in widths)))
+    for r in rows:
+        print(line.format(*map(str, r)).rstrip())
+
+
+def _fmt(x, digits=1):
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def _ratio(a, b):
+    return "-" if a is None or b is None else f"{a / b:.2f}x"
 
 
 def main():
-    p = argparse.ArgumentParser(description=__doc__)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--child", nargs=2, metavar=("FRAMEWORK", "WORKLOAD"), help=argparse.SUPPRESS)
+    p.add_argument("--gc-collect", action="store_true", help="gc.collect() before the timed first call")
     p.add_argument("--no-torch-compile", action="store_true")
-    p.add_argument("--repeats", type=int, default=200)
-    p.add_argument("--executors", nargs="+", default=None)
+    p.add_argument("--no-thunder", action="store_true")
+    p.add_argument("--only", default="", help="comma-separated frameworks for the first-call table (all by default)")
+    p.add_argument("--first-repeats", type=int, default=5, help="fresh processes per framework and workload")
+    p.add_argument("--repeats", type=int, default=300, help="samples of 20 calls for the per-call table")
+    p.add_argument("--no-examples", action="store_true")
     args = p.parse_args()
-    tjit = thunder_jit()
-    torch.set_num_threads(1)
-    print(f"device: {timing.device_name(torch.device('cpu'))}, torch {torch.__version__}, "
-          f"thunder {'available' if tjit else 'not installed'}\n")
+    if args.child:
+        return child(*args.child, collect=args.gc_collect)
 
-    print("Compile latency (first call: trace, decompose, optimise, plan, build), ms")
+    torch.set_num_threads(1)
+    thunder = None
+    why = "skipped (--no-thunder)"
+    if not args.no_thunder:
+        from thunder_shim import describe, import_thunder
+
+        thunder, why = import_thunder()
+    frameworks = [fw for fw in FRAMEWORKS if (fw != "thunder" or thunder is not None)
+                  and (fw != "torch.compile" or not args.no_torch_compile)
+                  and (not args.only or fw in args.only.split(","))]
+    import compiler
+
+    print(f"{datetime.date.today()} · {platform.machine()} CPU, {os.cpu_count()} cores, torch threads 1 (per-call "
+          f"table) · python {platform.python_version()}, torch {torch.__version__}, "
+          f"thunder {thunder.__version__ + ' (' + describe() + ')' if thunder else 'not used: ' + why}")
+
+    collect = args.gc_collect
+    print(f"\nFirst call in a fresh process, median of {args.first_repeats}, ms "
+          f"({'gc.collect() before it' if collect else 'no gc.collect() before it'}; 'in gc': of the first call, "
+          "in garbage collections)")
+    results = first_calls(frameworks, args.first_repeats, collect)
+    rows = []
+    for w in WORKLOADS:
+        for fw in frameworks:
+            rs = results[fw, w]
+            errors = [r["error"] for r in rs if "error" in r]
+            bad = sum(1 for r in rs if r.get("ok") is False)
+            rows.append([w, fw, _fmt(_median(rs, "torch_ms"), 0), _fmt(_median(rs, "import_ms")),
+                         _fmt(_median(rs, "first_ms")), _fmt(_median(rs, "gc_ms")), _fmt(_median(rs, "first_no_gc_ms")),
+                         _fmt(_median(rs, "process_ms"), 0),
+                         (f"FAILED: {errors[0]}" if errors else "") + (f" {bad} wrong results" if bad else "")])
+    table(rows, ["workload", "framework", "torch import", "import", "first call", "in gc", "first call - gc",
+                 "process", ""])
+    if "thunder" in frameworks and "fusionlens" in frameworks:
+        print("\nFusionLens / Thunder (target for first call: <= 0.50x)")
+        rows = []
+        for w in WORKLOADS:
+            fl, th = results["fusionlens", w], results["thunder", w]
+            rows.append([w] + [_ratio(_median(fl, k), _median(th, k))
+                               for k in ("import_ms", "first_ms", "first_no_gc_ms", "process_ms")])
+        table(rows, ["workload", "import", "first call", "first call - gc", "process"])
+
+    print(f"\nHost overhead per call on tiny inputs, median of {args.repeats} x 20 calls, us (x = vs eager)")
+    rows = []
+    for w in WORKLOADS:
+        fn, fargs, has_params = workload(w)
+        made = {"eager": fn, "fusionlens": compiler.jit(fn)}
+        if thunder is not None:
+            made["thunder"] = thunder.jit(fn)
+        if not args.no_torch_compile:
+            made["torch.compile"] = torch.compile(fn)
+        for mode in (["no_grad"] if has_params else ["no_grad", "grad on"]):
+            with torch.set_grad_enabled(mode == "grad on"):
+                usable = {}
+                for k, f in made.items():  # the first call compiles (and fails here, if it fails)
+                    try:
+                        f(*fargs)
+                        usable[k] = f
+                    except Exception as e:  # noqa: BLE001 - a column says so
+                        print(f"  {w} {k}: {type(e).__name__}: {str(e)[:100]}")
+                us = per_call_us(usable, fargs, args.repeats)
+            row = [w, mode]
+            for k in FRAMEWORKS:
+                if k not in made:
+                    row.append("-")
+                elif k not in us:
+                    row.append("failed")
+                else:
+                    row.append(_fmt(us[k]) if k == "eager" else f"{us[k]:.1f} ({_ratio(us[k], us['eager'])})")
+            rows.append(row)
+    table(rows, ["workload", "grad mode"] + list(FRAMEWORKS))
+    print("(target: fusionlens <= 1.50x eager on chain10)")
+
+    if args.no_examples:
+        return
+    from compiler.discovery import find_targets
+    from compiler.targets import load_module
+
+    print("\nCompile latency of the examples (FusionLens, first call in this process), ms")
     rows = []
     for path in sorted(glob.glob(os.path.join(ROOT, "examples", "*.py"))):
         module = load_module(path)
         for t in find_targets(open(path).read()):
             value = getattr(module, t.name)()
             fn, fargs = value[0], tuple(value[1])
-            kwargs = value[2] if len(value) > 2 else {}
-            fl = first_call_ms(lambda: compiler.jit(fn, executors=args.executors), fargs) if not kwargs else None
-            rows.append([t.name, f"{fl:.1f}" if fl is not None else "-"])
+            if len(value) > 2 and value[2]:
+                rows.append([t.name, "- (keyword inputs)"])
+                continue
+            start = time.perf_counter()
+            compiler.jit(fn)(*fargs)
+            rows.append([t.name, f"{(time.perf_counter() - start) * 1e3:.1f}"])
     table(rows, ["target", "fusionlens"])
-
-    print("\nHost overhead per call on tiny inputs, median us (lower is better)")
-    rows = []
-    for name, fn, fargs in tiny_workloads():
-        eager = timing.measure(fn, *fargs, warmup=20, repeats=args.repeats).median_ms * 1e3
-        jf = compiler.jit(fn, executors=args.executors)
-        ours = timing.measure(jf, *fargs, warmup=20, repeats=args.repeats).median_ms * 1e3
-        row = [name, f"{eager:.1f}", f"{ours:.1f}", f"{ours / eager:.2f}x"]
-        if not args.no_torch_compile:
-            try:
-                tc = torch.compile(fn)
-                compile_ms = first_call_ms(lambda: tc, fargs)
-                tcu = timing.measure(tc, *fargs, warmup=20, repeats=args.repeats).median_ms * 1e3
-                row += [f"{tcu:.1f} (compile {compile_ms:.0f} ms)"]
-            except Exception as e:
-                row += [f"failed: {type(e).__name__}"]
-        else:
-            row += ["skipped"]
-        if tjit:
-            try:
-                th = tjit(fn)
-                th(*fargs)
-                row += [f"{timing.measure(th, *fargs, warmup=20, repeats=args.repeats).median_ms * 1e3:.1f}"]
-            except Exception as e:
-                row += [f"failed: {type(e).__name__}"]
-        else:
-            row += ["not installed"]
-        rows.append(row)
-    table(rows, ["workload", "eager", "fusionlens", "vs eager", "torch.compile", "thunder"])
 
 
 if __name__ == "__main__":

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import functools
 import importlib.metadata
+import importlib.util
 import inspect
+import os
+import pathlib
 import platform
 from typing import Optional
 
@@ -18,14 +21,60 @@ from compiler import passes, report as R, timing
 from compiler.ir import distinct_lines, format_call
 
 
+def _version(dist: str) -> Optional[str]:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _nvfuser_version() -> Optional[str]:
+    """nvFuser's wheels are named per CUDA and torch version (nvfuser-cu130-torch210), so its
+    distribution is looked for only where a module nvfuser_direct or nvfuser is found: first
+    in the folder that holds the module, then (an unusual install) among every distribution."""
+    folders = set()
+    for module in ("nvfuser_direct", "nvfuser"):
+        try:
+            spec = importlib.util.find_spec(module)
+        except (ImportError, ValueError):
+            continue
+        if spec is not None and spec.submodule_search_locations:  # a package
+            folders |= {os.path.dirname(p) for p in spec.submodule_search_locations}
+        elif spec is not None and spec.origin:  # a single-file (extension) module
+            folders.add(os.path.dirname(spec.origin))
+        elif spec is not None:
+            folders.add("")
+    if not folders:
+        return None
+    beside = [importlib.metadata.PathDistribution(pathlib.Path(d, e)) for d in sorted(folders) if d
+              for e in _listdir(d) if e.lower().startswith("nvfuser") and e.endswith((".dist-info", ".egg-info"))]
+    return _last_nvfuser(beside) or _last_nvfuser(importlib.metadata.distributions())
+
+
+def _last_nvfuser(dists) -> Optional[str]:
+    version = None
+    for dist in dists:
+        if (dist.metadata["Name"] or "").lower().startswith("nvfuser"):
+            version = dist.version
+    return version
+
+
+def _listdir(path: str) -> list:
+    try:
+        return sorted(os.listdir(path))
+    except OSError:
+        return []
+
+
 @functools.lru_cache(maxsize=1)
 def versions() -> dict:
+    """python, torch, and fusionlens, triton, nvfuser where installed. Only these packages
+    are looked up (scanning every installed distribution costs tens of ms a process)."""
     out = {"python": platform.python_version(), "torch": torch.__version__}
-    for dist in importlib.metadata.distributions():
-        name = (dist.metadata["Name"] or "").lower()
-        # nvFuser wheels are named per CUDA and torch version (nvfuser-cu130-torch210)
-        if name in ("fusionlens", "triton") or name.startswith("nvfuser"):
-            out["nvfuser" if name.startswith("nvfuser") else name] = dist.version
+    for name, version in (("fusionlens", _version("fusionlens")), ("triton", _version("triton")),
+                          ("nvfuser", _nvfuser_version())):
+        if version is not None:
+            out[name] = version
     return dict(out)
 
 

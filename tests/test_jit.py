@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 import compiler
-from compiler import checking, frontend
+from compiler import checking, frontend, ir
 
 EXECUTORS = ["torch"]
 
@@ -264,3 +264,27 @@ def test_nested_tensor_arguments_are_not_passed_as_program_inputs():
     a, b = torch.randn(3), torch.randn(3)
     for _ in range(2):  # a miss, then a hit
         assert torch.allclose(jf(a, [b]), a + b)
+
+
+def test_programs_build_no_autograd_graph_and_restore_grad_mode():
+    lin = torch.nn.Linear(4, 3)  # parameters that require grad
+    jfn = compiler.jit(lambda x: F.gelu(lin(x)) * 2, executors=EXECUTORS)
+    x = torch.randn(2, 4, requires_grad=True)
+    for grad_mode in (True, False, True):
+        with torch.set_grad_enabled(grad_mode):
+            out = jfn(x)
+            assert torch.is_grad_enabled() == grad_mode  # as it was, after the call
+        assert not out.requires_grad and out.grad_fn is None
+        with torch.no_grad():
+            same(out, F.gelu(lin(x)) * 2)
+    with torch.inference_mode():
+        assert not jfn(x).requires_grad
+    assert "@no_grad" in compiler.last_report(jfn).traces["execution"]
+
+    @ir.no_grad  # what the printed program is decorated with: grad mode restored however it ends
+    def failing():
+        assert not torch.is_grad_enabled()
+        raise ValueError("inside the program")
+    with pytest.raises(ValueError):
+        failing()
+    assert torch.is_grad_enabled()

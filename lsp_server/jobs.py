@@ -277,14 +277,7 @@ class CompileJobsMixin:
         self._seq += 1
         res = Result(job.target, job.path, job.key, status, message, report, {job.path: job.snapshot},
                      job.target_line, "report", self._seq)
-        for path in res.files():
-            if path not in res.snapshots:
-                try:
-                    with open(path, encoding="utf-8") as f:
-                        res.snapshots[path] = f.read()
-                except (OSError, UnicodeDecodeError):
-                    pass
-        return res
+        return _with_snapshots(res)
 
     def _failure(self, job: Job, kind: str, message: str, where: Optional[dict] = None) -> Result:
         """A compile without a report; `where`: the user's position when the worker timed
@@ -292,14 +285,7 @@ class CompileJobsMixin:
         self._seq += 1
         res = Result(job.target, job.path, job.key, "error", message, None, {job.path: job.snapshot},
                      job.target_line, kind, self._seq, where=where)
-        for path in res.files():
-            if path not in res.snapshots:
-                try:
-                    with open(path, encoding="utf-8") as f:
-                        res.snapshots[path] = f.read()
-                except (OSError, UnicodeDecodeError):
-                    pass
-        return res
+        return _with_snapshots(res)
 
     def _finish(self, job: Job, result: Optional[Result], reason: str) -> None:
         if self.active.get((job.path, job.target)) is job:
@@ -337,6 +323,19 @@ class CompileJobsMixin:
         if self.latest.get(key) is not result:
             self.latest[key] = result
             self.generation += 1
+
+
+def _with_snapshots(res: Result) -> Result:
+    """The result with the text of every other file it annotates, as it is now on disk (the
+    compiled file's snapshot is the text that was compiled)."""
+    for path in res.files():
+        if path not in res.snapshots:
+            try:
+                with open(path, encoding="utf-8") as f:
+                    res.snapshots[path] = f.read()
+            except (OSError, UnicodeDecodeError):
+                pass
+    return res
 
 
 def _done(value) -> asyncio.Future:

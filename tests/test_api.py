@@ -172,3 +172,38 @@ def test_unusable_nvfuser_still_shows_its_definition():
     code = preview["regions"][0]["code"]
     assert "FusionDefinition" in code and "fd.ops.exp" in code and "fd.add_output" in code
     assert preview["regions"][0]["source_lines"][0]["file"] == os.path.abspath(__file__)
+
+
+def test_versions_look_up_only_the_packages_they_report(tmp_path, monkeypatch):
+    import importlib
+    import importlib.metadata
+
+    import importlib.util
+
+    from compiler import reporting
+
+    if importlib.util.find_spec("nvfuser_direct") or importlib.util.find_spec("nvfuser"):
+        pytest.skip("a real nvFuser is installed here")
+    # an nvFuser wheel: named per CUDA and torch version, found beside its module
+    (tmp_path / "nvfuser").mkdir()
+    (tmp_path / "nvfuser" / "__init__.py").write_text("")
+    info = tmp_path / "nvfuser_cu130_torch210-0.2.30.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: nvfuser-cu130-torch210\nVersion: 0.2.30\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    importlib.invalidate_caches()
+
+    def no_scan(*args, **kwargs):
+        raise AssertionError("versions() scanned every installed distribution")
+    monkeypatch.setattr(importlib.metadata, "distributions", no_scan)
+    reporting.versions.cache_clear()
+    try:
+        v = reporting.versions()
+        assert v["nvfuser"] == "0.2.30" and v["torch"] == torch.__version__
+        assert v["fusionlens"] == importlib.metadata.version("fusionlens")
+        try:
+            assert v["triton"] == importlib.metadata.version("triton")
+        except importlib.metadata.PackageNotFoundError:
+            assert "triton" not in v
+    finally:
+        reporting.versions.cache_clear()

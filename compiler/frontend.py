@@ -161,6 +161,16 @@ class Tracer:
                                    self.where()))
         return self.bind_input(x, name, role)
 
+    def argument(self, x):
+        """An op's argument in the trace: a tensor's Value; an object the printer cannot write
+        (a loss's distance module) named as a program global; anything else as it is."""
+        if isinstance(x, torch.Tensor):
+            return self.to_value(x)
+        if not printable(x) and id(x) not in self.named:
+            self.named.add(id(x))
+            self.extra_globals[self._unique(f"k_{_sanitize(type(x).__name__).lower()}")] = x
+        return x
+
     def new_output(self, t: torch.Tensor) -> Value:
         v = Value(self.names.next(), t.shape, t.dtype, t.device)
         self.values[id(t)] = v  # rebinding: an op that returns (or mutates) a tensor names it anew
@@ -176,11 +186,7 @@ class Tracer:
                              where.file if where else None, where.line if where else None)
         where = self.where()
         sym, args2, kwargs2, note = self.symbol_for(func, args, kwargs, where)
-        vargs, vkwargs = pytree.tree_map(self.to_value, (args2, kwargs2))
-        for leaf in pytree.tree_leaves((vargs, vkwargs)):  # an object argument (a loss's distance module)
-            if not isinstance(leaf, Value) and not printable(leaf) and id(leaf) not in self.named:
-                self.named.add(id(leaf))
-                self.extra_globals[self._unique(f"k_{_sanitize(type(leaf).__name__).lower()}")] = leaf
+        vargs, vkwargs = pytree.tree_map(self.argument, (args2, kwargs2))
         flat, spec = pytree.tree_flatten(out)
         outs = [self.new_output(t) for t in flat if isinstance(t, torch.Tensor)]
         single = isinstance(out, torch.Tensor)
@@ -433,8 +439,9 @@ def _trace(tracer: Tracer, fn, args, kwargs, originals: dict) -> TraceResult:
     if not any(isinstance(leaf, Value) for leaf in pytree.tree_leaves(output)):
         tracer.notes.append(Note("warning", f"{tracer.name} returned {type(out).__name__} and no tensor: "
                                  "there is nothing to compile", None))
-    hidden = [type(leaf).__name__ for leaf in pytree.tree_leaves(output)
-              if not isinstance(leaf, Value) and _holds_traced_tensor(leaf, tracer.values)]
+    # what is left holding computed tensors could not be templated (passed in, or no attributes)
+    hidden = [type(leaf).__name__ for leaf in pytree.tree_leaves(output) if not isinstance(leaf, Value)
+              and objects.template(leaf, lambda t: None, computed, set()) is not leaf]
     if hidden:
         tracer.notes.append(Note("warning", f"the result holds computed tensors inside {', '.join(hidden)}, "
                                  "which FusionLens cannot rebuild (an object the caller passed in, or one "
@@ -521,19 +528,3 @@ def _buffer_copies(fn):
     finally:
         for m, key, b in swapped:
             m._buffers[key] = b
-
-
-def _holds_traced_tensor(obj, traced: dict, depth: int = objects.MAX_DEPTH) -> bool:
-    """Whether an object the trace keeps as a constant refers to a tensor the call computed
-    (through its attributes and containers, a few levels deep)."""
-    if isinstance(obj, torch.Tensor):
-        return id(obj) in traced and traced[id(obj)].role == ""
-    if depth == 0 or isinstance(obj, (str, bytes, int, float, bool, type(None), torch.nn.Module, type)):
-        return False
-    if isinstance(obj, dict):
-        children = list(obj.values())
-    elif isinstance(obj, (list, tuple, set, frozenset)):
-        children = list(obj)
-    else:
-        children = list(getattr(obj, "__dict__", {}).values())
-    return any(_holds_traced_tensor(c, traced, depth - 1) for c in children[:64])

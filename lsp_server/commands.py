@@ -33,9 +33,9 @@ def _latest_report(ls: FusionLensServer, uri: str, target: str):
     state = ls.doc(uri)
     res = ls.latest.get((state.path, target))
     if res is None or res.report is None:
-        msg = f"FusionLens: {target} has no compile result yet; compile it first"
-        ls.window_show_message(T.ShowMessageParams(type=T.MessageType.Warning, message=msg))
-        return state, None, msg
+        msg = f"{target} has no compile result yet; compile it first"
+        ls.tell(T.MessageType.Warning, msg)
+        return state, None, f"FusionLens: {msg}"
     return state, res.report, ""
 
 

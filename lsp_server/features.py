@@ -25,7 +25,7 @@ def on_initialize(ls: FusionLensServer, params: T.InitializeParams):
 def _warn(ls: FusionLensServer, warnings: list) -> None:
     """Settings refused: say so where the user looks (LSP allows this before `initialized`)."""
     for w in warnings:
-        ls.window_show_message(T.ShowMessageParams(type=T.MessageType.Warning, message=f"FusionLens: {w}"))
+        ls.tell(T.MessageType.Warning, w)
         ls.window_log_message(T.LogMessageParams(type=T.MessageType.Warning, message=w))
 
 

@@ -70,10 +70,13 @@ class FusionLensServer(DocumentsMixin, CompileJobsMixin, LanguageServer):
             obj = getattr(obj, p, None) if obj is not None else None
         return obj
 
-    def cache_folder(self) -> str:
-        folder = self.settings.cacheFolder or os.path.join(
+    def cache_root(self) -> str:
+        """fusionlens.cacheFolder, else a folder of this user's under the temporary directory."""
+        return self.settings.cacheFolder or os.path.join(
             tempfile.gettempdir(), f"fusionlens-lsp-{os.getuid() if hasattr(os, 'getuid') else 'user'}")
-        folder = os.path.join(folder, "generated")
+
+    def cache_folder(self) -> str:
+        folder = os.path.join(self.cache_root(), "generated")
         os.makedirs(folder, exist_ok=True)
         return folder
 
@@ -83,10 +86,8 @@ class FusionLensServer(DocumentsMixin, CompileJobsMixin, LanguageServer):
 
     def untitled_path(self, uri: str) -> str:
         """Where an untitled buffer is said to live (its report's file): never written."""
-        root = self.settings.cacheFolder or os.path.join(
-            tempfile.gettempdir(), f"fusionlens-lsp-{os.getuid() if hasattr(os, 'getuid') else 'user'}")
         name = re.sub(r"[^A-Za-z0-9_.-]+", "_", uri.split(":", 1)[-1]).strip("_") or "untitled"
-        return os.path.join(root, "untitled", name if name.endswith(".py") else name + ".py")
+        return os.path.join(self.cache_root(), "untitled", name if name.endswith(".py") else name + ".py")
 
     def notify_status(self, state: str, message: str, uri: Optional[str], speedup: Optional[float] = None):
         self.protocol.notify(STATUS_NOTIFICATION, {

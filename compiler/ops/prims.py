@@ -188,6 +188,27 @@ cat = _prim("cat", lambda tensors, dim: torch.cat(tensors, dim), CAT, meta=_cat_
 take_along_axis = _prim("take_along_axis", lambda a, index, dim: torch.take_along_dim(a, index, dim), GATHER,
                         meta=_take_meta)
 
+
+def _pad(a, padding_value, padding_config):
+    """lax.pad without negative padding: per dim (low, high, interior) elements of
+    `padding_value` around and between a's elements (the backward of slice)."""
+    shape = [lo + hi + s + max(s - 1, 0) * interior for s, (lo, hi, interior) in zip(a.shape, padding_config)]
+    out = torch.full(shape, padding_value, dtype=a.dtype, device=a.device)
+    out[tuple(builtins.slice(lo, lo + s + max(s - 1, 0) * interior, interior + 1)
+              for s, (lo, hi, interior) in zip(a.shape, padding_config))] = a
+    return out
+
+
+def _pad_meta(a, padding_value, padding_config):
+    return _empty([lo + hi + s + max(s - 1, 0) * interior for s, (lo, hi, interior) in zip(a.shape, padding_config)],
+                  a.dtype)
+
+
+# the duals of slice and take_along_axis, which backward rules need
+pad = _prim("pad", _pad, SHAPE, meta=_pad_meta)
+scatter_add = _prim("scatter_add", lambda a, index, src, dim: a.scatter_add(dim, index, src), GATHER,
+                    meta=lambda a, index, src, dim: _empty(a.shape, a.dtype))
+
 # --- reductions (the reduced dims are dropped) ---------------------------------------------
 
 

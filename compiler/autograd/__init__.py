@@ -1,0 +1,10 @@
+"""Training: the autograd transform, between the optimised trace and fusion.
+
+- `prim_rules.py`: the vector-Jacobian product of each prim.
+- `torch_rules.py`: backward rules of library calls (linear, matmul, embedding,
+  convolution, SDPA) and softmax, and the generic rule for any other op that runs whole.
+- `transform.py`: the joint forward-backward trace and its split into a forward trace that
+  returns what the backward saves and a backward trace (`differentiate`).
+- `remat.py`: save or recompute: cheap values recomputed in the backward.
+- `runtime.py`: the two compiled programs joined to PyTorch autograd (a torch.autograd.Function).
+"""

@@ -1,0 +1,320 @@
+"""Backward rules of torch-level symbols that keep their own (library calls, and softmax
+whose rule saves its output only), and the generic rule of every other op that runs whole.
+
+A rule takes the forward op and its outputs' cotangents and returns (input Value, cotangent)
+pairs. Rules call torch-level symbols (matmul, softmax) and prims; both are recorded into the
+backward trace with their decompositions, so backward regions fuse like forward ones.
+`NoRule` from a rule means "not for these arguments": the generic rule takes the op instead.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+
+import torch
+from torch.utils import _pytree as pytree
+
+from compiler.ir import Symbol, Value
+from compiler.ops import prims as P
+from compiler.ops.torch_ops import library_calls as L, normalization as N
+from compiler.ops.torch_ops.registry import LIBRARY
+
+RULES: dict = {}  # symbol name -> rule
+PROGRAM_GLOBAL = "program global"  # tag: the printed backward names this callable as a global
+
+
+class NoRule(Exception):
+    """The op's rule does not cover these arguments."""
+
+
+def rule(*names, signature=None):
+    sig = inspect.signature(signature) if signature is not None else None
+
+    def deco(fn):
+        def apply(b, cots):
+            if sig is None:
+                return fn(b, cots)
+            try:
+                bound = sig.bind(*b.args, **b.kwargs)
+            except TypeError as e:
+                raise NoRule(str(e)) from e
+            bound.apply_defaults()
+            return fn(b, cots, **bound.arguments)
+        for n in names:
+            RULES[n] = apply
+        return fn
+    return deco
+
+
+def _library(name: str, impl, meta=None) -> Symbol:
+    return Symbol(name, impl, tags=(LIBRARY, PROGRAM_GLOBAL), meta=meta)
+
+
+def _value(x) -> bool:
+    return isinstance(x, Value)
+
+
+def _t(x: Value) -> Value:
+    """Swap the last two dims."""
+    dims = list(range(x.ndim))
+    dims[-2], dims[-1] = dims[-1], dims[-2]
+    return P.permute(x, dims)
+
+
+def reduce_to(g: Value, shape) -> Value:
+    """`g` summed over the dims a broadcast to g's shape added (leading, or size 1 in `shape`)."""
+    shape = tuple(shape)
+    lead = g.ndim - len(shape)
+    dims = list(range(lead)) + [lead + i for i, s in enumerate(shape) if s == 1 and g.shape[lead + i] != 1]
+    if dims:
+        g = P.sum(g, tuple(dims))
+    return g if tuple(g.shape) == shape else P.reshape(g, shape)
+
+
+# --- matmul family -------------------------------------------------------------------------
+
+def matmul_grads(a: Value, b: Value, g: Value, need_a: bool, need_b: bool):
+    a2 = a if a.ndim > 1 else P.reshape(a, (1, a.shape[0]))
+    b2 = b if b.ndim > 1 else P.reshape(b, (b.shape[0], 1))
+    batch = _broadcast(a2.shape[:-2], b2.shape[:-2])
+    g2 = P.reshape(g, batch + (a2.shape[-2], b2.shape[-1])) if g.shape != batch + (a2.shape[-2], b2.shape[-1]) else g
+    ga = gb = None
+    if need_a:
+        ga = reduce_to(L.matmul(g2, _t(b2)), a2.shape)
+        ga = ga if a.ndim > 1 else P.reshape(ga, a.shape)
+    if need_b:
+        gb = reduce_to(L.matmul(_t(a2), g2), b2.shape)
+        gb = gb if b.ndim > 1 else P.reshape(gb, b.shape)
+    return ga, gb
+
+
+def _broadcast(*shapes) -> tuple:
+    ndim = max((len(s) for s in shapes), default=0)
+    out = [1] * ndim
+    for s in shapes:
+        for i, n in enumerate(s, ndim - len(s)):
+            out[i] = n if n != 1 else out[i]
+    return tuple(out)
+
+
+def _pairs(*items):
+    return [(v, g) for v, g in items if _value(v) and g is not None]
+
+
+@rule("torch.matmul", "torch.mm", "torch.bmm")
+def _matmul(b, cots):
+    a, c = b.args[0], b.args[1] if len(b.args) > 1 else b.kwargs.get("other", b.kwargs.get("mat2"))
+    if not (_value(a) and _value(c)) or b.kwargs.get("out") is not None:
+        raise NoRule("matmul with a non-tensor operand")
+    ga, gc = matmul_grads(a, c, cots[0], True, True)
+    return _pairs((a, ga), (c, gc))
+
+
+@rule("torch.Tensor.__rmatmul__")
+def _rmatmul(b, cots):
+    c, a = b.args  # c.__rmatmul__(a) is a @ c
+    ga, gc = matmul_grads(a, c, cots[0], True, True)
+    return _pairs((a, ga), (c, gc))
+
+
+def _linear_signature(input, weight, bias=None): ...
+
+
+@rule("torch.nn.functional.linear", signature=_linear_signature)
+def _linear(b, cots, input, weight, bias):
+    if weight.ndim != 2 or input.ndim < 1:
+        raise NoRule("a 1-d weight")
+    g = cots[0]
+    out_features, in_features = weight.shape
+    gx = L.matmul(g, weight) if _value(input) else None
+    g2 = P.reshape(g, (math.prod(g.shape[:-1]), out_features)) if g.ndim != 2 else g
+    x2 = P.reshape(input, (math.prod(input.shape[:-1]), in_features)) if input.ndim != 2 else input
+    gw = L.matmul(_t(g2), x2)
+    gb = reduce_to(g, bias.shape) if _value(bias) else None
+    return _pairs((input, gx), (weight, gw), (bias, gb))
+
+
+# --- embedding ----------------------------------------------------------------------------
+
+_embedding_backward = _library("embedding_dense_backward", torch.ops.aten.embedding_dense_backward)
+
+
+def _embedding_signature(input, weight, padding_idx=None, max_norm=None, norm_type=2.0,
+                         scale_grad_by_freq=False, sparse=False): ...
+
+
+@rule("torch.nn.functional.embedding", signature=_embedding_signature)
+def _embedding(b, cots, input, weight, padding_idx, max_norm, norm_type, scale_grad_by_freq, sparse):
+    if max_norm is not None or sparse:
+        raise NoRule("max_norm renormalises the weight in place; sparse gradients")
+    if padding_idx is not None and padding_idx < 0:
+        padding_idx += weight.shape[0]
+    gw = _embedding_backward(cots[0], input, weight.shape[0], -1 if padding_idx is None else padding_idx,
+                             scale_grad_by_freq)
+    return _pairs((weight, gw))
+
+
+# --- convolution --------------------------------------------------------------------------
+
+def _conv_backward_impl(g, x, w, has_bias, stride, padding, dilation, groups):
+    gx, gw, gb = torch.ops.aten.convolution_backward(
+        g, x, w, [w.shape[0]] if has_bias else None, stride, padding, dilation, False, [0] * len(stride), groups,
+        [True, True, has_bias])
+    return (gx, gw, gb) if has_bias else (gx, gw)
+
+
+def _conv_backward_meta(g, x, w, has_bias, *rest):
+    out = (torch.empty_like(x), torch.empty_like(w))
+    return out + (torch.empty((w.shape[0],), dtype=w.dtype, device="meta"),) if has_bias else out
+
+
+_conv_backward = _library("convolution_backward", _conv_backward_impl, _conv_backward_meta)
+
+
+def _conv_signature(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1): ...
+
+
+@rule("torch.nn.functional.conv1d", "torch.nn.functional.conv2d", "torch.nn.functional.conv3d",
+      signature=_conv_signature)
+def _conv(b, cots, input, weight, bias, stride, padding, dilation, groups):
+    n = weight.ndim - 2
+    if isinstance(padding, str):
+        if padding != "valid":
+            raise NoRule("padding='same'")
+        padding = 0
+    if not _value(input) or input.ndim != n + 2:
+        raise NoRule("unbatched input")
+    as_list = lambda x: list(x) if isinstance(x, (tuple, list)) else [x] * n  # noqa: E731
+    grads = _conv_backward(cots[0], input, weight, _value(bias), as_list(stride), as_list(padding),
+                           as_list(dilation), groups)
+    return _pairs((input, grads[0]), (weight, grads[1]), (bias, grads[2] if _value(bias) else None))
+
+
+# --- softmax: the rule needs only the output --------------------------------------------
+
+def _softmax_signature(input, dim=None, _stacklevel=3, dtype=None): ...
+
+
+def _compute_dtype(dtype):
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+@rule("torch.nn.functional.softmax", signature=_softmax_signature)
+def _softmax(b, cots, input, dim, _stacklevel, dtype):
+    dim = N._softmax_dim(input, dim) % max(input.ndim, 1)
+    compute = _compute_dtype(b.output.dtype)
+    y, g = P.convert_element_type(b.output, compute), P.convert_element_type(cots[0], compute)
+    kept = tuple(d for d in range(input.ndim) if d != dim)
+    dot = P.broadcast_in_dim(P.sum(P.mul(g, y), (dim,)), input.shape, kept)
+    return _pairs((input, P.convert_element_type(P.mul(y, P.sub(g, dot)), input.dtype)))
+
+
+@rule("torch.nn.functional.log_softmax", signature=_softmax_signature)
+def _log_softmax(b, cots, input, dim, _stacklevel, dtype):
+    dim = N._softmax_dim(input, dim) % max(input.ndim, 1)
+    compute = _compute_dtype(b.output.dtype)
+    y, g = P.convert_element_type(b.output, compute), P.convert_element_type(cots[0], compute)
+    kept = tuple(d for d in range(input.ndim) if d != dim)
+    total = P.broadcast_in_dim(P.sum(g, (dim,)), input.shape, kept)
+    return _pairs((input, P.convert_element_type(P.sub(g, P.mul(P.exp(y), total)), input.dtype)))
+
+
+# --- scaled dot-product attention: the scores recomputed in the backward, as flash attention
+
+def _sdpa_signature(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+                    enable_gqa=False): ...
+
+
+def _right_aligned(x: Value, shape) -> Value:
+    lead = len(shape) - x.ndim
+    return P.broadcast_in_dim(x, tuple(shape), tuple(range(lead, len(shape))))
+
+
+@rule("torch.nn.functional.scaled_dot_product_attention", signature=_sdpa_signature)
+def _sdpa(b, cots, query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa):
+    if dropout_p or enable_gqa or query.shape[:-2] != key.shape[:-2] or query.ndim < 2:
+        raise NoRule("dropout, grouped-query or broadcast batch dims")
+    if attn_mask is not None and not _value(attn_mask):
+        raise NoRule("a non-tensor mask")
+    compute = _compute_dtype(query.dtype)
+    q, k, v = (P.convert_element_type(t, compute) if t.dtype != compute else t for t in (query, key, value))
+    g = P.convert_element_type(cots[0], compute) if cots[0].dtype != compute else cots[0]
+    scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
+    scores = P.mul(L.matmul(q, _t(k)), scale)
+    L_, S = scores.shape[-2], scores.shape[-1]
+    if is_causal:
+        rows = P.broadcast_in_dim(P.iota(L_, start=0, step=1, dtype=torch.int64, device=q.device), (L_, S), (0,))
+        cols = P.broadcast_in_dim(P.iota(S, start=0, step=1, dtype=torch.int64, device=q.device), (L_, S), (1,))
+        scores = P.where(_right_aligned(P.ge(rows, cols), scores.shape), scores, -math.inf)
+    if attn_mask is not None:
+        mask = _right_aligned(attn_mask, scores.shape)
+        if attn_mask.dtype == torch.bool:
+            scores = P.where(mask, scores, -math.inf)
+        else:
+            scores = P.add(scores, P.convert_element_type(mask, compute) if mask.dtype != compute else mask)
+    p = N.softmax(scores, -1)
+    gv = reduce_to(L.matmul(_t(p), g), v.shape)
+    gp = L.matmul(g, _t(v))
+    kept = tuple(range(scores.ndim - 1))
+    gs = P.mul(p, P.sub(gp, P.broadcast_in_dim(P.sum(P.mul(gp, p), (scores.ndim - 1,)), scores.shape, kept)))
+    gq = P.mul(L.matmul(gs, k), scale)
+    gk = P.mul(L.matmul(_t(gs), q), scale)
+    back = lambda x, like: P.convert_element_type(x, like.dtype) if x.dtype != like.dtype else x  # noqa: E731
+    gmask = None
+    if attn_mask is not None and attn_mask.dtype.is_floating_point:
+        gmask = back(reduce_to(gs, attn_mask.shape), attn_mask)
+    return _pairs((query, back(gq, query)), (key, back(gk, key)), (value, back(gv, value)), (attn_mask, gmask))
+
+
+# --- every other op that runs whole: torch's autograd on its call, in the backward -------
+
+class Generic:
+    """The backward of an op with no rule: its torch call re-run with grad enabled in the
+    backward, and torch.autograd.grad of it. It recomputes the op (its inputs are saved, not
+    its graph), so it is correct for any deterministic op and costs one more forward."""
+
+    count = 0
+
+    def __init__(self, b, needs: set):
+        leaves, self.spec = pytree.tree_flatten((b.args, b.kwargs))
+        self.leaves = leaves
+        self.slots = [i for i, x in enumerate(leaves) if isinstance(x, Value)]
+        self.diff = [i for i in self.slots if leaves[i].name in needs and leaves[i].dtype.is_floating_point]
+        self.float_outputs = [i for i, o in enumerate(b.outputs) if o.dtype.is_floating_point or o.dtype.is_complex]
+        self.impl = b.sym.impl
+        Generic.count += 1
+        short = b.sym.name.rsplit(".", 1)[-1].strip("_") or "op"
+        self.name = f"vjp_{short}_{Generic.count}"
+        metas = [leaves[i] for i in self.diff]
+        self.symbol = Symbol(self.name, self.__call__, tags=(LIBRARY, PROGRAM_GLOBAL),
+                             meta=lambda *a: tuple(v.meta() for v in metas))
+
+    def __call__(self, *tensors_and_cotangents):
+        n = len(self.slots)
+        tensors, cots = tensors_and_cotangents[:n], tensors_and_cotangents[n:]
+        leaves, wrt = list(self.leaves), []
+        with torch.enable_grad():
+            for slot, t in zip(self.slots, tensors):
+                if slot in self.diff:
+                    t = t.detach().requires_grad_()
+                    wrt.append(t)
+                leaves[slot] = t
+            args, kwargs = pytree.tree_unflatten(leaves, self.spec)
+            out = self.impl(*args, **kwargs)
+            outs = [x for x in pytree.tree_leaves(out) if isinstance(x, torch.Tensor)]
+            pairs = [(outs[i], c) for i, c in zip(self.float_outputs, cots) if outs[i].requires_grad]
+            grads = torch.autograd.grad([o for o, _ in pairs], wrt, [c for _, c in pairs], allow_unused=True) \
+                if pairs else [None] * len(wrt)
+        return tuple(torch.zeros_like(x) if g is None else g for g, x in zip(grads, wrt))
+
+    def apply(self, b, cots):
+        if not self.diff:
+            return []
+        filled = [c if c is not None else P.full(b.outputs[i].shape, 0.0, dtype=b.outputs[i].dtype,
+                                                 device=b.outputs[i].device)
+                  for i, c in zip(self.float_outputs, [cots[i] for i in self.float_outputs])]
+        values = [self.leaves[i] for i in self.slots]
+        result = self.symbol(*values, *filled)
+        grads = result if isinstance(result, tuple) else (result,)
+        return list(zip([self.leaves[i] for i in self.diff], grads))

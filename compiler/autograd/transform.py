@@ -1,0 +1,164 @@
+"""The autograd transform (Trace -> forward and backward Traces).
+
+`differentiate` takes the optimised trace and which inputs require grad, and builds:
+
+- the joint trace: the forward ops (an op with no rule of its own is replaced by its
+  decomposition, so every value its backward reads exists), then the backward ops, made by
+  each op's rule in reverse order, each with the provenance of the forward op it
+  differentiates (so backward regions name the user lines they come from);
+- its split: a forward trace returning the results and what the backward saves, and a
+  backward trace from the saved values and the results' cotangents to the inputs' gradients.
+
+Rules: prim_rules for prims, torch_rules for library calls (and softmax); an op with neither
+and no decomposition gets the generic rule (its torch call differentiated by torch.autograd
+in the backward). A random op with no rule cannot be replayed, and an input that requires
+grad and is updated in place is not functionalised: both raise Unsupported (jit then runs
+the signature eagerly and the report says why at the op's line).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from compiler import passes
+from compiler.autograd import prim_rules, torch_rules
+from compiler.ir import NameGen, Trace, TraceContext, Value, external_inputs, tracing, values_in
+from compiler.ops import prims as P
+from compiler.provenance import Provenance
+
+
+class Unsupported(Exception):
+    def __init__(self, message: str, where: Optional[Provenance] = None):
+        super().__init__(message)
+        self.message, self.where = message, where
+
+
+@dataclass
+class Differentiated:
+    joint: Trace
+    forward: Trace  # returns (*results, *saved)
+    backward: Trace  # takes (*saved, *cotangents), returns the gradients of `grad_inputs`
+    n_results: int  # the forward's first n outputs are the call's tensors (values_in order)
+    differentiable: list  # per result: whether it gets a cotangent
+    grad_inputs: list  # indices into the trace's inputs that get a gradient
+    saved: list  # Values the backward reads from the forward
+    recomputed: list = field(default_factory=list)  # names the backward recomputes instead
+
+
+def _differentiable(v: Value) -> bool:
+    return v.dtype.is_floating_point or v.dtype.is_complex
+
+
+def _has_rule(b) -> bool:
+    return b.sym in prim_rules.RULES or b.sym.name in torch_rules.RULES
+
+
+def _expand(bsyms, needs: set, out: list) -> None:
+    """The forward ops: ops that get a gradient and have no rule become their decomposition."""
+    for b in bsyms:
+        if not any(v.name in needs for v in b.inputs()):
+            out.append(b)
+            continue
+        if b.sym in prim_rules.NON_DIFFERENTIABLE:
+            out.append(b)
+            continue
+        if not _has_rule(b) and b.subsymbols:
+            _expand(b.subsymbols, needs, out)
+            continue
+        if not _has_rule(b) and ("random" in b.sym.tags or "random" in b.note):
+            raise Unsupported(f"{b.sym.name} is random and has no backward rule: its draws cannot be replayed "
+                              "in the backward", b.provenance)
+        out.append(b)
+        needs.update(o.name for o in b.outputs if _differentiable(o))
+
+
+def _vjp(b, cots: list, needs: set) -> list:
+    """(input Value, cotangent) pairs of forward op `b`."""
+    rule = prim_rules.RULES.get(b.sym)
+    if rule is not None:
+        pairs = []
+        for arg, g in zip(b.args, rule(b, cots)):
+            if isinstance(arg, (list, tuple)) and isinstance(g, list):
+                pairs += [(a, gi) for a, gi in zip(arg, g) if isinstance(a, Value) and gi is not None]
+            elif isinstance(arg, Value) and g is not None:
+                pairs.append((arg, g))
+        return pairs
+    named = torch_rules.RULES.get(b.sym.name)
+    if named is not None:
+        try:
+            return named(b, cots)
+        except torch_rules.NoRule:
+            pass
+    return torch_rules.Generic(b, needs).apply(b, cots)
+
+
+def differentiate(trace: Trace, requires_grad: list) -> Differentiated:
+    """`requires_grad[i]`: whether trace input i gets a gradient."""
+    for dst, _ in trace.writeback:
+        i = trace.inputs.index(dst)
+        if requires_grad[i]:
+            raise Unsupported(f"{dst.name} requires grad and is updated in place")
+    needs = {v.name for v, r in zip(trace.inputs, requires_grad) if r and _differentiable(v)}
+    forward: list = []
+    _expand(trace.bound_symbols, needs, forward)
+
+    taken = {v.name for v in trace.inputs}
+    names = NameGen("t", passes.max_index(trace) + 1, taken)
+    results = values_in(trace.output)
+    differentiable = [v.name in needs for v in results]
+    cotangents = [Value(f"g{i}", v.shape, v.dtype, v.device, "input") for i, v in enumerate(results)
+                  if v.name in needs]
+    grads: dict = {}
+    backward: list = []
+
+    def accumulate(v: Value, g: Value) -> None:
+        if tuple(g.shape) != v.shape or g.dtype != v.dtype:
+            raise Unsupported(f"internal: the cotangent of {v.name} is {g.type_str()}, not {v.type_str()}")
+        grads[v.name] = g if v.name not in grads else P.add(grads[v.name], g)
+
+    ctx = TraceContext(names)
+    with tracing(ctx):
+        for v, g in zip([r for r, d in zip(results, differentiable) if d], cotangents):
+            accumulate(v, g)
+    backward += ctx.bound_symbols
+    for b in reversed(forward):
+        cots = [grads.get(o.name) for o in b.outputs]
+        if all(c is None for c in cots) or not any(v.name in needs for v in b.inputs()):
+            continue
+        ctx = TraceContext(names, b.provenance)
+        with tracing(ctx):
+            for v, g in _vjp(b, cots, needs):
+                if v.name in needs:
+                    accumulate(v, g)
+        backward += ctx.bound_symbols
+
+    grad_inputs = [i for i, v in enumerate(trace.inputs) if v.name in needs]
+    ctx = TraceContext(names)
+    with tracing(ctx):
+        outs = [grads.get(trace.inputs[i].name) or prim_rules.zeros_like(trace.inputs[i]) for i in grad_inputs]
+    backward += ctx.bound_symbols
+
+    cot_names = {g.name for g in cotangents}
+    made = {o.name for b in backward for o in b.outputs}
+    saved = [v for v in external_inputs(backward) if v.name not in cot_names]
+    saved += [v for v in outs if v.name not in made and v.name not in cot_names and v not in saved]
+    return _split(trace, forward, backward, results, differentiable, cotangents, grad_inputs, saved, outs)
+
+
+def _split(trace, forward, backward, results, differentiable, cotangents, grad_inputs, saved, outs):
+    joint = Trace(f"{trace.name}_joint", list(trace.inputs) + cotangents, forward + backward,
+                  (tuple(results), tuple(outs)), "joint", trace.signature, dict(trace.extra_globals),
+                  list(trace.writeback))
+    fwd = passes.dce(Trace(f"{trace.name}_forward", list(trace.inputs), forward, tuple(results) + tuple(saved),
+                           "forward", trace.signature, dict(trace.extra_globals), list(trace.writeback)))
+    bwd_inputs = [Value(v.name, v.shape, v.dtype, v.device, "saved") for v in saved] + cotangents
+    bwd = Trace(f"{trace.name}_backward", bwd_inputs, backward, tuple(outs), "backward", [],
+                {b.sym.name: b.sym.impl for b in passes.iter_all(backward)
+                 if torch_rules.PROGRAM_GLOBAL in b.sym.tags})
+    bwd = passes.dce(passes.cse(bwd))
+    used = {v.name for v in external_inputs(bwd.bound_symbols)} | {v.name for v in bwd.results()}
+    kept = [v for v in saved if v.name in used]
+    if len(kept) != len(saved):  # CSE or DCE left some saved values unread
+        return _split(trace, forward, backward, results, differentiable, cotangents, grad_inputs, kept, outs)
+    return Differentiated(joint, fwd, bwd, len(results), differentiable, grad_inputs, saved)

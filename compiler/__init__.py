@@ -13,13 +13,18 @@
 from compiler.report import CompileReport  # noqa: F401
 
 
-def example(fn):
+def example(fn=None, *, train: bool = False):
     """Mark `fn` as a compile target. `fn()` returns (callable, args) or (callable, args, kwargs).
+    `@example(train=True)`: a training target (the callable usually returns a loss); its
+    backward is compiled too, and the report has a `backward` section.
 
     The decorator changes nothing at run time; tools find it by parsing the source (ast).
     """
-    fn.__fusionlens_example__ = True
-    return fn
+    def mark(f):
+        f.__fusionlens_example__ = True
+        f.__fusionlens_train__ = train
+        return f
+    return mark if fn is None else mark(fn)
 
 
 _API = {"compile": "compiler.api", "CompileError": "compiler.api", "jit": "compiler.jit_cache",

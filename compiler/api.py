@@ -53,6 +53,8 @@ def compile_checked(fn, args, kwargs, executors, name: str, *, previews: bool, b
         raise CompileError(reporting.error_report(e, target, executors)) from e
     inputs = frontend.user_tensors(fn, args, kwargs) + c.constants
     checked = checking.check_program(c, inputs, defined)
+    if not any(d.severity == "error" for d in checked):
+        checked += checking.check_gradients(c, fn, args, kwargs, inputs, defined)
     failed = any(d.severity == "error" for d in checked) or c.traced.eager_only is not None
     measured = bench.measure_program(c, fn, args, kwargs, inputs, repeats=repeats, warmup=warmup,
                                      torch_compile=torch_compile) if benchmark else None

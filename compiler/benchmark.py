@@ -8,9 +8,9 @@ from typing import Optional
 
 import torch
 
-from compiler import lowering, passes, timing
+from compiler import checking, lowering, passes, timing
 from compiler.ir import external_inputs, ops_callable
-from compiler.report import Diagnostic, ProgramTimings, RegionTiming
+from compiler.report import Diagnostic, ProgramTimings, RegionTiming, TrainingTimings
 
 
 @dataclass
@@ -18,6 +18,9 @@ class Measurements:
     program: Optional[ProgramTimings] = None
     regions: dict = field(default_factory=dict)  # region id -> RegionTiming
     diagnostics: list = field(default_factory=list)
+    training: Optional[TrainingTimings] = None  # a training compile: forward + backward steps
+    backward_regions: dict = field(default_factory=dict)  # backward region id -> RegionTiming
+    copy_gbs: Optional[float] = None  # the device's measured copy bandwidth (timing.copy_bandwidth_gbs)
 
 
 def measure_program(c, fn, args, kwargs, inputs: list, *, repeats: int, warmup: int,
@@ -40,24 +43,68 @@ def measure_program(c, fn, args, kwargs, inputs: list, *, repeats: int, warmup: 
             out.program.speedup_vs_torch_compile = round(out.program.torch_compile.median_ms / compiled.median_ms, 3)
         except Exception as e:  # torch.compile may be unavailable (no compiler toolchain)
             out.diagnostics.append(Diagnostic("warning", f"torch.compile baseline failed: {type(e).__name__}: {e}"))
-    out.regions = _time_regions(c, inputs, device, max(3, repeats // 2))
+    out.regions = _time_regions(c.plan, c.traces["optimised"], inputs, device, max(3, repeats // 2))
+    if c.backward is not None:
+        _time_training(out, c, fn, args, kwargs, inputs, warmup=warmup, repeats=repeats, torch_compile=torch_compile)
+    out.copy_gbs = timing.copy_bandwidth_gbs(device)
     return out
 
 
-def _time_regions(c, inputs: list, device, reps: int) -> dict:
-    env = lowering.interpret(c.plan.trace, inputs)
+def _time_training(out: Measurements, c, fn, args, kwargs, inputs: list, *, warmup: int, repeats: int,
+                   torch_compile: bool) -> None:
+    """Training steps (forward, then the gradients of the inputs that require grad for fixed
+    cotangents) compiled, eager and torch.compile'd; then each backward region. Buffers the
+    steps update (BatchNorm's running statistics) are restored after."""
+    device, b = c.device, c.backward
+    d = b.differentiated
+    wrt = [inputs[i] for i in d.grad_inputs]
+    state = [x for v, x in zip(c.traces["acquired"].inputs, inputs) if v.role == "buffer" or v.name in c.traced.mutated]
+    with checking.restored(state):
+        with torch.enable_grad():
+            cots = checking.cotangents(checking.differentiable_outputs(c.fn(*inputs)))
+
+        def step(call, *a, **k):
+            with torch.enable_grad():
+                outs = [t for _, t in checking.differentiable_outputs(call(*a, **k))]
+                torch.autograd.grad(outs, wrt, cots[:len(outs)], allow_unused=True)
+        eager, compiled = timing.compare([(step, (fn, *args), kwargs), (step, (c.fn, *inputs), {})], device,
+                                         warmup, repeats)
+        out.training = TrainingTimings(str(device), compiled, eager,
+                                       speedup_vs_eager=round(eager.median_ms / compiled.median_ms, 3))
+        if torch_compile:
+            try:
+                tc = torch.compile(fn)
+                out.training.torch_compile = timing.measure(step, tc, *args, device=device, warmup=max(warmup, 2),
+                                                            repeats=repeats, **kwargs)
+                out.training.speedup_vs_torch_compile = round(out.training.torch_compile.median_ms
+                                                              / compiled.median_ms, 3)
+            except Exception as e:
+                out.diagnostics.append(Diagnostic("warning", f"torch.compile training baseline failed: "
+                                                  f"{type(e).__name__}: {e}"))
+    with torch.no_grad():
+        results = b.forward_fn(*inputs)
+    saved = list(results[d.n_results:])
+    diff = [t for t, ok in zip(results[:d.n_results], d.differentiable) if ok]
+    backward_inputs = saved + checking.cotangents(list(enumerate(diff)))
+    out.backward_regions = _time_regions(b.plan, d.backward, backward_inputs, device, max(3, repeats // 2))
+
+
+def _time_regions(plan, source_trace, inputs: list, device, reps: int) -> dict:
+    """Each region of `plan` against the torch calls it replaces (`source_trace`'s ops, run on
+    `inputs` like the plan)."""
+    env = lowering.interpret(plan.trace, inputs)
     torch_env = None  # values of the torch-level program, for eager baselines of fused regions
     out = {}
-    for r in c.plan.regions:
+    for r in plan.regions:
         read = [env[v.name] for v in r.inputs]
         b = r.bound
         call = r.fn if r.fn is not None else ops_callable([b], b.inputs(), b.outputs)
         if r.fn is not None and r.generated.eager_fn is not None:
             eager_call, eager_read = r.generated.eager_fn, read
-            sources = _source_ops(c.traces["optimised"], r)
+            sources = _source_ops(source_trace, r)
             if sources:  # the torch calls the user wrote (F.layer_norm), not our prims one by one
                 if torch_env is None:
-                    torch_env = lowering.interpret(c.traces["optimised"], inputs)
+                    torch_env = lowering.interpret(source_trace, inputs)
                 ins = external_inputs(sources)
                 eager_call = ops_callable(sources, ins, [o for s in sources for o in s.outputs])
                 eager_read = [torch_env[v.name] for v in ins]

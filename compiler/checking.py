@@ -62,7 +62,7 @@ def mismatch(actual, expected, depth: int = 8) -> Optional[str]:
         close = torch.isclose(a, e, rtol=rtol, atol=atol, equal_nan=True) if e.numel() else torch.ones(())
         if not bool(close.all()):
             bad = int((~close).sum())
-            diff = (a.double() - e.double()).abs()
+            diff = (a.detach().double() - e.detach().double()).abs()
             diff = diff[~close]
             return (f"output {i}: {bad} of {e.numel()} elements differ beyond rtol={rtol}, atol={atol}"
                     f" (largest difference {float(diff.max()):.3g})")
@@ -101,12 +101,93 @@ def check_program(c, inputs: list, target) -> list:
     if problem and _is_random(c.traces["acquired"]):  # random draws differ from eager's: shapes and dtypes only
         problem = mismatch(_shapes_only(actual), _shapes_only(c.traced.eager_output))
     out = []
-    if torch.is_grad_enabled() and any(t.requires_grad for t in inputs):
-        out.append(Diagnostic(
-            "information", "FusionLens compiles inference: the compiled program's outputs carry no autograd "
-            "graph, though inputs or parameters require grad", target.file, target.line))
     if problem:
         out.append(Diagnostic(
             "error", f"the compiled program does not match eager PyTorch on the example inputs: {problem}",
             target.file, target.line))
     return out
+
+
+# --- gradients of a training compile against eager's ---------------------------------------
+
+def grad_mismatch(actual, expected) -> Optional[str]:
+    """None when gradient `actual` matches eager's `expected`. Gradients are sums over many
+    terms, so the tolerance is the dtype's, relative to the gradient's largest element."""
+    if expected is None or actual is None:
+        other = actual if expected is None else expected
+        return None if other is None or not bool(other.ne(0).any()) else "one of them is missing"
+    if actual.shape != expected.shape or actual.dtype != expected.dtype:
+        return f"got {actual.dtype}{list(actual.shape)}, eager gives {expected.dtype}{list(expected.shape)}"
+    rtol, atol = tolerance(expected.dtype)
+    scale = max(1.0, float(expected.abs().max())) if expected.numel() else 1.0
+    close = torch.isclose(actual, expected, rtol=rtol, atol=atol * scale, equal_nan=True)
+    if bool(close.all()):
+        return None
+    diff = (actual.double() - expected.double()).abs()[~close]
+    return (f"{int((~close).sum())} of {expected.numel()} elements differ beyond rtol={rtol}, "
+            f"atol={atol}x{scale:.3g} (largest difference {float(diff.max()):.3g})")
+
+
+def differentiable_outputs(result) -> list:
+    """(position, tensor) of each tensor in a result that autograd can differentiate."""
+    return [(i, t) for i, t in enumerate(pytree.tree_leaves(result))
+            if isinstance(t, torch.Tensor) and t.requires_grad]
+
+
+def cotangents(outputs: list, seed: int = 0) -> list:
+    """Fixed random cotangents for (position, tensor) outputs: the same ones for every run."""
+    gen = torch.Generator().manual_seed(seed)
+    return [torch.randn(t.shape, generator=gen, dtype=torch.float64).to(t.dtype).to(t.device) for _, t in outputs]
+
+
+class restored:
+    """Restores tensors (a module's buffers, inputs a call updates) when the block ends: the
+    eager run a check makes must not update the caller's state a second time."""
+
+    def __init__(self, tensors):
+        self.tensors = [t for t in tensors if isinstance(t, torch.Tensor)]
+
+    def __enter__(self):
+        with torch.no_grad():
+            self.saved = [t.clone() for t in self.tensors]
+        return self
+
+    def __exit__(self, *exc):
+        with torch.no_grad():
+            for t, s in zip(self.tensors, self.saved):
+                t.copy_(s)
+        return False
+
+
+def check_gradients(c, fn, args, kwargs, inputs: list, target) -> list:
+    """A training compile's gradients of every input that requires grad, against eager's, for
+    fixed random cotangents of the differentiable outputs; both runs see the same random
+    stream, and neither updates the caller's tensors or buffers for good."""
+    if c.backward is None:
+        return []
+    d = c.backward.differentiated
+    wrt = [inputs[i] for i in d.grad_inputs]
+    names = [c.traces["acquired"].inputs[i].name for i in d.grad_inputs]
+    devices = sorted({t.device.index or 0 for t in inputs if t.device.type == "cuda"})
+    state = [x for v, x in zip(c.traces["acquired"].inputs, inputs) if v.role == "buffer" or v.name in c.traced.mutated]
+    with restored(state), torch.random.fork_rng(devices=devices):
+        torch.manual_seed(0)
+        outs = differentiable_outputs(c.fn(*inputs))
+        cots = cotangents(outs)
+        got = torch.autograd.grad([t for _, t in outs], wrt, cots, allow_unused=True) if outs else []
+        torch.manual_seed(0)
+        eager = dict(differentiable_outputs(fn(*args, **kwargs)))
+        pairs = [(eager[i], g) for (i, _), g in zip(outs, cots) if i in eager]
+        # eager's backward reads what its forward saved (batch_norm: the running statistics),
+        # so it runs before the block restores them
+        expected = torch.autograd.grad([t for t, _ in pairs], wrt, [g for _, g in pairs], allow_unused=True) \
+            if pairs and len(pairs) == len(outs) else []
+    if len(pairs) != len(outs):
+        problem = "eager's outputs that require grad are not the compiled program's"
+    else:
+        problem = next((f"the gradient of {n}: {m}" for n, a, e in zip(names, got, expected)
+                        if (m := grad_mismatch(a, e))), None)
+    if problem is None:
+        return []
+    return [Diagnostic("error", f"the compiled backward does not match eager PyTorch on the example inputs: "
+                       f"{problem}", target.file, target.line)]

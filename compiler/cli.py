@@ -7,6 +7,7 @@ import json
 import os
 import sys
 
+from compiler import roofline
 from compiler.discovery import find_targets
 from compiler.report import TRACE_STAGES, format_ms
 from compiler.targets import compile_target
@@ -21,6 +22,23 @@ def _lines(region) -> str:
     for s in region.source_lines:
         by_file.setdefault(os.path.basename(s.file), []).append(str(s.line))
     return "; ".join(f"{f}:{','.join(ls)}" for f, ls in by_file.items())
+
+
+def _roofline(line) -> str:
+    """A region's roofline for the table: "est 4.1 µs" where it did not run, else its
+    minimum and how close the measured time came ("1.2 µs · 45%")."""
+    if line is None:
+        return "-"
+    if line.estimate or line.pct_of_peak is None:
+        return f"est {_fmt(line.min_ms)}" if line.estimate else _fmt(line.min_ms)
+    return f"{_fmt(line.min_ms)} · {line.pct_of_peak:.0f}%"
+
+
+def _gpu(name: str) -> str:
+    gpu = roofline.find(name)
+    if gpu is None:
+        raise argparse.ArgumentTypeError(f"unknown GPU {name!r} (known: {', '.join(roofline.names())})")
+    return gpu.name
 
 
 def _table(rows, headers) -> str:
@@ -40,7 +58,8 @@ def render(report, stage: str = "execution") -> str:
         out.append(f"error: {e.file}:{e.line}: {e.message}")
         return "\n".join(out)
     out.append(f"device: {report.device_name}   executors: {', '.join(report.executors)}   "
-               f"compile: {report.compile_ms:.0f} ms")
+               f"compile: {report.compile_ms:.0f} ms"
+               + (f"   copy bandwidth: {report.peaks.copy_gbs:g} GB/s" if report.peaks and report.peaks.copy_gbs else ""))
     stages = list(report.traces) if stage == "all" else [stage]
     for s in stages:
         out.append(f"\n-- trace ({s}) --")
@@ -52,15 +71,20 @@ def render(report, stage: str = "execution") -> str:
                         for o in r.ops)
         rows.append([r.id, r.executor, ops if len(ops) <= 48 else ops[:45] + "...", _lines(r),
                      _fmt(tm.median_ms if tm else None), _fmt(tm.eager_median_ms if tm else None),
-                     r.boundary.reason if r.boundary else ""])
+                     _roofline(r.roofline), r.boundary.reason if r.boundary else ""])
+    pk = report.peaks
+    where = f"on {pk.device}{', est.' if pk.estimate else ''}" if pk else ""
     out.append(f"\n-- regions ({len(report.regions)}) --")
-    out.append(_table(rows, ["region", "executor", "ops", "user lines", "time", "eager", "ends because"]))
+    out.append(_table(rows, ["region", "executor", "ops", "user lines", "time", "eager", f"roofline {where}".strip(),
+                             "ends because"]))
     for p in report.previews:
         out.append(f"\n-- where {p['executor']} can run (not here: {p['reason']}), it would fuse "
                    f"{len(p['regions'])} kernel{'s' if len(p['regions']) != 1 else ''} --")
         for r in p["regions"]:
             lines = ", ".join(f"{os.path.basename(s['file'])}:{s['line']}" for s in r["source_lines"])
-            out.append(f"  {r['id']}: {len(r['ops'])} ops from {lines}")
+            line = r.get("roofline")
+            est = f" · est {_fmt(line['min_ms'])} on {line['device']} ({line['bound']}-bound)" if line else ""
+            out.append(f"  {r['id']}: {len(r['ops'])} ops from {lines}{est}")
     if report.fallbacks:
         out.append("\n-- fell back to torch --")
         for f in report.fallbacks:
@@ -71,6 +95,8 @@ def render(report, stage: str = "execution") -> str:
         for d in notes:
             where = f"{os.path.basename(d.file)}:{d.line}: " if d.file else ""
             out.append(f"  {d.severity}: {where}{d.message}")
+    if report.backward is not None:
+        out += _render_backward(report.backward, stage)
     tm = report.timings
     if tm and tm.compiled:
         out.append("\n-- timings (whole program, median of "
@@ -82,6 +108,42 @@ def render(report, stage: str = "execution") -> str:
                          f"{tm.speedup_vs_torch_compile:.2f}x"])
         out.append(_table(rows, ["", "median", "spread (IQR)", "compiled speedup"]))
     return "\n".join(out)
+
+
+def _render_backward(b, stage: str) -> list:
+    """A training compile: the backward trace and regions, what is saved, the step's time."""
+    out = []
+    shown = "execution" if stage not in b.traces and stage != "all" else stage
+    for s in (list(b.traces) if stage == "all" else [shown]):
+        out.append(f"\n-- backward trace ({s}) --")
+        out.append(b.traces[s].rstrip())
+    rows = [[r.id, r.executor, ", ".join(o.removeprefix("prims.").removeprefix("torch.") for o in r.ops)[:48],
+             _lines(r), _fmt(r.timing.median_ms if r.timing else None)] for r in b.regions]
+    out.append(f"\n-- backward regions ({len(b.regions)}) --")
+    out.append(_table(rows, ["region", "executor", "ops", "differentiates lines", "time"]))
+    acts = [t for t in b.saved if t.kind == "activation"]
+    out.append(f"\n-- saved for backward: {len(acts)} activations, {_bytes(b.saved_bytes)}"
+               f" (and {len(b.saved) - len(acts)} inputs and parameters)"
+               + (f"; recomputed in backward: {', '.join(b.recomputed)}" if b.recomputed else "") + " --")
+    for t in sorted(acts, key=lambda t: -t.bytes)[:12]:
+        out.append(f"  {t.name}: {t.dtype}{t.shape}  {_bytes(t.bytes)}  from "
+                   f"{os.path.basename(t.file or '?')}:{t.line}")
+    tm = b.timings
+    if tm and tm.compiled:
+        out.append(f"\n-- training step (forward + backward, median of {tm.compiled.repeats}, on {tm.device}) --")
+        rows = [["compiled", _fmt(tm.compiled.median_ms), ""],
+                ["eager", _fmt(tm.eager.median_ms), f"{tm.speedup_vs_eager:.2f}x"]]
+        if tm.torch_compile:
+            rows.append(["torch.compile", _fmt(tm.torch_compile.median_ms), f"{tm.speedup_vs_torch_compile:.2f}x"])
+        out.append(_table(rows, ["", "median", "compiled speedup"]))
+    return out
+
+
+def _bytes(n: int) -> str:
+    for unit, size in (("GB", 1 << 30), ("MB", 1 << 20), ("KB", 1 << 10)):
+        if n >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n} B"
 
 
 def main(argv=None) -> int:
@@ -96,11 +158,29 @@ def main(argv=None) -> int:
                    help="measure compiled vs eager timings (default: on)")
     c.add_argument("--repeats", type=int, default=20)
     c.add_argument("--torch-compile", action="store_true", help="also time torch.compile")
+    c.add_argument("--train", action="store_true",
+                   help="compile every target for training (forward and backward), not only train=True ones")
     c.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    c.add_argument("--gpu", type=_gpu, default=None, metavar="NAME",
+                   help="the GPU rooflines are estimated for where none runs (default: $FUSIONLENS_GPU or "
+                        f"{roofline.DEFAULT_TARGET}; known: {', '.join(roofline.names())})")
+    c.add_argument("--profile", action="store_true",
+                   help="run each region inside a profiler range named after its first user line "
+                        "(record_function; NVTX on a GPU), as FUSIONLENS_PROFILE=1 does")
     c.add_argument("--stage", default="execution", choices=TRACE_STAGES + ("all",),
                    help="which trace to print (default: execution); FUSIONLENS_DEBUG=1..3 prints each "
                         "stage as it is produced")
     sub.add_parser("list", help="list the targets of a file").add_argument("file")
+    r = sub.add_parser("repro", help="write a standalone script (torch and triton only) that checks and times "
+                                     "one region's kernel against eager, for a bug report")
+    r.add_argument("file")
+    r.add_argument("--target", required=True, help="the @compiler.example target")
+    r.add_argument("--region", required=True, metavar="ID",
+                   help="a fusion region (R3) or a preview (P1, triton:P1, nvfuser:P1), as `compile` lists them")
+    r.add_argument("-o", "--output", metavar="OUT", help="where to write it (default: "
+                   "FILE_TARGET_REGION_repro.py in the current folder; - for stdout)")
+    r.add_argument("--executors", nargs="+", help="executor priority, as for compile")
+    r.add_argument("--device", default="auto", help="auto, cpu or cuda")
     args = parser.parse_args(argv)
 
     try:
@@ -117,6 +197,11 @@ def main(argv=None) -> int:
         for t in targets:
             print(f"{args.file}:{t.line}: {t.name}")
         return 0
+    if args.command == "repro":
+        from compiler import repro
+
+        sys.path.insert(0, os.getcwd())
+        return repro.cli(args.file, args.target, args.region, args.output, args.executors, args.device)
     names = [t.name for t in targets]
     if args.target:
         missing = [n for n in args.target if n not in names]
@@ -129,9 +214,13 @@ def main(argv=None) -> int:
         print(f"fusionlens: {args.file} has no @compiler.example targets", file=sys.stderr)
         return 2
     sys.path.insert(0, os.getcwd())
-    reports = [compile_target(args.file, n, executors=args.executors, benchmark=args.benchmark,
-                              repeats=args.repeats, device=args.device, torch_compile=args.torch_compile)
-               for n in names]
+    if args.profile:
+        os.environ["FUSIONLENS_PROFILE"] = "1"
+    with roofline.targeting(args.gpu):
+        reports = [compile_target(args.file, n, executors=args.executors, benchmark=args.benchmark,
+                                  repeats=args.repeats, device=args.device, torch_compile=args.torch_compile,
+                                  train=args.train)
+                   for n in names]
     if args.json:
         data = [r.to_dict() for r in reports]
         print(json.dumps(data[0] if len(data) == 1 else data, indent=2))

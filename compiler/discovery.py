@@ -24,6 +24,7 @@ class TargetInfo:
     col: int  # 0-based column of the `def`
     decorator_line: int
     return_line: int  # its last `return` (where a wrong return value is written), else the `def`
+    train: bool = False  # @compiler.example(train=True): compiled for training, backward included
 
 
 def _dotted(node: ast.AST) -> str:
@@ -46,8 +47,11 @@ def find_targets(source: str, filename: str = "<unknown>") -> list[TargetInfo]:
         for dec in node.decorator_list:
             if _dotted(dec) in _MARKERS:
                 returns = [n.lineno for n in ast.walk(node) if isinstance(n, ast.Return)]
+                train = isinstance(dec, ast.Call) and any(
+                    k.arg == "train" and isinstance(k.value, ast.Constant) and k.value.value is True
+                    for k in dec.keywords)
                 targets.append(TargetInfo(node.name, node.lineno, node.end_lineno or node.lineno,
-                                          node.col_offset, dec.lineno, max(returns, default=node.lineno)))
+                                          node.col_offset, dec.lineno, max(returns, default=node.lineno), train))
                 break
     return targets
 

@@ -46,6 +46,7 @@ class CacheEntry:
     report: R.CompileReport
     signature: tuple
     eager_fallback: bool = False  # the program failed its check: run eager for this signature
+    grad_mask: tuple = ()  # which of the program's constants (parameters) required grad at compile
 
 
 class JitFunction:
@@ -67,8 +68,10 @@ class JitFunction:
         """The cache key. Positional tensors only (the common call) key as a pair and are
         passed to the program as they are; anything else keys with its pytree spec."""
         # A module traced in eval mode must not serve calls in training mode (dropout).
-        # A replaced parameter or buffer is a new signature too.
-        mode = (self.fn.training, self._state_ids()) if self._module else None
+        # A replaced parameter or buffer is a new signature too; so is grad mode (a training
+        # program records autograd, an inference one does not).
+        mode = (torch.is_grad_enabled(), self.fn.training, self._state_ids()) if self._module else \
+            torch.is_grad_enabled()
         if not kwargs:
             keys = []  # _leaf_key of each tensor, inlined: this runs on every call
             for a in args:
@@ -83,6 +86,9 @@ class JitFunction:
     def __call__(self, *args, **kwargs):
         key = self.signature(args, kwargs)
         entry = self.cache.get(key)
+        if entry is not None and entry.grad_mask and torch.is_grad_enabled() and entry.grad_mask != tuple(
+                t.requires_grad for t in entry.compiled.constants):  # a parameter frozen or unfrozen since
+            entry = None
         if entry is None:
             self.misses += 1
             entry = self._compile(key, args, kwargs)
@@ -114,7 +120,8 @@ class JitFunction:
     def _compile(self, key, args, kwargs) -> CacheEntry:
         c, rep, failed = api.compile_checked(self.fn, args, kwargs, self.executors, frontend.target_name(self.fn),
                                              previews=False, benchmark=False, eager_on_failure=True)
-        return CacheEntry(c, rep, key, eager_fallback=failed)
+        return CacheEntry(c, rep, key, eager_fallback=failed,
+                          grad_mask=tuple(t.requires_grad for t in c.constants) if c is not None else ())
 
     def cache_info(self) -> dict:
         return {"hits": self.hits, "misses": self.misses, "entries": len(self.cache),

@@ -15,9 +15,9 @@ from typing import Optional
 
 from torch.utils import _pytree as pytree
 
-from compiler import fusion
+from compiler import cost, fusion, profiling
 from compiler.executors.base import Generated
-from compiler.ir import BoundSymbol, Symbol, Trace, distinct_lines, run_ops
+from compiler.ir import PROFILE_RANGE, BoundSymbol, Symbol, Trace, distinct_lines, run_ops
 from compiler.report import Boundary
 
 
@@ -50,15 +50,16 @@ def torch_region(rid: str, b: BoundSymbol) -> Region:
     return Region(rid, "torch", [b], b.inputs(), list(b.outputs), b, note=b.note)
 
 
-def lower(flat: Trace, fusers: list, device, notes: list) -> Plan:
-    """The Plan of the fusion-stage trace `flat` for these fusion executors (maybe none)."""
+def lower(flat: Trace, fusers: list, device, notes: list, prefix: str = "R") -> Plan:
+    """The Plan of the fusion-stage trace `flat` for these fusion executors (maybe none);
+    its regions are named `prefix` and a number (R0, R1; B0 for a backward program's)."""
     if not fusers:
-        regions = [torch_region(f"R{i}", b) for i, b in enumerate(flat.bound_symbols)]
-        return Plan(flat.with_("execution", list(flat.bound_symbols)), regions, notes)
+        regions = [torch_region(f"{prefix}{i}", b) for i, b in enumerate(flat.bound_symbols)]
+        return Plan(_profiled(flat.with_("execution", list(flat.bound_symbols)), regions, device), regions, notes)
     nodes, make_group = fusion.clusters(flat, fusers)
     regions, exec_bsyms, extra = [], [], {}
     for n in nodes:
-        rid = f"R{len(regions)}"
+        rid = f"{prefix}{len(regions)}"
         if not isinstance(n, fusion.Cluster):
             r = torch_region(rid, n)
             r.boundary, why = fusion.unfused(n, fusers)
@@ -76,7 +77,7 @@ def lower(flat: Trace, fusers: list, device, notes: list) -> Plan:
                 decline = f"{n.ex.name} declined: {e}"
         if generated is None:
             for b in n.ops:  # run the group's prims one by one through torch
-                r = torch_region(f"R{len(regions)}", b)
+                r = torch_region(f"{prefix}{len(regions)}", b)
                 if decline:
                     r.note = decline
                     r.boundary = Boundary("shape the executor refuses", decline,
@@ -98,21 +99,54 @@ def lower(flat: Trace, fusers: list, device, notes: list) -> Plan:
         exec_bsyms.append(bound)
     trace = flat.with_("execution", exec_bsyms)
     trace.extra_globals.update(extra)
-    return Plan(trace, regions, notes)
+    return Plan(_profiled(trace, regions, device), regions, notes)
+
+
+def _profiled(trace: Trace, regions: list, device) -> Trace:
+    """Under FUSIONLENS_PROFILE=1, each region's op in the execution trace runs inside a
+    profiler range named after the region and its first user line (compiler/profiling.py);
+    otherwise the trace is left as it is, and costs nothing more."""
+    if not profiling.enabled():
+        return trace
+    index = {id(b): i for i, b in enumerate(trace.bound_symbols)}
+    trace.ranges = {index[id(r.bound)]: profiling.range_name(r.id, distinct_lines(r.bsyms))
+                    for r in regions if id(r.bound) in index}
+    trace.extra_globals[PROFILE_RANGE] = profiling.range_for(device)
+    return trace
 
 
 def preview(optimised: Trace, ex) -> list:
     """For a fusion executor that cannot run here but can still write its code (nvFuser
     without a GPU): the regions it would take and the code it would run, as plain dicts."""
-    nodes, make_group = fusion.clusters(fusion.prepare(optimised, [ex]), [ex])
-    out = []
+    return [_preview_region(group, ex) for group in preview_groups(optimised, ex)[1]]
+
+
+def _preview_region(group, ex) -> dict:
+    """A preview region with a report Region's fields; its roofline is the report's to fill
+    (compiler/reporting.py: it depends on the target GPU)."""
+    c = cost.region_cost(group.bsyms, group.inputs, group.outputs)
+    return {"id": group.id, "ops": [b.sym.name for b in group.bsyms],
+            "source_lines": [{"file": p.file, "line": p.line} for p in distinct_lines(group.bsyms)],
+            "code": ex.definition_source(group),
+            "inputs": [_tensor_info(v) for v in group.inputs], "outputs": [_tensor_info(v) for v in group.outputs],
+            "cost": {"bytes": c.bytes, "flops": c.flops, "math": c.math}, "roofline": None}
+
+
+def _tensor_info(v) -> dict:
+    return {"name": v.name, "shape": list(v.shape), "dtype": str(v.dtype).removeprefix("torch."),
+            "device": str(v.device)}
+
+
+def preview_groups(optimised: Trace, ex) -> tuple:
+    """(the fusion-stage trace for `ex` alone, the FusionGroups P0, P1, ... it would take):
+    what `preview` describes (compiler/repro.py writes a script of one)."""
+    flat = fusion.prepare(optimised, [ex])
+    nodes, make_group = fusion.clusters(flat, [ex])
+    groups = []
     for n in nodes:
         if isinstance(n, fusion.Cluster) and n.has_work():
-            group = make_group(n, f"P{len(out)}")
-            out.append({"id": group.id, "ops": [b.sym.name for b in group.bsyms],
-                        "source_lines": [{"file": p.file, "line": p.line} for p in distinct_lines(group.bsyms)],
-                        "code": ex.definition_source(group)})
-    return out
+            groups.append(make_group(n, f"P{len(groups)}"))
+    return flat, groups
 
 
 def _tuple_spec(n: int):

@@ -25,8 +25,9 @@ from typing import Any, Optional
 import torch
 
 from compiler import executors as executor_registry, frontend, fusion, lowering, passes
-from compiler.ir import Trace
-from compiler.report import TRACE_STAGES
+from compiler.autograd import runtime as autograd_runtime, transform as autograd
+from compiler.ir import Trace, output_builder
+from compiler.report import BACKWARD_STAGES, TRACE_STAGES
 
 
 @dataclass
@@ -42,6 +43,19 @@ class Compiled:
     device: torch.device
     executors: list  # resolved, in priority order
     previews: list = field(default_factory=list)  # code of fusion executors that cannot run here
+    backward: Optional["Backward"] = None  # when compiled for training
+
+
+@dataclass
+class Backward:
+    """The training half of a Compiled: the program then runs `forward` inside an autograd
+    Function whose backward runs `plan`'s program."""
+
+    differentiated: autograd.Differentiated
+    traces: dict  # BACKWARD_STAGES -> Trace
+    plan: lowering.Plan  # the backward program's regions and execution trace
+    forward_fn: Any  # the forward program: (*inputs) -> (*results, *saved)
+    backward_fn: Any  # the backward program: (*saved, *cotangents) -> gradients
 
 
 def debug_level() -> int:
@@ -54,12 +68,12 @@ def debug_level() -> int:
 class _StageLog:
     """Records each stage's trace; prints it as it is produced under FUSIONLENS_DEBUG."""
 
-    def __init__(self, name: str):
-        self.name, self.level, self.traces = name, debug_level(), {}
+    def __init__(self, name: str, stages=TRACE_STAGES):
+        self.name, self.level, self.traces, self.stages = name, debug_level(), {}, stages
         self.last = time.perf_counter()
 
     def __call__(self, trace: Trace, plan: Optional[lowering.Plan] = None) -> Trace:
-        assert trace.stage in TRACE_STAGES and trace.stage not in self.traces, trace.stage
+        assert trace.stage in self.stages and trace.stage not in self.traces, trace.stage
         self.traces[trace.stage] = trace
         now = time.perf_counter()
         if self.level >= 1:
@@ -83,26 +97,70 @@ def _device_of(tensors) -> torch.device:
     return torch.device("cpu")
 
 
+def requires_grad(tensors) -> bool:
+    """Whether a call on these tensors is compiled for training (as eager would record it)."""
+    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+
+
 def compile_program(fn, args, kwargs, executors: Optional[list] = None, name: Optional[str] = None,
                     previews: bool = False) -> Compiled:
     """Trace `fn(*args, **kwargs)` and run every stage. `previews`: with the default executors,
     also write the code of the fusion executors that cannot run here (reports want it; jit
-    does not)."""
+    does not). Where grad is enabled and an input, parameter or buffer requires grad, the
+    program is compiled for training: a forward and a backward program joined by autograd."""
     start = time.perf_counter()
     traced = frontend.trace(fn, args, kwargs, name)
     stage = _StageLog(traced.trace.name)
     acquired = stage(traced.trace)
     optimised = stage(passes.optimise(stage(passes.decompose(acquired))))
-    device = _device_of(frontend.user_tensors(fn, args, kwargs) + list(traced.constants.values()))
+    user_tensors = frontend.user_tensors(fn, args, kwargs)
+    device = _device_of(user_tensors + list(traced.constants.values()))
     names = executor_registry.resolve(executors, device)
     chosen = executor_registry.select(names, device, preview_all=previews and executors is None)
-    flat = stage(fusion.prepare(optimised, chosen.fusers))
-    plan = lowering.lower(flat, chosen.fusers, device, chosen.notes)
-    stage(plan.trace, plan)
-    shown = [{"executor": ex.name, "reason": why, "regions": lowering.preview(optimised, ex)}
-             for ex, why in chosen.previews]
-    program = plan.trace.python_callable()
     user = [v for v in acquired.inputs if v.role == "input"]
     constants = [traced.constants[v.name] for v in acquired.inputs if v.role != "input"]
+    differentiated = _differentiate(optimised, user_tensors + constants, traced)
+    program_trace = optimised if differentiated is None else differentiated.forward
+    flat = stage(fusion.prepare(program_trace, chosen.fusers))
+    plan = lowering.lower(flat, chosen.fusers, device, chosen.notes)
+    stage(plan.trace, plan)
+    shown = [{"executor": ex.name, "reason": why, "regions": lowering.preview(program_trace, ex)}
+             for ex, why in chosen.previews]
+    program = plan.trace.python_callable()
+    backward = None
+    if differentiated is not None:
+        backward = _compile_backward(differentiated, program, chosen, device, acquired)
+        program = backward_program(backward, len(acquired.inputs), acquired.output)
     return Compiled(acquired.name, stage.traces, plan, program, constants, len(user), traced,
-                    (time.perf_counter() - start) * 1e3, device, names, shown)
+                    (time.perf_counter() - start) * 1e3, device, names, shown, backward)
+
+
+def _differentiate(optimised: Trace, tensors: list, traced) -> Optional[autograd.Differentiated]:
+    """The forward and backward traces where the call records autograd; None for inference.
+    An op the transform cannot differentiate makes the signature run eagerly (said at its line)."""
+    if not requires_grad(tensors):
+        return None
+    try:
+        return autograd.differentiate(optimised, [t.requires_grad for t in tensors])
+    except autograd.Unsupported as e:
+        message = f"training runs eagerly: {e.message}"
+        traced.notes.append(frontend.Note("warning", message, e.where))
+        traced.eager_only = traced.eager_only or message
+        return None
+
+
+def _compile_backward(d: autograd.Differentiated, forward_fn, chosen, device, acquired: Trace) -> Backward:
+    stage = _StageLog(f"{acquired.name} backward", BACKWARD_STAGES)
+    stage(d.joint)
+    stage(d.forward)
+    backward = stage(d.backward)
+    flat = stage(fusion.prepare(backward, chosen.fusers))
+    plan = lowering.lower(flat, chosen.fusers, device, [], prefix="B")
+    stage(plan.trace, plan)
+    return Backward(d, stage.traces, plan, forward_fn, plan.trace.python_callable())
+
+
+def backward_program(b: Backward, n_inputs: int, output) -> Any:
+    d = b.differentiated
+    return autograd_runtime.training_program(b.forward_fn, b.backward_fn, n_inputs, d.n_results,
+                                             d.differentiable, d.grad_inputs, output_builder(output))

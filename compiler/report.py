@@ -11,10 +11,13 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 3  # 2: regions[].cost and .roofline, previews' regions alike, peaks; 3: backward
 
 # The compiler's stages in order (compiler/pipeline.py): the keys of CompileReport.traces.
 TRACE_STAGES = ("acquired", "decomposed", "optimised", "fusion", "execution")
+# A training compile's own stages (CompileReport.backward.traces): the joint trace, its two
+# halves, then the backward half's fusion and execution stages.
+BACKWARD_STAGES = ("joint", "forward", "backward", "fusion", "execution")
 
 
 @dataclass
@@ -71,6 +74,43 @@ class Boundary:
 
 
 @dataclass
+class Cost:
+    """The least a region must do (compiler/cost.py; docs/roofline.md)."""
+
+    bytes: int  # every input read once and every output written once
+    flops: int  # counted per prim; library calls by their own formulas
+    math: str = "fp32"  # which peak bounds its FLOPs: "fp32" (CUDA cores), "tf32", "bf16" (tensor cores)
+
+
+@dataclass
+class Roofline:
+    """The least time a region can take on a GPU (compiler/roofline.py; docs/roofline.md)."""
+
+    device: str  # a key of the roofline table ("H100")
+    peak_gbs: float
+    peak_tflops: float  # the peak of the region's math
+    bound: str  # "memory" | "compute": which of the two minimums is the larger
+    min_ms: float  # max(bytes / peak_gbs, flops / peak_tflops)
+    pct_of_peak: Optional[float] = None  # 100 * min_ms / measured median, measured on that GPU only
+    estimate: bool = True  # the program did not run on this GPU
+    math: str = "fp32"
+
+
+@dataclass
+class DevicePeaks:
+    """The GPU a report's rooflines are for, and the copy bandwidth measured where it ran."""
+
+    device: str  # a key of the roofline table
+    hbm_gbs: float
+    fp32_tflops: float
+    tf32_tflops: float
+    bf16_tflops: float
+    estimate: bool  # a target GPU (fusionlens.targetGpu, --gpu): the program ran elsewhere
+    copy_gbs: Optional[float] = None  # measured: a large tensor copy, read + write, GB/s
+    copy_device: Optional[str] = None  # where copy_gbs was measured ("cuda:0", "cpu")
+
+
+@dataclass
 class Region:
     id: str
     executor: str
@@ -83,6 +123,8 @@ class Region:
     boundary: Optional[Boundary] = None
     kernels: int = 1  # device kernels this region launches (torch ops: an estimate of 1)
     note: str = ""  # e.g. why an executor declined it
+    cost: Optional[Cost] = None
+    roofline: Optional[Roofline] = None
 
 
 @dataclass
@@ -135,6 +177,44 @@ class ProgramTimings:
 
 
 @dataclass
+class SavedTensor:
+    """A tensor the forward program keeps for the backward."""
+
+    name: str
+    shape: list
+    dtype: str
+    bytes: int
+    kind: str  # "activation" (computed by the forward: the memory training costs) or the input's role
+    file: Optional[str] = None  # the user line that produced it (activations)
+    line: Optional[int] = None
+
+
+@dataclass
+class TrainingTimings:
+    """One training step (forward, then backward of the outputs with fixed cotangents)."""
+
+    device: str
+    compiled: Optional[Timing] = None
+    eager: Optional[Timing] = None
+    torch_compile: Optional[Timing] = None
+    speedup_vs_eager: Optional[float] = None
+    speedup_vs_torch_compile: Optional[float] = None
+
+
+@dataclass
+class Backward:
+    """A training compile: the backward program, what the forward saves for it, the step's time."""
+
+    traces: dict = field(default_factory=dict)  # BACKWARD_STAGES -> Python source
+    regions: list = field(default_factory=list)  # [Region]: source_lines are the forward lines they differentiate
+    saved: list = field(default_factory=list)  # [SavedTensor]
+    saved_bytes: int = 0  # activations only: inputs and parameters are alive anyway
+    recomputed: list = field(default_factory=list)  # values the backward recomputes rather than saves
+    grad_inputs: list = field(default_factory=list)  # names of the inputs that get gradients
+    timings: Optional[TrainingTimings] = None
+
+
+@dataclass
 class Target:
     name: str
     file: Optional[str]
@@ -160,8 +240,11 @@ class CompileReport:
     versions: dict = field(default_factory=dict)
     compile_ms: Optional[float] = None
     # executors asked for but unusable here that can still write their code (nvFuser
-    # without a GPU): [{executor, reason, regions: [{id, ops, source_lines, code}]}]
+    # without a GPU): [{executor, reason, regions: [{id, ops, source_lines, code, inputs,
+    # outputs, cost, roofline}]}], plain dicts with a Region's fields
     previews: list = field(default_factory=list)
+    peaks: Optional[DevicePeaks] = None  # what the rooflines are computed for
+    backward: Optional[Backward] = None  # compiled for training (grad enabled, something requires grad)
     schema_version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict:
@@ -203,7 +286,11 @@ _NESTED: dict = {
     (CompileReport, "timings"): ProgramTimings,
     (Region, "source_lines"): SourceLine, (Region, "inputs"): TensorInfo, (Region, "outputs"): TensorInfo,
     (Region, "timing"): RegionTiming, (Region, "boundary"): Boundary,
+    (Region, "cost"): Cost, (Region, "roofline"): Roofline, (CompileReport, "peaks"): DevicePeaks,
     (OpRecord, "stack"): Frame,
+    (CompileReport, "backward"): Backward, (Backward, "regions"): Region, (Backward, "saved"): SavedTensor,
+    (Backward, "timings"): TrainingTimings,
+    (TrainingTimings, "compiled"): Timing, (TrainingTimings, "eager"): Timing, (TrainingTimings, "torch_compile"): Timing,
     (ProgramTimings, "compiled"): Timing, (ProgramTimings, "eager"): Timing, (ProgramTimings, "torch_compile"): Timing,
 }
 

@@ -6,6 +6,7 @@ regions with their code, the ops with their user lines, fallbacks, diagnostics, 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib.metadata
 import importlib.util
@@ -17,7 +18,7 @@ from typing import Optional
 
 import torch
 
-from compiler import passes, report as R, timing
+from compiler import cost, passes, report as R, roofline, timing
 from compiler.ir import distinct_lines, format_call
 
 
@@ -105,15 +106,80 @@ def _diag(severity, message, where) -> R.Diagnostic:
     return R.Diagnostic(severity, message, where.file, where.line, where.col, where.end_line, where.end_col)
 
 
-def _region(r, timed: Optional[R.RegionTiming]) -> R.Region:
+def _region(r, timed: Optional[R.RegionTiming], gpu, estimate: bool) -> R.Region:
     """A lowering Region as the report shows it; a fusion region as its executor says now
-    (nvFuser knows its CUDA only once it has run)."""
+    (nvFuser knows its CUDA only once it has run). Its roofline is on `gpu`."""
     g = r.generated
     code = g.report_code() if g is not None else format_call(r.bound)
+    c = cost.region_cost(r.bsyms, r.inputs, r.outputs)
+    line = roofline.roofline(c.bytes, c.flops, c.math, gpu, estimate, timed.median_ms if timed else None)
     return R.Region(r.id, r.executor, [b.sym.name for b in r.bsyms],
                     [R.SourceLine(p.file, p.line) for p in distinct_lines(r.bsyms)], code,
                     [_tensor_info(v) for v in r.inputs], [_tensor_info(v) for v in r.outputs],
-                    timed, r.boundary, g.kernels if g is not None else 1, g.status() if g is not None else r.note)
+                    timed, r.boundary, g.kernels if g is not None else 1, g.status() if g is not None else r.note,
+                    c, line)
+
+
+def _roofline_gpu(device) -> tuple:
+    """(the GPU the rooflines are for, whether they are estimates, a note or None): the GPU
+    the program ran on when the table knows it, else the target GPU (roofline.target_name)."""
+    why = None
+    if device.type == "cuda":
+        name = timing.device_name(device)
+        gpu = roofline.find(name)
+        if gpu is not None:
+            return gpu, False, None
+        why = f"{name} is not in the roofline table (docs/roofline.md)"
+    target = roofline.target_name()
+    gpu = roofline.find(target)
+    if gpu is None:
+        gpu = roofline.find(roofline.DEFAULT_TARGET)
+        return gpu, True, (f"unknown target GPU {target!r} (known: {', '.join(roofline.names())}): "
+                           f"rooflines are estimates for {gpu.name}")
+    return gpu, True, why and f"{why}: rooflines are estimates for {gpu.name}"
+
+
+def _peaks(gpu, estimate: bool, device, measured) -> R.DevicePeaks:
+    copy = measured.copy_gbs if measured is not None else None
+    return R.DevicePeaks(gpu.name, gpu.hbm_gbs, gpu.fp32_tflops, gpu.tf32_tflops, gpu.bf16_tflops, estimate,
+                         copy, str(device) if copy is not None else None)
+
+
+def _previews(c, gpu) -> list:
+    """The previews with each region's roofline (an estimate: nothing in a preview ran)."""
+    out = []
+    for p in c.previews:
+        regions = []
+        for region in p["regions"]:
+            k = region.get("cost")
+            line = roofline.roofline(k["bytes"], k["flops"], k["math"], gpu, True) if k else None
+            regions.append({**region, "roofline": dataclasses.asdict(line) if line else None})
+        out.append({**p, "regions": regions})
+    return out
+
+
+def _backward(c, measured, gpu, estimate: bool) -> Optional[R.Backward]:
+    """A training compile's backward section: its traces, regions, what the forward saves."""
+    b = c.backward
+    if b is None:
+        return None
+    d = b.differentiated
+    made = {o.name: f for f in d.forward.bound_symbols for o in f.outputs}
+    roles = {v.name: v.role for v in d.forward.inputs}
+    saved = []
+    for v in d.saved:
+        where = made[v.name].provenance if v.name in made else None
+        kind = "activation" if v.name in made else {"param": "parameter"}.get(roles.get(v.name), roles.get(v.name) or "input")
+        saved.append(R.SavedTensor(v.name, list(v.shape), str(v.dtype).removeprefix("torch."),
+                                   v.numel() * v.dtype.itemsize, kind, where.file if where else None,
+                                   where.line if where else None))
+    timed = measured.backward_regions if measured is not None else {}
+    regions = [_region(r, timed.get(r.id), gpu, estimate) for r in b.plan.regions]
+    return R.Backward(
+        traces={s: t.python() for s, t in b.traces.items()}, regions=regions, saved=saved,
+        saved_bytes=sum(s.bytes for s in saved if s.kind == "activation"), recomputed=list(d.recomputed),
+        grad_inputs=[c.traces["acquired"].inputs[i].name for i in d.grad_inputs],
+        timings=measured.training if measured is not None else None)
 
 
 def _ops(c) -> list:
@@ -145,10 +211,14 @@ def assemble(c, target: R.Target, checked: list, measured=None,
     diagnostics = [_diag(n.severity, n.message, n.where) for n in c.traced.notes]
     diagnostics += [_diag(sev, msg, where) for sev, msg, where in c.plan.notes]
     diagnostics += checked + (measured.diagnostics if measured else []) + (extra or [])
-    regions = [_region(r, measured.regions.get(r.id) if measured else None) for r in c.plan.regions]
+    gpu, estimate, why = _roofline_gpu(c.device)
+    if why:
+        diagnostics.append(R.Diagnostic("information", why))
+    regions = [_region(r, measured.regions.get(r.id) if measured else None, gpu, estimate) for r in c.plan.regions]
     traces = {s: t.python(nested=s == "decomposed") for s, t in c.traces.items()}
     return R.CompileReport(
         target=target, executors=c.executors, traces=traces, regions=regions, ops=_ops(c),
         fallbacks=fallbacks, diagnostics=diagnostics, timings=measured.program if measured else None,
         signature=list(c.traced.trace.signature), device=str(c.device), device_name=timing.device_name(c.device),
-        versions=versions(), compile_ms=round(c.compile_ms, 3), previews=list(c.previews))
+        versions=versions(), compile_ms=round(c.compile_ms, 3), previews=_previews(c, gpu),
+        peaks=_peaks(gpu, estimate, c.device, measured), backward=_backward(c, measured, gpu, estimate))

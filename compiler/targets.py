@@ -116,15 +116,57 @@ def resolve_device(device: str):
     return torch.device(device)
 
 
+def find_example(path: str, name: str, source: Optional[str] = None):
+    """The `discovery.TargetInfo` of the example `name` in `path` (or in `source`, its
+    editor buffer), without running anything. TargetError when the file cannot be read or
+    parsed, or has no such target."""
+    path = os.path.abspath(path)
+    try:
+        if source is None:
+            with open(path, encoding="utf-8") as f:
+                source = f.read()
+        found = {t.name: t for t in find_targets(source, path)}
+    except OSError as e:
+        raise TargetError(f"cannot read {path}: {e}", path) from e
+    except SyntaxError as e:
+        raise TargetError(f"SyntaxError: {e.msg}", path, e.lineno, syntax_error_col(e)) from e
+    if name not in found:
+        raise TargetError(f"no @compiler.example target named {name!r} in {os.path.basename(path)}"
+                          f" (found: {', '.join(found) or 'none'})", path)
+    return found[name]
+
+
+def run_example(path: str, name: str, info, source: Optional[str] = None, device: str = "auto") -> tuple:
+    """Import `path` (runs the user's code), call the example `name` (its TargetInfo `info`)
+    and check what it returned: (fn, args, kwargs) on `device`. TargetError at the user's
+    line for a problem in their code."""
+    path = os.path.abspath(path)
+    try:
+        module = load_module(path, source)
+        value = getattr(module, name)()
+    except TargetError:
+        raise
+    except Exception as e:
+        file, line = user_location(e, path)
+        raise TargetError(f"example {name} raised {type(e).__name__}: {e}", file, line or info.line) from e
+    fn, args, kwargs = _check_example(value, path, info.return_line, name)
+    return _to_device(fn, args, kwargs, resolve_device(device))
+
+
 def compile_target(path: str, name: str, *, source: Optional[str] = None, executors=None,
-                   benchmark: bool = True, repeats: int = 20, device: str = "auto", torch_compile: bool = False):
+                   benchmark: bool = True, repeats: int = 20, device: str = "auto", torch_compile: bool = False,
+                   train: bool = False):
     """Load `path`, run the example `name` and compile what it returns. With `source`, the
     file's text is that (an editor's unsaved or untitled buffer) and the report's lines are
-    its lines.
+    its lines. A target compiles for inference (under no_grad, as a model is served) unless
+    it is declared `@compiler.example(train=True)` or `train` is set: then for training, its
+    backward compiled too (what requires grad gets gradients, as in eager).
 
     Never raises for problems in the user's code or file: the report then has
     status "error" and `error` says what happened and where.
     """
+    import torch
+
     from compiler import api, report as R
 
     path = os.path.abspath(path)
@@ -133,33 +175,11 @@ def compile_target(path: str, name: str, *, source: Optional[str] = None, execut
         target=target, status="error", executors=list(executors or []),
         error=R.Diagnostic("error", msg, file, line, col))
     try:
-        if source is None:
-            with open(path, encoding="utf-8") as f:
-                source_text = f.read()
-        else:
-            source_text = source
-        found = {t.name: t for t in find_targets(source_text, path)}
-    except OSError as e:
-        return fail(f"cannot read {path}: {e}")
-    except SyntaxError as e:
-        return fail(f"SyntaxError: {e.msg}", path, e.lineno, syntax_error_col(e))
-    if name not in found:
-        return fail(f"no @compiler.example target named {name!r} in {os.path.basename(path)}"
-                    f" (found: {', '.join(found) or 'none'})")
-    info = found[name]
-    target.line, target.end_line = info.line, info.end_line
-    try:
-        module = load_module(path, source)
-        value = getattr(module, name)()
-    except TargetError as e:
-        return fail(e.message, e.file, e.line, e.col)
-    except Exception as e:
-        file, line = user_location(e, path)
-        return fail(f"example {name} raised {type(e).__name__}: {e}", file, line or info.line)
-    try:
-        fn, args, kwargs = _check_example(value, path, info.return_line, name)
-        fn, args, kwargs = _to_device(fn, args, kwargs, resolve_device(device))
-        with provenance.call_site(path, info.return_line, name):  # the line that made the callable
+        info = find_example(path, name, source)
+        target.line, target.end_line = info.line, info.end_line
+        fn, args, kwargs = run_example(path, name, info, source, device)
+        grad = torch.enable_grad() if train or info.train else torch.no_grad()
+        with provenance.call_site(path, info.return_line, name), grad:  # the line that made the callable
             return api.compile_checked(fn, args, kwargs, executors, name, previews=True, benchmark=benchmark,
                                        repeats=repeats, warmup=3, torch_compile=torch_compile, target=target)[1]
     except TargetError as e:

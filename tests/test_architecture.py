@@ -15,15 +15,18 @@ REPO = Path(__file__).resolve().parents[1]
 # package stands for every module in it. Within a layer, the module graph must be acyclic.
 LAYERS = [
     ["compiler.report", "compiler.discovery"],  # contracts: the report schema, target discovery
+    ["compiler.roofline"],  # the GPU peaks table and roofline arithmetic: no torch, like the contracts
     ["compiler.provenance"],
     ["compiler.ir"],
     ["compiler.objects"],
     ["compiler.ops"],
     ["compiler.frontend"],
     ["compiler.passes"],
+    ["compiler.autograd"],
+    ["compiler.cost"],
     ["compiler.fusion"],
     ["compiler.executors"],
-    ["compiler.lowering"],
+    ["compiler.lowering", "compiler.profiling"],
     ["compiler.pipeline"],
     ["compiler.checking", "compiler.timing"],
     ["compiler.benchmark"],
@@ -31,10 +34,11 @@ LAYERS = [
     ["compiler.api"],
     ["compiler.jit_cache"],
     ["compiler.targets"],
+    ["compiler.repro"],  # standalone scripts of one region: runs a target like the CLI
     ["compiler.cli", "compiler.__main__", "compiler"],
 ]
 # The language server reads reports and finds targets; only its worker process compiles.
-SERVER_MAY_IMPORT = {"compiler", "compiler.report", "compiler.discovery"}
+SERVER_MAY_IMPORT = {"compiler", "compiler.report", "compiler.discovery", "compiler.roofline"}
 WORKER = "lsp_server.worker"
 
 

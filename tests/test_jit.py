@@ -4,6 +4,10 @@ calling conventions (kwargs, nested inputs, modules, parameters updated in place
 from __future__ import annotations
 
 import functools
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -266,7 +270,7 @@ def test_nested_tensor_arguments_are_not_passed_as_program_inputs():
         assert torch.allclose(jf(a, [b]), a + b)
 
 
-def test_programs_build_no_autograd_graph_and_restore_grad_mode():
+def test_grad_mode_picks_a_training_or_an_inference_program_and_is_restored():
     lin = torch.nn.Linear(4, 3)  # parameters that require grad
     jfn = compiler.jit(lambda x: F.gelu(lin(x)) * 2, executors=EXECUTORS)
     x = torch.randn(2, 4, requires_grad=True)
@@ -274,9 +278,11 @@ def test_programs_build_no_autograd_graph_and_restore_grad_mode():
         with torch.set_grad_enabled(grad_mode):
             out = jfn(x)
             assert torch.is_grad_enabled() == grad_mode  # as it was, after the call
-        assert not out.requires_grad and out.grad_fn is None
+        # as eager: a graph under grad mode (a training program), none without
+        assert out.requires_grad == grad_mode and (out.grad_fn is not None) == grad_mode
         with torch.no_grad():
             same(out, F.gelu(lin(x)) * 2)
+    assert jfn.cache_info()["misses"] == 2  # one program per grad mode, reused
     with torch.inference_mode():
         assert not jfn(x).requires_grad
     assert "@no_grad" in compiler.last_report(jfn).traces["execution"]
@@ -288,3 +294,33 @@ def test_programs_build_no_autograd_graph_and_restore_grad_mode():
     with pytest.raises(ValueError):
         failing()
     assert torch.is_grad_enabled()
+
+
+_FIRST_CALL = """
+import sys, torch, compiler
+from compiler import executors
+compiler.jit(lambda x: x * 2 + 1)(torch.ones(3))
+print(executors.default_executors(torch.device("cpu")))
+print(sorted(m for m in sys.modules if m.startswith(("compiler.executors.", "triton"))))
+"""
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="on CUDA the fusion executors are imported to be used")
+@pytest.mark.parametrize("interpret", [False, True])
+def test_first_call_imports_only_the_executors_it_can_use(interpret):
+    """Choosing the default executors imports no executor package that cannot run here (on a
+    CPU without TRITON_INTERPRET they were a third of a first compile); with TRITON_INTERPRET=1
+    Triton's interpreter is still chosen. A fresh process: this one has imported them all."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    if interpret:
+        pytest.importorskip("triton")
+        env["TRITON_INTERPRET"] = "1"
+    proc = subprocess.run([sys.executable, "-c", _FIRST_CALL], cwd=Path(__file__).resolve().parents[1], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    chosen, imported = proc.stdout.strip().splitlines()[-2:]
+    if interpret:
+        assert chosen == "['triton', 'torch']" and "'compiler.executors.triton'" in imported
+    else:
+        assert chosen == "['torch']"
+        assert imported == "['compiler.executors.base', 'compiler.executors.torch_executor']"

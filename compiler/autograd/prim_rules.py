@@ -115,21 +115,22 @@ def _pow(b, cots):
     g, y = cots[0], b.output
     da = dc = None
     if _is_value(a):
-        if _is_value(c):
-            da = P.mul(g, P.mul(c, P.pow(a, P.sub(c, 1.0))))
+        if _is_value(c):  # c * a**(c - 1), taken as 0 where c == 0 (as torch: 0**-1 would make it nan)
+            da = P.where(P.eq(c, 0.0), 0.0, P.mul(g, P.mul(c, P.pow(a, P.sub(c, 1.0)))))
         elif c == 0:
             da = None
         else:
             da = P.mul(g, P.mul(P.pow(a, c - 1.0), float(c)))
     if _is_value(c) and c.dtype.is_floating_point:
         # d/dc a**c = a**c * log(a); torch takes it as 0 where a == 0 and c >= 0
-        log_a = P.log(a) if _is_value(a) else math.log(a) if a > 0 else None
-        if log_a is None:
-            dc = None if a == 0 else P.mul(P.mul(g, y), math.nan)
-        elif _is_value(a):
-            dc = P.where(P.eq(a, 0.0), 0.0, P.mul(P.mul(g, y), log_a))
-        else:
+        if not _is_value(a):
+            log_a = math.log(a) if a > 0 else -math.inf if a == 0 else math.nan
             dc = P.mul(P.mul(g, y), log_a)
+            if a == 0:
+                dc = P.where(P.ge(c, 0.0), 0.0, dc)
+        else:
+            zero = P.bitwise_and(P.eq(a, 0.0), P.ge(c, 0.0))
+            dc = P.where(zero, 0.0, P.mul(P.mul(g, y), P.log(a)))
     return [da, dc]
 
 
@@ -280,9 +281,18 @@ RULES[P.amax] = RULES[P.amin] = _extreme_reduction
 
 @rule(P.prod)
 def _prod(b, cots):
+    """d prod / d a_i is the product of the others: prod / a_i without zeros; with one zero in
+    the slice, that product at the zero and 0 elsewhere; with two or more, 0 (as torch)."""
     a, dims = b.args
     kept = _kept(a, dims)
-    return [P.div(P.mul(broadcast_like(cots[0], a, kept), broadcast_like(b.output, a, kept)), a), None]
+    zero = P.eq(a, 0.0)
+    safe = P.where(zero, 1.0, a)
+    others = broadcast_like(P.prod(safe, tuple(dims)), a, kept)  # the product of the nonzero ones
+    zeros = broadcast_like(P.sum(P.convert_element_type(zero, a.dtype), tuple(dims)), a, kept)
+    g = broadcast_like(cots[0], a, kept)
+    at_zero = P.where(P.eq(zeros, 1.0), P.mul(g, others), 0.0)
+    elsewhere = P.where(P.eq(zeros, 0.0), P.div(P.mul(g, others), safe), 0.0)
+    return [P.where(zero, at_zero, elsewhere), None]
 
 
 @rule(P.var_mean)

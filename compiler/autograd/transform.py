@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from compiler import passes
-from compiler.autograd import prim_rules, torch_rules
+from compiler.autograd import norm_rules, prim_rules, remat, torch_rules
 from compiler.ir import NameGen, Trace, TraceContext, Value, external_inputs, tracing, values_in
 from compiler.ops import prims as P
 from compiler.provenance import Provenance
@@ -51,7 +51,9 @@ def _differentiable(v: Value) -> bool:
 
 
 def _has_rule(b) -> bool:
-    return b.sym in prim_rules.RULES or b.sym.name in torch_rules.RULES
+    # batch_norm's rule is for training mode, which runs whole; evaluation mode is decomposed
+    return b.sym in prim_rules.RULES or b.sym.name in torch_rules.RULES or (
+        b.sym.name in norm_rules.RULES and not b.subsymbols)
 
 
 def _expand(bsyms, needs: set, out: list) -> None:
@@ -60,7 +62,7 @@ def _expand(bsyms, needs: set, out: list) -> None:
         if not any(v.name in needs for v in b.inputs()):
             out.append(b)
             continue
-        if b.sym in prim_rules.NON_DIFFERENTIABLE:
+        if b.sym in prim_rules.NON_DIFFERENTIABLE or "nondifferentiable" in b.sym.tags:
             out.append(b)
             continue
         if not _has_rule(b) and b.subsymbols:
@@ -84,7 +86,7 @@ def _vjp(b, cots: list, needs: set) -> list:
             elif isinstance(arg, Value) and g is not None:
                 pairs.append((arg, g))
         return pairs
-    named = torch_rules.RULES.get(b.sym.name)
+    named = torch_rules.RULES.get(b.sym.name) or norm_rules.RULES.get(b.sym.name)
     if named is not None:
         try:
             return named(b, cots)
@@ -140,10 +142,20 @@ def differentiate(trace: Trace, requires_grad: list) -> Differentiated:
     backward += ctx.bound_symbols
 
     cot_names = {g.name for g in cotangents}
+    saved = _saved(backward, outs, cot_names)
+    backward, recomputed = remat.recompute(forward, backward, saved, {v.name for v in trace.inputs})
+    if recomputed:
+        saved = _saved(backward, outs, cot_names)
+    d = _split(trace, forward, backward, results, differentiable, cotangents, grad_inputs, saved, outs)
+    d.recomputed = recomputed
+    return d
+
+
+def _saved(backward: list, outs: list, cotangents: set) -> list:
+    """The forward values the backward reads (gradients that are forward values included)."""
     made = {o.name for b in backward for o in b.outputs}
-    saved = [v for v in external_inputs(backward) if v.name not in cot_names]
-    saved += [v for v in outs if v.name not in made and v.name not in cot_names and v not in saved]
-    return _split(trace, forward, backward, results, differentiable, cotangents, grad_inputs, saved, outs)
+    saved = [v for v in external_inputs(backward) if v.name not in cotangents]
+    return saved + [v for v in outs if v.name not in made and v.name not in cotangents and v not in saved]
 
 
 def _split(trace, forward, backward, results, differentiable, cotangents, grad_inputs, saved, outs):

@@ -8,11 +8,12 @@ import math
 import torch
 import torch.nn.functional as F
 
+from compiler.ir import Symbol
 from compiler.ops import prims
 from compiler.ops.torch_ops.common import opmath
 from compiler.ops.torch_ops.pointwise import (abs, add, clamp, div, erf, exp, expm1, gt, le, log1p, lt, minimum,
                                               mul, neg, sigmoid, sub, tanh, where)
-from compiler.ops.torch_ops.registry import NoDecomposition, register
+from compiler.ops.torch_ops.registry import LIBRARY, NoDecomposition, register
 
 
 @register(F.relu, torch.relu, torch.Tensor.relu)
@@ -69,11 +70,19 @@ def hardtanh(input, min_val=-1.0, max_val=1.0, inplace=False):
     return clamp(input, min_val, max_val)
 
 
+# eager's CPU dropout draws `empty_like(x).bernoulli_(1 - p)`: bernoulli.p is that draw as a
+# function, so a compiled dropout takes the same masks from the same random stream.
+dropout_noise = Symbol("torch.ops.aten.bernoulli.p", torch.ops.aten.bernoulli.p,
+                       tags=(LIBRARY, "random", "nondifferentiable"))
+
+
 @register(F.dropout, torch.dropout, tags=("random",))
 def dropout(input, p=0.5, training=True, inplace=False):
     if not training or p == 0:
         return input
-    raise NoDecomposition("dropout in training mode is random")
+    if p == 1:
+        return mul(input, 0.0)
+    return mul(input, div(dropout_noise(input, 1.0 - p), 1.0 - p))
 
 
 # --- the activations of convolutional networks (MobileNet, EfficientNet, ...) ------------------

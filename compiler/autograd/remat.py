@@ -1,0 +1,75 @@
+"""Save or recompute: which forward values the backward reads from memory, and which it
+recomputes from others.
+
+A forward value the backward reads is saved by default: written by the forward, kept alive
+until the backward, read once more. A value made by cheap ops (elementwise prims, broadcasts,
+reshapes) from other values can instead be recomputed in the backward, where its recompute
+fuses into the backward's own kernels. In the spirit of Thunder's min-cut rematerialisation
+and Inductor's partitioner, but greedy: for each saved value, largest first, take the cheap
+ops that make it from "anchors" (inputs, values saved anyway, values of ops that are not
+cheap) and recompute it when the anchors it would add to memory are fewer bytes than itself.
+Random ops are never cheap: their draws cannot be replayed.
+"""
+
+from __future__ import annotations
+
+from compiler.ops import prims as P
+
+_CHEAP_SHAPE = {P.broadcast_in_dim, P.reshape, P.permute, P.convert_element_type}
+MAX_CONE = 32  # ops recomputed for one value at most: past that the backward grows too long
+
+
+def _cheap(b) -> bool:
+    return b.sym.kind == "prim" and (P.ELEMENTWISE in b.sym.tags or b.sym in _CHEAP_SHAPE)
+
+
+def _bytes(v) -> int:
+    return v.numel() * v.dtype.itemsize
+
+
+def _cone(v, producer: dict, stop: set):
+    """(cheap ops that make `v`, in any order; the values they read that are anchors), or
+    None when `v` is not made by cheap ops within MAX_CONE."""
+    ops, anchors, todo, seen = {}, {}, [v], set()
+    while todo:
+        x = todo.pop()
+        if x.name in seen:
+            continue
+        seen.add(x.name)
+        b = producer.get(x.name)
+        if x is not v and (x.name in stop or b is None or not _cheap(b)):
+            anchors[x.name] = x
+            continue
+        if b is None or not _cheap(b) or len(ops) >= MAX_CONE:
+            return None
+        ops[id(b)] = b
+        todo.extend(b.inputs())
+    return list(ops.values()), anchors
+
+
+def recompute(forward: list, backward: list, saved: list, inputs: set) -> tuple:
+    """(the backward with recomputed values' ops prepended, names recomputed). `saved` are the
+    forward values the backward reads; `inputs` the names of the program's inputs."""
+    producer = {o.name: b for b in forward for o in b.outputs}
+    order = {id(b): i for i, b in enumerate(forward)}
+    keep = {v.name for v in saved}  # what memory holds for the backward
+    chosen_ops: dict = {}
+    recomputed = []
+    for v in sorted(saved, key=_bytes, reverse=True):
+        if v.name in inputs or v.name not in keep:
+            continue
+        found = _cone(v, producer, (keep - {v.name}) | inputs)
+        if found is None:
+            continue
+        ops, anchors = found
+        added = [a for n, a in anchors.items() if n not in keep and n not in inputs]
+        if sum(map(_bytes, added)) >= _bytes(v):
+            continue
+        keep.discard(v.name)
+        keep.update(a.name for a in added)
+        chosen_ops.update((id(b), b) for b in ops)
+        recomputed.append(v.name)
+    if not recomputed:
+        return backward, []
+    prefix = sorted(chosen_ops.values(), key=lambda b: order[id(b)])
+    return prefix + list(backward), recomputed

@@ -118,6 +118,7 @@ def grad_mismatch(actual, expected) -> Optional[str]:
         return None if other is None or not bool(other.ne(0).any()) else "one of them is missing"
     if actual.shape != expected.shape or actual.dtype != expected.dtype:
         return f"got {actual.dtype}{list(actual.shape)}, eager gives {expected.dtype}{list(expected.shape)}"
+    actual, expected = actual.detach(), expected.detach()
     rtol, atol = tolerance(expected.dtype)
     scale = max(1.0, float(expected.abs().max())) if expected.numel() else 1.0
     close = torch.isclose(actual, expected, rtol=rtol, atol=atol * scale, equal_nan=True)

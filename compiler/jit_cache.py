@@ -118,6 +118,19 @@ class JitFunction:
         return self._state
 
     def _compile(self, key, args, kwargs) -> CacheEntry:
+        # The random stream is put back as it was before compiling (tracing and checking draw
+        # from it): the program's first run then takes the draws (dropout's masks) eager would.
+        # Not when the signature runs eagerly: its first result is the traced run's own.
+        cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
+        state = (torch.random.get_rng_state(), torch.cuda.get_rng_state() if cuda else None)
+        entry = self._compile_here(key, args, kwargs)
+        if not entry.eager_fallback:
+            torch.random.set_rng_state(state[0])
+            if cuda:
+                torch.cuda.set_rng_state(state[1])
+        return entry
+
+    def _compile_here(self, key, args, kwargs) -> CacheEntry:
         c, rep, failed = api.compile_checked(self.fn, args, kwargs, self.executors, frontend.target_name(self.fn),
                                              previews=False, benchmark=False, eager_on_failure=True)
         return CacheEntry(c, rep, key, eager_fallback=failed,

@@ -1,0 +1,203 @@
+"""Training: compiled forward and backward through autograd behave as eager does.
+
+Gradients of the compiled program against eager's on fresh random inputs and cotangents;
+autograd's semantics through `compiler.jit` (loss.backward(), accumulation, retain_graph,
+no_grad, frozen parameters, optimizer steps without a recompile); training-mode modules
+(dropout's masks, BatchNorm's running statistics); the report's backward section on the
+training examples; and the check itself failing on a wrong backward rule.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import compiler
+from compiler import checking
+from compiler.autograd import prim_rules
+from compiler.ops import prims
+from compiler.targets import compile_target
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+def grads_close(actual, expected):
+    for i, (a, e) in enumerate(zip(actual, expected)):
+        problem = checking.grad_mismatch(a, e)
+        assert problem is None, f"gradient {i}: {problem}"
+
+
+class Block(nn.Module):
+    def __init__(self, d=16):
+        super().__init__()
+        self.fc = nn.Linear(d, 4 * d)
+        self.proj = nn.Linear(4 * d, d)
+        self.norm = nn.LayerNorm(d)
+
+    def forward(self, x):
+        return x + self.proj(F.gelu(self.fc(self.norm(x)), approximate="tanh"))
+
+
+def test_gradients_match_eager_and_the_backward_is_compiled():
+    model = Block()
+    jfn = compiler.jit(model)
+    x = torch.randn(3, 5, 16, requires_grad=True)
+    out = jfn(x)
+    assert type(out.grad_fn).__name__ == "CompiledFunctionBackward"
+    cot = torch.randn_like(out)
+    wrt = [x, *model.parameters()]
+    grads_close(torch.autograd.grad(out, wrt, cot), torch.autograd.grad(model(x), wrt, cot))
+    report = compiler.last_report(jfn)
+    assert report.backward is not None and report.backward.regions
+    assert sorted(report.backward.grad_inputs) == sorted(["x", "p_fc_weight", "p_fc_bias", "p_proj_weight",
+                                                          "p_proj_bias", "p_norm_weight", "p_norm_bias"])
+    # backward regions differentiate this file's lines
+    assert all(s.file == __file__ for r in report.backward.regions for s in r.source_lines)
+    # fresh inputs of the same signature reuse the program and still match
+    y = torch.randn(3, 5, 16, requires_grad=True)
+    grads_close(torch.autograd.grad(jfn(y), [y], cot), torch.autograd.grad(model(y), [y], cot))
+    assert jfn.cache_info()["misses"] == 1
+
+
+def test_backward_accumulation_retain_graph_and_optimizer_steps_as_eager():
+    torch.manual_seed(0)
+    model = Block()
+    twin = copy.deepcopy(model)
+    jfn = compiler.jit(model)
+    opt, twin_opt = (torch.optim.AdamW(m.parameters(), lr=1e-2) for m in (model, twin))
+    x = torch.randn(4, 16)
+    for _ in range(3):
+        loss = jfn(x).pow(2).mean()
+        loss.backward(retain_graph=True)
+        loss.backward()  # retain_graph: a second backward through the same graph accumulates
+        twin_loss = twin(x).pow(2).mean()
+        twin_loss.backward(retain_graph=True)
+        twin_loss.backward()
+        grads_close([p.grad for p in model.parameters()], [p.grad for p in twin.parameters()])
+        opt.step(), twin_opt.step()
+        opt.zero_grad(), twin_opt.zero_grad()
+    grads_close(list(model.parameters()), list(twin.parameters()))
+    assert jfn.cache_info()["misses"] == 1  # parameters updated in place: no recompile
+
+
+def test_no_grad_and_frozen_parameters():
+    model = Block()
+    jfn = compiler.jit(model)
+    x = torch.randn(2, 16)
+    with torch.no_grad():
+        assert jfn(x).grad_fn is None
+    model.fc.weight.requires_grad_(False)
+    jfn(x).sum().backward()
+    assert model.fc.weight.grad is None and model.fc.bias.grad is not None
+    report = compiler.last_report(jfn)
+    assert "p_fc_weight" not in report.backward.grad_inputs and "p_fc_bias" in report.backward.grad_inputs
+    model.fc.weight.requires_grad_(True)
+    jfn(x).sum().backward()
+    assert model.fc.weight.grad is not None
+    assert jfn.cache_info()["misses"] == 3  # inference, frozen, unfrozen
+
+
+def test_structured_results_and_non_differentiable_outputs():
+    w = torch.randn(8, 8, requires_grad=True)
+
+    def fn(x):
+        h = torch.tanh(x @ w)
+        return {"h": h, "best": h.argmax(-1), "pair": (h.sum(), x.shape[0])}
+
+    x = torch.randn(3, 8, requires_grad=True)
+    out = compiler.jit(fn)(x)
+    ref = fn(x)
+    assert out["pair"][1] == 3 and not out["best"].requires_grad and out["best"].dtype == torch.int64
+    loss, ref_loss = out["h"].square().sum() + out["pair"][0], ref["h"].square().sum() + ref["pair"][0]
+    grads_close(torch.autograd.grad(loss, [x, w]), torch.autograd.grad(ref_loss, [x, w]))
+
+
+def test_dropout_takes_eagers_masks_in_training_mode():
+    model = nn.Sequential(nn.Linear(16, 32), nn.Dropout(0.3), nn.ReLU(), nn.Linear(32, 4)).train()
+    jfn = compiler.jit(model)
+    x = torch.randn(8, 16, requires_grad=True)
+    cot = torch.randn(8, 4)
+    for _ in range(2):  # the same random stream gives the same masks, call after call
+        torch.manual_seed(7)
+        got = jfn(x)
+        g = torch.autograd.grad(got, [x, model[0].weight], cot)
+        torch.manual_seed(7)
+        ref = model(x)
+        e = torch.autograd.grad(ref, [x, model[0].weight], cot)
+        assert checking.mismatch(got.detach(), ref.detach()) is None
+        grads_close(g, e)
+    assert "bernoulli" in compiler.last_report(jfn).backward.traces["forward"]
+
+
+def test_batch_norm_training_updates_running_statistics_once_per_step():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU()).train()
+    twin = copy.deepcopy(model)
+    jfn = compiler.jit(model)
+    for _ in range(3):
+        x = torch.randn(4, 3, 8, 8)
+        jfn(x).square().mean().backward()
+        twin(x).square().mean().backward()
+    bn, twin_bn = model[1], twin[1]
+    assert int(bn.num_batches_tracked) == 3
+    grads_close([bn.running_mean, bn.running_var], [twin_bn.running_mean, twin_bn.running_var])
+    grads_close([p.grad for p in model.parameters()], [p.grad for p in twin.parameters()])
+
+
+def test_an_input_that_requires_grad_and_is_updated_in_place_runs_eagerly():
+    def fn(x):
+        y = x * 2
+        y.add_(1)
+        return y.sum()
+
+    def mutating(x, buf):
+        buf.mul_(2)
+        return (x * buf).sum()
+
+    x = torch.randn(4, requires_grad=True)
+    assert compiler.jit(fn)(x).grad_fn is not None  # a computed tensor updated in place is fine
+    buf = torch.randn(4, requires_grad=True)
+    leaf = buf.clone().detach().requires_grad_()
+    jfn = compiler.jit(lambda x, b: mutating(x, b))
+    with pytest.raises(RuntimeError):  # as eager: a leaf that requires grad cannot be updated in place
+        jfn(x, leaf)
+    with pytest.raises(RuntimeError):
+        mutating(x, leaf)
+
+
+def test_a_wrong_backward_rule_is_an_error_at_the_target(monkeypatch):
+    # tanh's rule made wrong: the gradient check (not the forward check) must catch it
+    monkeypatch.setitem(prim_rules.RULES, prims.tanh, lambda b, cots: [prims.mul(cots[0], 2.0)])
+    x = torch.randn(4, 8, requires_grad=True)
+    report = compiler.compile(lambda x: torch.tanh(x).sum(-1), x)
+    errors = [d.message for d in report.diagnostics if d.severity == "error"]
+    assert errors and "compiled backward does not match eager" in errors[0], errors
+
+
+def test_training_examples_compile_with_their_backward_section():
+    for file, name in (("train_cnn.py", "cnn_loss_example"), ("train_gpt.py", "gpt_loss_dropout_example")):
+        report = compile_target(str(EXAMPLES / file), name, benchmark=True, repeats=2)
+        assert report.status == "ok", report.error
+        assert not [d for d in report.diagnostics if d.severity == "error" or "runs eagerly" in d.message]
+        b = report.backward
+        assert b is not None and set(b.traces) == {"joint", "forward", "backward", "fusion", "execution"}
+        assert all(r.id.startswith("B") for r in b.regions)
+        acts = [s for s in b.saved if s.kind == "activation"]
+        assert acts and b.saved_bytes == sum(s.bytes for s in acts)
+        assert all(s.bytes == torch.Size(s.shape).numel() * getattr(torch, s.dtype).itemsize for s in b.saved)
+        assert all(s.line and os.path.basename(s.file) in (file, "gpt_block.py") for s in acts)
+        assert b.timings.compiled.median_ms > 0 and b.timings.eager.median_ms > 0
+        again = type(report).from_json(report.to_json())
+        assert again.backward.saved[0] == b.saved[0] and again.backward.regions[0].id == b.regions[0].id
+    assert b.recomputed  # GELU's elementwise intermediates are recomputed, not saved
+
+
+def test_inference_targets_compile_without_a_backward():
+    report = compile_target(str(EXAMPLES / "mlp.py"), "mlp_example", benchmark=False)
+    assert report.status == "ok" and report.backward is None

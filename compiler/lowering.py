@@ -115,10 +115,11 @@ def _profiled(trace: Trace, regions: list, device) -> Trace:
     return trace
 
 
-def preview(optimised: Trace, ex) -> list:
+def preview(optimised: Trace, ex, prefix: str = "P") -> list:
     """For a fusion executor that cannot run here but can still write its code (nvFuser
-    without a GPU): the regions it would take and the code it would run, as plain dicts."""
-    return [_preview_region(group, ex) for group in preview_groups(optimised, ex)[1]]
+    without a GPU): the regions it would take and the code it would run, as plain dicts
+    (named P0, P1, ...; PB0 for a backward program's)."""
+    return [_preview_region(group, ex) for group in preview_groups(optimised, ex, prefix)[1]]
 
 
 def _preview_region(group, ex) -> dict:
@@ -137,7 +138,7 @@ def _tensor_info(v) -> dict:
             "device": str(v.device)}
 
 
-def preview_groups(optimised: Trace, ex) -> tuple:
+def preview_groups(optimised: Trace, ex, prefix: str = "P") -> tuple:
     """(the fusion-stage trace for `ex` alone, the FusionGroups P0, P1, ... it would take):
     what `preview` describes (compiler/repro.py writes a script of one)."""
     flat = fusion.prepare(optimised, [ex])
@@ -145,7 +146,7 @@ def preview_groups(optimised: Trace, ex) -> tuple:
     groups = []
     for n in nodes:
         if isinstance(n, fusion.Cluster) and n.has_work():
-            groups.append(make_group(n, f"P{len(groups)}"))
+            groups.append(make_group(n, f"{prefix}{len(groups)}"))
     return flat, groups
 
 

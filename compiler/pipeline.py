@@ -56,6 +56,7 @@ class Backward:
     plan: lowering.Plan  # the backward program's regions and execution trace
     forward_fn: Any  # the forward program: (*inputs) -> (*results, *saved)
     backward_fn: Any  # the backward program: (*saved, *cotangents) -> gradients
+    previews: list = field(default_factory=list)  # the backward's code by executors that cannot run here
 
 
 def debug_level() -> int:
@@ -130,6 +131,8 @@ def compile_program(fn, args, kwargs, executors: Optional[list] = None, name: Op
     backward = None
     if differentiated is not None:
         backward = _compile_backward(differentiated, program, chosen, device, acquired)
+        backward.previews = [{"executor": ex.name, "reason": why, "regions": lowering.preview(backward.traces["backward"], ex, "PB")}
+                             for ex, why in chosen.previews]
         program = backward_program(backward, len(acquired.inputs), acquired.output)
     return Compiled(acquired.name, stage.traces, plan, program, constants, len(user), traced,
                     (time.perf_counter() - start) * 1e3, device, names, shown, backward)

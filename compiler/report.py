@@ -211,6 +211,7 @@ class Backward:
     saved_bytes: int = 0  # activations only: inputs and parameters are alive anyway
     recomputed: list = field(default_factory=list)  # values the backward recomputes rather than saves
     grad_inputs: list = field(default_factory=list)  # names of the inputs that get gradients
+    previews: list = field(default_factory=list)  # as CompileReport.previews, of the backward program
     timings: Optional[TrainingTimings] = None
 
 

@@ -145,10 +145,10 @@ def _peaks(gpu, estimate: bool, device, measured) -> R.DevicePeaks:
                          copy, str(device) if copy is not None else None)
 
 
-def _previews(c, gpu) -> list:
+def _previews(previews: list, gpu) -> list:
     """The previews with each region's roofline (an estimate: nothing in a preview ran)."""
     out = []
-    for p in c.previews:
+    for p in previews:
         regions = []
         for region in p["regions"]:
             k = region.get("cost")
@@ -178,7 +178,7 @@ def _backward(c, measured, gpu, estimate: bool) -> Optional[R.Backward]:
     return R.Backward(
         traces={s: t.python() for s, t in b.traces.items()}, regions=regions, saved=saved,
         saved_bytes=sum(s.bytes for s in saved if s.kind == "activation"), recomputed=list(d.recomputed),
-        grad_inputs=[c.traces["acquired"].inputs[i].name for i in d.grad_inputs],
+        grad_inputs=[c.traces["acquired"].inputs[i].name for i in d.grad_inputs], previews=_previews(b.previews, gpu),
         timings=measured.training if measured is not None else None)
 
 
@@ -220,5 +220,5 @@ def assemble(c, target: R.Target, checked: list, measured=None,
         target=target, executors=c.executors, traces=traces, regions=regions, ops=_ops(c),
         fallbacks=fallbacks, diagnostics=diagnostics, timings=measured.program if measured else None,
         signature=list(c.traced.trace.signature), device=str(c.device), device_name=timing.device_name(c.device),
-        versions=versions(), compile_ms=round(c.compile_ms, 3), previews=_previews(c, gpu),
+        versions=versions(), compile_ms=round(c.compile_ms, 3), previews=_previews(c.previews, gpu),
         peaks=_peaks(gpu, estimate, c.device, measured), backward=_backward(c, measured, gpu, estimate))

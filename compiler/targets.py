@@ -153,6 +153,21 @@ def run_example(path: str, name: str, info, source: Optional[str] = None, device
     return _to_device(fn, args, kwargs, resolve_device(device))
 
 
+def _trainable(fn, args, kwargs) -> tuple:
+    """A training target's arguments: as they are when a parameter or an argument requires
+    grad; else (a function of tensors only) with its floating-point arguments requiring grad,
+    so that there is a gradient to compute."""
+    import torch
+    from torch.utils import _pytree as pytree
+
+    params = list(fn.parameters()) if isinstance(fn, torch.nn.Module) else []
+    tensors = [x for x in pytree.tree_leaves((args, kwargs)) if isinstance(x, torch.Tensor)]
+    if any(t.requires_grad for t in params + tensors):
+        return args, kwargs
+    leaf = lambda x: x.detach().requires_grad_() if isinstance(x, torch.Tensor) and x.is_floating_point() else x  # noqa: E731
+    return pytree.tree_map(leaf, (args, kwargs))
+
+
 def compile_target(path: str, name: str, *, source: Optional[str] = None, executors=None,
                    benchmark: bool = True, repeats: int = 20, device: str = "auto", torch_compile: bool = False,
                    train: bool = False):
@@ -178,7 +193,10 @@ def compile_target(path: str, name: str, *, source: Optional[str] = None, execut
         info = find_example(path, name, source)
         target.line, target.end_line = info.line, info.end_line
         fn, args, kwargs = run_example(path, name, info, source, device)
-        grad = torch.enable_grad() if train or info.train else torch.no_grad()
+        train = train or info.train
+        if train:
+            args, kwargs = _trainable(fn, args, kwargs)
+        grad = torch.enable_grad() if train else torch.no_grad()
         with provenance.call_site(path, info.return_line, name), grad:  # the line that made the callable
             return api.compile_checked(fn, args, kwargs, executors, name, previews=True, benchmark=benchmark,
                                        repeats=repeats, warmup=3, torch_compile=torch_compile, target=target)[1]

@@ -201,3 +201,19 @@ def test_training_examples_compile_with_their_backward_section():
 def test_inference_targets_compile_without_a_backward():
     report = compile_target(str(EXAMPLES / "mlp.py"), "mlp_example", benchmark=False)
     assert report.status == "ok" and report.backward is None
+
+
+def _example_targets():
+    from compiler.discovery import find_targets
+    for path in sorted(EXAMPLES.glob("*.py")):
+        for t in find_targets(path.read_text(), str(path)):
+            yield pytest.param(path, t.name, id=f"{path.stem}.{t.name}")
+
+
+@pytest.mark.parametrize("path,name", list(_example_targets()))
+def test_every_example_compiles_for_training_and_its_gradients_match_eager(path, name):
+    report = compile_target(str(path), name, benchmark=False, train=True)
+    assert report.status == "ok", report.error
+    problems = [d.message for d in report.diagnostics if d.severity == "error" or "runs eagerly" in d.message]
+    assert not problems, problems[0]
+    assert report.backward is not None and report.backward.grad_inputs

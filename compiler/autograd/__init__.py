@@ -3,6 +3,9 @@
 - `prim_rules.py`: the vector-Jacobian product of each prim.
 - `torch_rules.py`: backward rules of library calls (linear, matmul, embedding,
   convolution, SDPA) and softmax, and the generic rule for any other op that runs whole.
+- `composite_rules.py`: rules that emit torch-level backward symbols (gelu, silu, relu,
+  tanh, sigmoid, layer_norm, training-mode batch_norm): torch's backward kernel when run
+  whole, prims when fused.
 - `transform.py`: the joint forward-backward trace and its split into a forward trace that
   returns what the backward saves and a backward trace (`differentiate`).
 - `remat.py`: save or recompute: cheap values recomputed in the backward.

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import inspect
 import math
+from types import SimpleNamespace
 
 import torch
 from torch.utils import _pytree as pytree
 
+from compiler.autograd import prim_rules
 from compiler.ir import Symbol, Value
 from compiler.ops import prims as P
 from compiler.ops.torch_ops import library_calls as L, normalization as N
@@ -53,6 +55,10 @@ def _library(name: str, impl, meta=None) -> Symbol:
 
 def _value(x) -> bool:
     return isinstance(x, Value)
+
+
+def _cast(x: Value, dtype) -> Value:
+    return x if x.dtype == dtype else P.convert_element_type(x, dtype)
 
 
 def _t(x: Value) -> Value:
@@ -204,20 +210,99 @@ def _compute_dtype(dtype):
 def _softmax(b, cots, input, dim, _stacklevel, dtype):
     dim = N._softmax_dim(input, dim) % max(input.ndim, 1)
     compute = _compute_dtype(b.output.dtype)
-    y, g = P.convert_element_type(b.output, compute), P.convert_element_type(cots[0], compute)
+    y, g = _cast(b.output, compute), _cast(cots[0], compute)
     kept = tuple(d for d in range(input.ndim) if d != dim)
     dot = P.broadcast_in_dim(P.sum(P.mul(g, y), (dim,)), input.shape, kept)
-    return _pairs((input, P.convert_element_type(P.mul(y, P.sub(g, dot)), input.dtype)))
+    return _pairs((input, _cast(P.mul(y, P.sub(g, dot)), input.dtype)))
 
 
 @rule("torch.nn.functional.log_softmax", signature=_softmax_signature)
 def _log_softmax(b, cots, input, dim, _stacklevel, dtype):
     dim = N._softmax_dim(input, dim) % max(input.ndim, 1)
     compute = _compute_dtype(b.output.dtype)
-    y, g = P.convert_element_type(b.output, compute), P.convert_element_type(cots[0], compute)
+    y, g = _cast(b.output, compute), _cast(cots[0], compute)
     kept = tuple(d for d in range(input.ndim) if d != dim)
     total = P.broadcast_in_dim(P.sum(g, (dim,)), input.shape, kept)
-    return _pairs((input, P.convert_element_type(P.sub(g, P.mul(P.exp(y), total)), input.dtype)))
+    return _pairs((input, _cast(P.sub(g, P.mul(P.exp(y), total)), input.dtype)))
+
+
+# --- where eager's subgradient differs from the decomposition's: at ties and kinks -----------
+
+def _max_signature(input, dim=None, keepdim=False): ...
+
+
+@rule("torch.max", "torch.min", signature=_max_signature)
+def _max_min(b, cots, input, dim, keepdim):
+    """torch.max(x, dim) gives the gradient to the index it returns (one of tied values), not
+    shared as amax; torch.max(x) shares it between ties, torch.max(a, b) splits it as maximum."""
+    g = cots[0]
+    if g is None or not _value(input):
+        return []
+    is_max = b.sym.name == "torch.max"
+    if _value(dim):  # elementwise: the maximum prim's rule on both operands spread to the output
+        out = b.outputs[0]
+        spread = [_right_aligned(_cast(t, out.dtype), out.shape) if tuple(t.shape) != tuple(out.shape)
+                  else _cast(t, out.dtype) for t in (input, dim)]
+        binary = SimpleNamespace(args=tuple(spread), output=out)
+        grads = prim_rules.RULES[P.maximum if is_max else P.minimum](binary, [g])
+        return _pairs(*((t, _cast(reduce_to(gt, t.shape), t.dtype)) for t, gt in zip((input, dim), grads)
+                        if t.dtype.is_floating_point))
+    if input.ndim == 0:
+        return _pairs((input, g))
+    if dim is None:  # the whole tensor: ties share the gradient, as amax
+        all_dims = tuple(range(input.ndim))
+        hit = P.eq(input, P.broadcast_in_dim(b.outputs[0], input.shape, ()))
+        count = P.sum(P.convert_element_type(hit, input.dtype), all_dims)
+        share = P.broadcast_in_dim(P.div(g, count), input.shape, ())
+        return _pairs((input, P.where(hit, share, 0.0)))
+    d = dim % input.ndim
+    kept = tuple(i for i in range(input.ndim) if i != d)
+    reduced = tuple(input.shape[i] for i in kept)
+    indices = b.outputs[1]
+    if keepdim:
+        g, indices = P.reshape(g, reduced), P.reshape(indices, reduced)
+    position = P.broadcast_in_dim(P.iota(input.shape[d], start=0, step=1, dtype=indices.dtype, device=input.device),
+                                  input.shape, (d,))
+    hit = P.eq(position, P.broadcast_in_dim(indices, input.shape, kept))
+    return _pairs((input, P.where(hit, P.broadcast_in_dim(g, input.shape, kept), 0.0)))
+
+
+def _hardtanh_signature(input, min_val=-1.0, max_val=1.0, inplace=False): ...
+
+
+def _activation_signature(input, inplace=False): ...
+
+
+def _inside(x: Value, low, high) -> Value:
+    return P.bitwise_and(P.gt(x, low), P.lt(x, high))
+
+
+@rule("torch.nn.functional.hardtanh", signature=_hardtanh_signature)
+def _hardtanh(b, cots, input, min_val, max_val, inplace):
+    """Eager passes the gradient strictly inside the bounds (clamp passes it at them too)."""
+    return _pairs((input, P.where(_inside(input, min_val, max_val), cots[0], 0.0)))
+
+
+@rule("torch.nn.functional.relu6", signature=_activation_signature)
+def _relu6(b, cots, input, inplace):
+    return _pairs((input, P.where(_inside(input, 0.0, 6.0), cots[0], 0.0)))
+
+
+@rule("torch.nn.functional.hardsigmoid", signature=_activation_signature)
+def _hardsigmoid(b, cots, input, inplace):
+    compute = _compute_dtype(input.dtype)
+    g = P.div(_cast(cots[0], compute), 6.0)
+    return _pairs((input, _cast(P.where(_inside(input, -3.0, 3.0), g, 0.0), input.dtype)))
+
+
+@rule("torch.nn.functional.hardswish", signature=_activation_signature)
+def _hardswish(b, cots, input, inplace):
+    """As torch's kernel: 0 below -3, g * (x / 3 + 1/2) up to 3 inclusive, g above."""
+    compute = _compute_dtype(input.dtype)
+    x, g = _cast(input, compute), _cast(cots[0], compute)
+    middle = P.mul(g, P.add(P.div(x, 3.0), 0.5))
+    out = P.where(P.lt(x, -3.0), 0.0, P.where(P.le(x, 3.0), middle, g))
+    return _pairs((input, _cast(out, input.dtype)))
 
 
 # --- scaled dot-product attention: the scores recomputed in the backward, as flash attention

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from compiler import passes
-from compiler.autograd import norm_rules, prim_rules, remat, torch_rules
+from compiler.autograd import composite_rules, prim_rules, remat, torch_rules
 from compiler.ir import NameGen, Trace, TraceContext, Value, external_inputs, tracing, values_in
 from compiler.ops import prims as P
 from compiler.provenance import Provenance
@@ -53,7 +53,7 @@ def _differentiable(v: Value) -> bool:
 def _has_rule(b) -> bool:
     # batch_norm's rule is for training mode, which runs whole; evaluation mode is decomposed
     return b.sym in prim_rules.RULES or b.sym.name in torch_rules.RULES or (
-        b.sym.name in norm_rules.RULES and not b.subsymbols)
+        b.sym.name in composite_rules.RULES and not (b.subsymbols and b.sym.name in composite_rules.WHOLE_ONLY))
 
 
 def _expand(bsyms, needs: set, out: list) -> None:
@@ -86,7 +86,7 @@ def _vjp(b, cots: list, needs: set) -> list:
             elif isinstance(arg, Value) and g is not None:
                 pairs.append((arg, g))
         return pairs
-    named = torch_rules.RULES.get(b.sym.name) or norm_rules.RULES.get(b.sym.name)
+    named = torch_rules.RULES.get(b.sym.name) or composite_rules.RULES.get(b.sym.name)
     if named is not None:
         try:
             return named(b, cots)

@@ -16,7 +16,8 @@ and the run goes on; a time budget (seconds) skips what is left once it is spent
    tensor copy, read + write).
 2. examples: every @compiler.example in examples/*.py through compiler.targets.compile_target
    with executors=["triton", "torch"] and benchmark=True: whole-program medians (compiled,
-   eager, torch.compile) and per Triton region bandwidth.
+   eager, torch.compile) and per Triton region bandwidth, roofline minimum and % of peak
+   (the report's regions[].roofline: docs/roofline.md).
 
 `--tiny` runs everything on small sizes (on the CPU it needs TRITON_INTERPRET=1): a dry
 run of the script itself, its figures mean nothing.
@@ -265,10 +266,12 @@ def examples(table, rtable, device, args, copy_gbs):
                         continue
                     moved = sum(math.prod(x.shape) * _esize(x.dtype) for x in r.inputs + r.outputs)
                     gbs = moved / (r.timing.median_ms * 1e-3) / 1e9
+                    line = r.roofline  # on this GPU: its least time and how close the kernel came
                     rtable.add([label[0], r.id, "+".join(sorted({o.removeprefix("prims.") for o in r.ops}))[:50],
                                 r.timing.median_ms, r.timing.eager_median_ms,
                                 (r.timing.eager_median_ms / r.timing.median_ms) if r.timing.eager_median_ms else None,
-                                gbs, 100 * gbs / copy_gbs if copy_gbs else None])
+                                gbs, 100 * gbs / copy_gbs if copy_gbs else None,
+                                line.min_ms if line else None, line.pct_of_peak if line else None])
             except Exception as e:
                 table.add(label + [f"ERROR {type(e).__name__}: {str(e)[:100]}"] + [None] * 7)
                 traceback.print_exc(limit=3)
@@ -331,7 +334,8 @@ def main(argv=None) -> int:
     t1 = Table(HEAD)
     t2 = Table(["example", "status", "regions", "compiled ms", "eager ms", "torch.compile ms", "vs eager",
                 "vs compile"])
-    t3 = Table(["example", "region", "ops", "region ms", "eager ms", "vs eager", "GB/s", "% of copy"])
+    t3 = Table(["example", "region", "ops", "region ms", "eager ms", "vs eager", "GB/s", "% of copy",
+                "roofline ms", "% of peak"])
     if not args.no_standalone:
         print("\n## standalone regions (one generated kernel each)\n" + "  ".join(HEAD), flush=True)
         standalone(t1, device, args, copy_gbs)

@@ -3,7 +3,10 @@
 #   1. the Triton generator's tests on the GPU (no interpreter), including the sm_90 AOT compiles;
 #   2. benchmarks/bench_fusion.py: generated kernels vs eager vs torch.compile, achieved bandwidth
 #      against the device's copy bandwidth, on standalone regions and on every example;
-#      its tables are appended to benchmarks/RESULTS.md (and kept under $OUT when that is set).
+#      its tables are appended to benchmarks/RESULTS.md (and kept under $OUT when that is set);
+#   3. benchmarks/roofline_check.py: achieved % of peak per region of every example (its
+#      roofline on this GPU against its measured median, docs/roofline.md), and whether each
+#      region's profiler range (FUSIONLENS_PROFILE=1: "R3 gpt_block.py:77") is in torch.profiler.
 # Each step has its own time limit so the whole run stays under ~6 minutes; a failing step
 # is reported and the next one still runs. Exit status: 0 only when every step passed.
 #
@@ -40,12 +43,17 @@ if [ "$rc" -ne 0 ]; then echo "!! tests failed or timed out (exit $rc)"; status=
 echo "   ($(( $(date +%s) - start )) s so far)"
 
 echo "== 2. benchmarks (benchmarks/bench_fusion.py)"
-left=$(( 350 - ($(date +%s) - start) ))
+left=$(( 300 - ($(date +%s) - start) ))
 [ "$left" -lt 60 ] && left=60
 timeout $(( left + 30 )) python benchmarks/bench_fusion.py --budget "$left" \
     --results benchmarks/RESULTS.md 2>&1 | tee "$OUT_DIR/bench_fusion.txt" | tail -n 120
 rc=${PIPESTATUS[0]}
 if [ "$rc" -ne 0 ]; then echo "!! benchmark failed or timed out (exit $rc)"; status=1; fi
 cp benchmarks/RESULTS.md "$OUT_DIR/RESULTS.md" 2>/dev/null || true
+
+echo "== 3. % of peak per region, profiler ranges (benchmarks/roofline_check.py)"
+timeout 150 python benchmarks/roofline_check.py --repeats 20 2>&1 | tee "$OUT_DIR/roofline_check.txt" | tail -n 150
+rc=${PIPESTATUS[0]}
+if [ "$rc" -ne 0 ]; then echo "!! roofline check failed or timed out (exit $rc)"; status=1; fi
 echo "== done in $(( $(date +%s) - start )) s, status $status"
 exit $status

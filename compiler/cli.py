@@ -59,7 +59,8 @@ def render(report, stage: str = "execution") -> str:
         return "\n".join(out)
     out.append(f"device: {report.device_name}   executors: {', '.join(report.executors)}   "
                f"compile: {report.compile_ms:.0f} ms"
-               + (f"   copy bandwidth: {report.peaks.copy_gbs:g} GB/s" if report.peaks and report.peaks.copy_gbs else ""))
+               + (f"   copy bandwidth: {report.peaks.copy_gbs:g} GB/s"
+                  if report.peaks and report.peaks.copy_gbs else ""))
     stages = list(report.traces) if stage == "all" else [stage]
     for s in stages:
         out.append(f"\n-- trace ({s}) --")
@@ -181,6 +182,8 @@ def main(argv=None) -> int:
                    "FILE_TARGET_REGION_repro.py in the current folder; - for stdout)")
     r.add_argument("--executors", nargs="+", help="executor priority, as for compile")
     r.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    r.add_argument("--train", action="store_true", help="compiled for training, as compile --train (forward "
+                                                        "regions only)")
     args = parser.parse_args(argv)
 
     try:
@@ -201,7 +204,7 @@ def main(argv=None) -> int:
         from compiler import repro
 
         sys.path.insert(0, os.getcwd())
-        return repro.cli(args.file, args.target, args.region, args.output, args.executors, args.device)
+        return repro.cli(args.file, args.target, args.region, args.output, args.executors, args.device, args.train)
     names = [t.name for t in targets]
     if args.target:
         missing = [n for n in args.target if n not in names]

@@ -6,6 +6,7 @@ perf_counter, synchronising first so that no earlier work is counted.
 
 from __future__ import annotations
 
+import functools
 import statistics
 import time
 from typing import Callable
@@ -79,6 +80,19 @@ def compare(fns: list, device: torch.device = torch.device("cpu"), warmup: int =
                     samples[i].append((time.perf_counter() - t0) * 1e3)
     method = "cuda_events" if cuda else "perf_counter"
     return [summarize(s, method, str(device)) for s in samples]
+
+
+@functools.lru_cache(maxsize=None)
+def copy_bandwidth_gbs(device: torch.device) -> float:
+    """The device's copy bandwidth in GB/s (read + write of a tensor far larger than any
+    cache: 256 MiB on a GPU, 32 MiB on a CPU), measured once a process: what a
+    memory-bound kernel can hope for here, beside the datasheet's peak."""
+    device = torch.device(device)
+    n = (1 << 26) if device.type == "cuda" else (1 << 23)
+    src = torch.ones(n, device=device, dtype=torch.float32)
+    dst = torch.empty_like(src)
+    t = measure(dst.copy_, src, device=device, warmup=2, repeats=10)
+    return round(2 * src.numel() * src.element_size() / (t.median_ms * 1e-3) / 1e9, 1)
 
 
 def device_name(device: torch.device) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import sys
 from typing import Any
 
@@ -12,12 +13,15 @@ from lsprotocol import types as T
 
 from lsp_server import __version__
 from lsp_server.server import FusionLensServer
+from lsp_server.worker_client import WorkerError
+from lsp_server.views import headroom_ms, norm_path, roofline_text
 
 CMD_COMPILE = "fusionlens.compile"
 CMD_SHOW_TRACE = "fusionlens.showTrace"
 CMD_SHOW_KERNEL = "fusionlens.showKernel"
 CMD_CLEAR_CACHE = "fusionlens.clearCache"
 CMD_DEBUG_INFO = "fusionlens.debugInfo"
+CMD_EXPORT_REPRO = "fusionlens.exportRepro"
 REGIONS_REQUEST = "fusionlens/regions"
 
 
@@ -73,6 +77,60 @@ async def cmd_show_kernel(ls: FusionLensServer, *args):
                                    f"{stem}.{target}.{rid}.py")
 
 
+async def cmd_export_repro(ls: FusionLensServer, *args):
+    """[uri, target, region]: the worker writes a standalone script of one fusion region or
+    preview ("R3", "triton:P1"; compiler/repro.py) of the compile shown, which the server
+    saves under the cache folder's repro/ and asks the client to open. It runs the user's
+    code again, so only where fusionlens.allowExecution is true."""
+    uri, target, rid = _arg(args, 0), _arg(args, 1), _arg(args, 2)
+    if not uri or not target or not rid:
+        raise ValueError("fusionlens.exportRepro needs [uri, target, region id]")
+    if not ls.settings.allowExecution:
+        msg = "no repro script: running user code is disabled (fusionlens.allowExecution is false)"
+        ls.tell(T.MessageType.Warning, msg)
+        return {"uri": None, "message": f"FusionLens: {msg}"}  # told already (as _latest_report's)
+    state, report, msg = _latest_report(ls, uri, target)
+    if report is None:
+        return {"uri": None, "message": msg}
+    res = ls.latest[(state.path, target)]
+    compiled = res.snapshots.get(res.path)  # the text whose regions are shown
+    try:
+        with open(state.fs_path, encoding="utf-8") as f:
+            saved = f.read()
+    except (OSError, UnicodeDecodeError):
+        saved = None
+    options = res.key[3] if len(res.key) > 3 else ls.settings.options_key()  # as it was compiled
+    root = ls.workspace_root(state)
+    ls.worker.cwd = root
+    payload = {"cmd": "repro", "path": state.fs_path, "target": target, "region": rid,
+               "executors": list(options[0]) if options[0] is not None else None, "device": options[2],
+               "source": None if compiled is None or compiled == saved else compiled,
+               "sys_path": [root], "cwd": root}
+    progress = await ls._progress_begin(None, f"FusionLens: repro script of {rid}", f"running {target}")
+    try:
+        answer = await ls.worker.request(payload, ls.settings.timeoutSeconds)
+    except WorkerError as e:
+        answer = {"ok": False, "error": e.message}
+    finally:
+        if progress is not None:
+            ls.work_done_progress.end(progress, T.WorkDoneProgressEnd(message="done"))
+    if not answer.get("ok") or answer.get("repro") is None:
+        problem = answer.get("problem") or f"the compiler raised {answer.get('error')}"
+        msg = f"no repro script of {rid}: {problem}"
+        ls.tell(T.MessageType.Error if not answer.get("ok") else T.MessageType.Warning, msg)
+        return {"uri": None, "message": f"FusionLens: {msg}"}
+    r = answer["repro"]
+    folder = os.path.join(ls.cache_root(), "repro")
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, re.sub(r"[^A-Za-z0-9_.-]+", "_", r["file_name"]))
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(r["text"])
+    shown = await ls.show_path(path)
+    if not shown["shown"]:
+        ls.tell(T.MessageType.Info, f"wrote {path}: {r['summary']}")
+    return dict(shown, path=path, region=r["region"], executor=r["executor"], summary=r["summary"])
+
+
 def cmd_clear_cache(ls: FusionLensServer, *args):
     ls.cache.clear()
     ls.latest.clear()
@@ -119,9 +177,45 @@ def regions_request(ls: FusionLensServer, params: Any):
                     "lines": view.region_lines.get((res.seq, r.id), []),
                     "timeMs": r.timing.median_ms if r.timing else None,
                     "eagerMs": r.timing.eager_median_ms if r.timing else None,
-                    "boundary": None if b is None else {"reason": b.reason, "detail": b.detail}})
+                    "boundary": None if b is None else {"reason": b.reason, "detail": b.detail},
+                    **_roofline_fields(r)})
+            entry["regions"].sort(key=_by_what_can_be_won)
+            entry["previews"] = _previews(rep, state.path)
         targets.append(entry)
     return {"uri": uri, "version": text_doc.version, "targets": targets}
+
+
+def _roofline_fields(region) -> dict:
+    """A region's cost and roofline for the regions view; headroomMs: what can be won
+    (measured time minus the roofline minimum; null for an estimate)."""
+    line, cost = region.roofline, region.cost
+    return {"bytes": cost.bytes if cost else None, "flops": cost.flops if cost else None,
+            "roofline": None if line is None else {
+                "device": line.device, "minMs": line.min_ms, "bound": line.bound,
+                "pctOfPeak": line.pct_of_peak, "estimate": line.estimate, "text": roofline_text(region)},
+            "headroomMs": headroom_ms(region)}
+
+
+def _by_what_can_be_won(entry: dict) -> tuple:
+    """Most to win first; estimates (nothing measured on that GPU) after, the largest
+    roofline minimum first; stable otherwise."""
+    if entry["headroomMs"] is not None:
+        return (0, -entry["headroomMs"])
+    line = entry["roofline"]
+    return (1, -(line["minMs"] if line else 0.0))
+
+
+def _previews(report, path: str) -> list:
+    """Where a fusion executor cannot run here (a CPU), the regions it would make, with
+    their estimated rooflines; lines: the region's 0-based lines in this file (as compiled)."""
+    out = []
+    for p in report.previews:
+        for r in p.get("regions", []):
+            line = r.get("roofline") or {}
+            out.append({"id": r["id"], "executor": p["executor"], "ops": len(r.get("ops", [])),
+                        "lines": [s["line"] - 1 for s in r.get("source_lines", []) if norm_path(s["file"]) == path],
+                        "estMs": line.get("min_ms"), "device": line.get("device"), "text": roofline_text(r)})
+    return out
 
 
 def _arg(args: tuple, i: int, default=None):
@@ -140,4 +234,5 @@ def register_commands(server: FusionLensServer) -> None:
     server.command(CMD_SHOW_KERNEL)(cmd_show_kernel)
     server.command(CMD_CLEAR_CACHE)(cmd_clear_cache)
     server.command(CMD_DEBUG_INFO)(cmd_debug_info)
+    server.command(CMD_EXPORT_REPRO)(cmd_export_repro)
     server.feature(REGIONS_REQUEST)(regions_request)

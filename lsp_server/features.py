@@ -9,10 +9,11 @@ from typing import Any
 from lsprotocol import types as T
 from pygls.uris import from_fs_path
 
-from lsp_server.commands import CMD_COMPILE, CMD_SHOW_KERNEL, CMD_SHOW_TRACE
+from lsp_server.commands import CMD_COMPILE, CMD_EXPORT_REPRO, CMD_SHOW_KERNEL, CMD_SHOW_TRACE
 from lsp_server.documents import View
 from lsp_server.server import FusionLensServer
-from lsp_server.views import boundary_label, hint_label, hover_markdown, lens_title, region_tooltip, target_hover
+from lsp_server.views import (boundary_label, hint_label, hover_markdown, lens_title, preview_region, region_tooltip,
+                              target_hover)
 
 
 # --- lifecycle ----------------------------------------------------------------------------
@@ -191,6 +192,7 @@ def code_actions(ls: FusionLensServer, params: T.CodeActionParams):
     view = ls.view(state)
     targets: list = []  # names, in order
     regions: list = []  # (target, region id)
+    repros: list = []  # (target, region id or "executor:P<n>", path, label)
     for t in state.targets:
         if t.decorator_line - 1 <= last and first <= t.end_line - 1:
             targets.append(t.name)
@@ -200,6 +202,9 @@ def code_actions(ls: FusionLensServer, params: T.CodeActionParams):
                 targets.append(n.result.target)
             if (n.result.target, n.region.id) not in regions:
                 regions.append((n.result.target, n.region.id, n.result.path))
+            repro = _repro_of(n)
+            if repro is not None and repro not in repros:
+                repros.append(repro)
     many = len(targets) > 1
     can_run = ls.settings.allowExecution and state.syntax_error is None  # offer only what can run
     out = []
@@ -219,7 +224,26 @@ def code_actions(ls: FusionLensServer, params: T.CodeActionParams):
                                 kind=T.CodeActionKind.Empty,
                                 command=T.Command(title="Show kernel code for this region", command=CMD_SHOW_KERNEL,
                                                   arguments=[target_uri, target, rid])))
+    if ls.settings.allowExecution:  # the worker runs the target again to write it
+        for target, spec, path, label in repros:
+            target_uri = uri if path == state.path else from_fs_path(path)
+            out.append(T.CodeAction(title=f"Export repro script ({label})", kind=T.CodeActionKind.Empty,
+                                    command=T.Command(title="Export repro script", command=CMD_EXPORT_REPRO,
+                                                      arguments=[target_uri, target, spec])))
     return out
+
+
+def _repro_of(note):
+    """(target, region spec, path, label) of the kernel a line's note can be exported as: its
+    fusion region, else the preview its ops would join (on a CPU: Triton's); None for neither."""
+    res = note.result
+    if note.region.executor in ("triton", "nvfuser"):
+        return res.target, note.region.id, res.path, note.region.id
+    found = preview_region(res.report, note.ops)
+    if found is None:
+        return None
+    executor, region = found
+    return res.target, f"{executor}:{region['id']}", res.path, f"{executor} preview {region['id']}"
 
 
 def register_features(server: FusionLensServer) -> None:

@@ -238,10 +238,10 @@ class CompileJobsMixin:
         self.notify_status("compiling", f"compiling and benchmarking {name}", job.uri)
         root = self.workspace_root(self.docs.get(job.uri) or DocState(job.uri))
         self.worker.cwd = root
-        executors, repeats, device = job.options
+        executors, repeats, device, gpu = job.options
         payload = {"cmd": "compile", "path": job.fs_path, "target": job.target,
                    "executors": list(executors) if executors is not None else None,
-                   "repeats": repeats, "device": device, "benchmark": True,
+                   "repeats": repeats, "device": device, "gpu": gpu, "benchmark": True,
                    "sys_path": [root], "cwd": root, "source": job.source}
 
         def on_started():

@@ -105,6 +105,10 @@ class FusionLensServer(DocumentsMixin, CompileJobsMixin, LanguageServer):
         with open(path, "w", encoding="utf-8") as f:
             f.write(text)
         os.chmod(path, 0o444)  # a hint to editors that it is read-only
+        return await self.show_path(path)
+
+    async def show_path(self, path: str) -> dict:
+        """Ask the client to open a file (window/showDocument, where it can): {uri, shown}."""
         uri = from_fs_path(path)
         shown = False
         if self.caps("window", "show_document", "support"):

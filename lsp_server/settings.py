@@ -14,6 +14,8 @@ import json
 import re
 from typing import Any, Callable, Optional
 
+from compiler import roofline
+
 TRIGGERS = ("onOpen", "onSave", "manual")
 _DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
 
@@ -64,6 +66,13 @@ def _device(v):
     return v
 
 
+def _gpu(v):
+    gpu = roofline.find(v) if isinstance(v, str) else None
+    if gpu is None:
+        raise Invalid("expected one of " + ", ".join(f'"{n}"' for n in roofline.names()))
+    return gpu.name
+
+
 def _folder(v):
     if v is None or v == "":
         return None
@@ -75,7 +84,7 @@ def _folder(v):
 _CHECKS: dict = {
     "allowExecution": _bool, "compileTrigger": _trigger, "executors": _executors,
     "benchmarkRepeats": _int(1, 10_000), "device": _device, "timeoutSeconds": _seconds,
-    "inlayHints": _bool, "debounceMs": _int(0, 60_000), "cacheFolder": _folder,
+    "inlayHints": _bool, "debounceMs": _int(0, 60_000), "cacheFolder": _folder, "targetGpu": _gpu,
 }
 
 
@@ -90,6 +99,7 @@ class Settings:
     inlayHints: bool = True
     debounceMs: int = 300
     cacheFolder: Optional[str] = None
+    targetGpu: str = roofline.DEFAULT_TARGET  # the GPU rooflines are estimated for where none runs
     execution_locked: bool = dataclasses.field(default=False, repr=False)  # a false was seen: stays off
 
     def update(self, data: Any) -> tuple:
@@ -132,7 +142,7 @@ class Settings:
     def options_key(self) -> tuple:
         """The options a compile result depends on (part of the cache key)."""
         return (tuple(self.executors) if self.executors is not None else None,
-                self.benchmarkRepeats, self.device)
+                self.benchmarkRepeats, self.device, self.targetGpu)
 
 
 def _show(value) -> str:

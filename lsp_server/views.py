@@ -8,9 +8,10 @@ import os
 import pathlib
 from typing import Optional
 
+from compiler import roofline
 from compiler.report import CompileReport, format_ms
 
-HINT_MAX = 30
+HINT_MAX = 40  # "P1 · triton (preview) · est 3.2 µs" fits
 HOVER_CODE_LINES = 60
 
 
@@ -209,9 +210,96 @@ def region_time(region) -> Optional[float]:
     return t.median_ms if t is not None else None
 
 
+# --- cost and roofline (report.Region fields, or the same keys of a preview region's dict) ----
+
+def _field(obj, name: str):
+    return obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
+
+
+def estimated_here(report: Optional[CompileReport]) -> bool:
+    """Whether the report ran on a CPU, its rooflines the target GPU's: what the editor shows
+    then is estimated GPU time, not the CPU's."""
+    return report is not None and report.device == "cpu" and report.peaks is not None
+
+
+def _si(n, unit: str) -> str:
+    n = float(n or 0)
+    for scale, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if n >= scale:
+            return f"{n / scale:.3g} {prefix}{unit}"
+    return f"{n:.3g} {unit}"
+
+
+def roofline_text(region) -> str:
+    """"est. 4.1 µs on H100 (memory-bound: 1.2 MB, 3.4 MFLOP)", or where it was measured on
+    that GPU "45% of peak on H100 (roofline 1.2 µs, memory-bound: ...)"; "" without one."""
+    line, cost = _field(region, "roofline"), _field(region, "cost")
+    if line is None:
+        return ""
+    work = f": {_si(_field(cost, 'bytes'), 'B')}, {_si(_field(cost, 'flops'), 'FLOP')}" if cost is not None else ""
+    how = f"{_field(line, 'bound')}-bound{work}"
+    at = f"on {_field(line, 'device')}"
+    if _field(line, "estimate"):
+        return f"est. {format_ms(_field(line, 'min_ms'))} {at} ({how})"
+    pct = _field(line, "pct_of_peak")
+    if pct is None:
+        return f"roofline {format_ms(_field(line, 'min_ms'))} {at} ({how})"
+    return f"{pct:.0f}% of peak {at} (roofline {format_ms(_field(line, 'min_ms'))}, {how})"
+
+
+def headroom_ms(region) -> Optional[float]:
+    """What can be won in a region: its measured time minus its roofline minimum (None for
+    an estimate: the time was measured on another device)."""
+    return roofline.headroom_ms(region_time(region), region.roofline)
+
+
+def furthest_from_roofline(report: CompileReport):
+    """The measured region with the most time above its roofline, or None."""
+    won = [(headroom_ms(r), r) for r in report.regions]
+    won = [(h, r) for h, r in won if h]
+    return max(won, key=lambda hr: hr[0])[1] if won else None
+
+
+def preview_region(report: Optional[CompileReport], ops: list):
+    """(executor, preview region dict) a line's ops would join where that executor can run
+    (Triton first), matched by the ops' lines; None when no preview holds them."""
+    if report is None or not report.previews or not ops:
+        return None
+    lines = {(norm_path(o.file), o.line) for o in ops}
+    for p in sorted(report.previews, key=lambda p: p.get("executor") != "triton"):
+        for region in p.get("regions", []):
+            if lines & {(norm_path(s["file"]), s["line"]) for s in region.get("source_lines", [])}:
+                return p["executor"], region
+    return None
+
+
+def _hint_time(region, report) -> str:
+    """The time part of a region's hint: "est 4.1 µs" (on a CPU: the target GPU's roofline),
+    "12.1 µs · 45% peak" (measured on a GPU of the table), else the measured time."""
+    line = region.roofline
+    if line is not None and line.estimate and estimated_here(report):
+        return f"est {format_ms(line.min_ms)}"
+    t = region_time(region)
+    if t is None:
+        return ""
+    if line is not None and line.pct_of_peak is not None:
+        return f"{format_ms(t)} · {line.pct_of_peak:.0f}% peak"
+    return format_ms(t)
+
+
 def hint_label(notes: list, prefix: str = "") -> str:
-    """`R3 · triton · 0.12 ms` for one region; `R3+R4 · torch` or `R3 +8 more · torch` when
-    the line's ops went to several regions (time only when it is one region's)."""
+    """`R3 · triton · 0.12 ms` (`· 45% peak` when measured on a GPU) for one region;
+    `R3+R4 · torch` or `R3 +8 more · torch` when the line's ops went to several regions
+    (time only when it is one region's). On a CPU the preview region the line would join,
+    `P1 · triton (preview) · est 3.2 µs`, else `R3 · torch · est 4.1 µs` (target GPU)."""
+    report = notes[0].result.report if notes else None
+    if estimated_here(report):
+        found = preview_region(report, [o for n in notes for o in n.ops])
+        if found is not None:
+            executor, p = found
+            line = p.get("roofline")
+            est = f" · est {format_ms(line['min_ms'])}" if line else ""
+            return shorten(f"{prefix}{p['id']} · {executor} (preview){est}")
     regions = []
     for n in notes:
         if n.region not in regions:
@@ -222,8 +310,9 @@ def hint_label(notes: list, prefix: str = "") -> str:
         ids = f"{regions[0].id} +{len(regions) - 1} more"
     executors = {r.executor for r in regions}
     label = f"{ids} · {executors.pop() if len(executors) == 1 else 'mixed'}"
-    if len(regions) == 1 and region_time(regions[0]) is not None:
-        label += f" · {format_ms(region_time(regions[0]))}"
+    when = _hint_time(regions[0], report) if len(regions) == 1 else ""
+    if when:
+        label += f" · {when}"
     return shorten(prefix + label)
 
 
@@ -251,6 +340,11 @@ def region_tooltip(note: LineNote, region_lines: list) -> str:
              f"time: {timing_text(r)} · {_plural(r.kernels, 'kernel')}"
              + (f" ({rep.device_name})" if rep is not None and rep.device_name else ""),
              "ops: " + ", ".join(f"`{o}`" for o in r.ops[:12]) + (" …" if len(r.ops) > 12 else "")]
+    if roofline_text(r):
+        parts.insert(2, f"roofline: {roofline_text(r)}")
+    found = preview_region(rep, note.ops) if estimated_here(rep) else None
+    if found is not None:
+        parts.append(f"where {found[0]} can run: `{found[1]['id']}` · {roofline_text(found[1])}")
     if region_lines:
         parts.append("lines: " + ", ".join(str(ln + 1) for ln in region_lines))
     if r.note:
@@ -274,6 +368,8 @@ def _region_section(n: LineNote, other: list, boundaries: list) -> list:
     out = [f"### FusionLens · region `{r.id}` · `{r.executor}`"]
     dev = f" on {rep.device_name}" if rep is not None and rep.device_name else ""
     out.append(f"target `{n.result.target}` · {timing_text(r)}{dev} · {_plural(r.kernels, 'kernel')}")
+    if roofline_text(r):
+        out.append(f"**roofline:** {roofline_text(r)}")
     if n.ops:
         out.append("**ops from this line:** " + ", ".join(f"`{o.name}`" for o in n.ops))
     out.append("**region ops:** " + ", ".join(f"`{o}`" for o in r.ops[:20])
@@ -291,20 +387,18 @@ def _region_section(n: LineNote, other: list, boundaries: list) -> list:
 def preview_section(report: Optional[CompileReport], ops: list) -> list:
     """What a fusion executor that cannot run here (Triton or nvFuser without a GPU) would
     make of this line: report.previews, matched through the line's own ops."""
-    if report is None or not report.previews or not ops:
+    found = preview_region(report, ops)
+    if found is None:
         return []
-    lines = {(norm_path(o.file), o.line) for o in ops}
-    previews = sorted(report.previews, key=lambda p: p.get("executor") != "triton")  # Triton first
-    for p in previews:
-        for region in p.get("regions", []):
-            here = [(norm_path(s["file"]), s["line"]) for s in region.get("source_lines", [])]
-            if lines & set(here):
-                others = sorted({ln for f, ln in here} - {ln for _, ln in lines})
-                also = f" with line{'s' if len(others) > 1 else ''} {', '.join(map(str, others))}" if others else ""
-                return [f"**where {p['executor']} can run** (not here: {p.get('reason', '')}), it would fuse "
-                        f"this line{also} into one kernel ({len(region.get('ops', []))} ops):",
-                        code_block(region.get("code", ""), HOVER_CODE_LINES)]
-    return []
+    executor, region = found
+    reason = next((p.get("reason", "") for p in report.previews if p.get("executor") == executor), "")
+    lines = {ln for o in ops for ln in [o.line]}
+    others = sorted({s["line"] for s in region.get("source_lines", [])} - lines)
+    also = f" with line{'s' if len(others) > 1 else ''} {', '.join(map(str, others))}" if others else ""
+    est = f" · {roofline_text(region)}" if roofline_text(region) else ""
+    return [f"**where {executor} can run** (not here: {reason}), it would fuse this line{also} into one "
+            f"kernel `{region['id']}` ({len(region.get('ops', []))} ops){est}:",
+            code_block(region.get("code", ""), HOVER_CODE_LINES)]
 
 
 def hover_markdown(notes: list, boundaries: list, region_lines_of, line: int) -> str:
@@ -325,13 +419,14 @@ def hover_markdown(notes: list, boundaries: list, region_lines_of, line: int) ->
             rep = res.report
             dev = f" on {rep.device_name}" if rep is not None and rep.device_name else ""
             out.append(f"### FusionLens · {len(group)} regions · target `{res.target}`")
-            rows = ["| region | executor | ops from this line | time | eager |", "|---|---|---|---|---|"]
+            rows = ["| region | executor | ops from this line | time | eager | roofline |", "|---|---|---|---|---|---|"]
             for n in group:
                 t = n.region.timing
                 rows.append(f"| `{n.region.id}` | {n.region.executor} | "
                             + ", ".join(f"`{o.name}`" for o in n.ops[:4]) + (" …" if len(n.ops) > 4 else "")
                             + f" | {format_ms(t.median_ms if t else None, missing='—')}"
-                            + f" | {format_ms(t.eager_median_ms if t else None, missing='—')} |")
+                            + f" | {format_ms(t.eager_median_ms if t else None, missing='—')}"
+                            + f" | {_roofline_cell(n.region)} |")
             out.append("\n".join(rows))
             others = sorted({ln for n in group for ln in region_lines_of(res, n.region.id)} - {line})
             out.append(f"times{dev}; **these regions also cover:** "
@@ -373,7 +468,18 @@ def hover_markdown(notes: list, boundaries: list, region_lines_of, line: int) ->
     return "\n\n".join(out)
 
 
+def _roofline_cell(region) -> str:
+    line = region.roofline
+    if line is None:
+        return "—"
+    if line.estimate:
+        return f"est. {format_ms(line.min_ms)} on {line.device}"
+    return f"{line.pct_of_peak:.0f}% of peak" if line.pct_of_peak is not None else format_ms(line.min_ms)
+
+
 def report_summary(report: CompileReport) -> str:
+    """`3 regions · 4 kernels · 0.12 ms · 2.1x vs eager`, and where measured on a GPU the
+    region furthest from its roofline: `· R3 at 12% of peak`."""
     parts = [_plural(len(report.regions), "region"),
              _plural(sum(int(r.kernels or 0) for r in report.regions), "kernel")]
     t = report.timings
@@ -381,6 +487,9 @@ def report_summary(report: CompileReport) -> str:
         parts.append(format_ms(t.compiled.median_ms))
     if t is not None and t.speedup_vs_eager:
         parts.append(f"{t.speedup_vs_eager:.1f}x vs eager")
+    worst = furthest_from_roofline(report)
+    if worst is not None:
+        parts.append(f"{worst.id} at {worst.roofline.pct_of_peak:.0f}% of peak")
     return " · ".join(parts)
 
 
@@ -424,6 +533,7 @@ def target_hover(name: str, status: str, message: str, result: Optional[Result])
                        f" ({t.compiled.method}, {t.compiled.repeats} repeats)")
         if rep.regions:
             out.append("\n".join(f"- `{r.id}` {r.executor}: {len(r.ops)} ops, {timing_text(r)}"
+                                 + (f" · {roofline_text(r)}" if r.roofline is not None else "")
                                  for r in rep.regions))
         if rep.fallbacks:
             out.append(f"{len(rep.fallbacks)} op(s) fell back to eager PyTorch")

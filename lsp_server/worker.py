@@ -15,8 +15,12 @@ Messages from the worker:
   {"id": n, "ok": false, "error": str, "traceback": str}
 Requests to the worker:
   {"id": n, "cmd": "compile", "path": str, "target": str, "executors": list | null,
-   "repeats": int, "device": str, "benchmark": bool, "sys_path": [str], "cwd": str | null,
-   "timeout": float | null}
+   "repeats": int, "device": str, "gpu": str | null (the target GPU of estimated rooflines),
+   "benchmark": bool, "sys_path": [str], "cwd": str | null, "timeout": float | null}
+  {"id": n, "cmd": "repro", "path": str, "target": str, "region": str, "executors": list | null,
+   "device": str, "source": str | null, "sys_path": [str], "cwd": str | null, "timeout": float | null}
+     -> {"id": n, "ok": true, "repro": {"text", "region", "executor", "file_name", "summary"} | null,
+         "problem": str (why there is no script, when "repro" is null)}
   {"id": n, "cmd": "ping"}
 
 Where a compile hung or died. The server kills a compile that runs past its timeout and
@@ -244,7 +248,9 @@ def _device() -> tuple[str, str]:
         return "cpu", f"CPU (torch unavailable: {e})"
 
 
-def _handle_compile(req: dict, out) -> None:
+def _start_request(req: dict, out) -> None:
+    """A request that runs user code begins: its folders first on sys.path, its working
+    folder, "started", and the watch on where its user code is."""
     for p in reversed(req.get("sys_path") or []):
         if p and p not in sys.path:
             sys.path.insert(0, p)
@@ -255,13 +261,53 @@ def _handle_compile(req: dict, out) -> None:
             pass
     _send(out, {"id": req["id"], "event": "started"})
     _watch_compile(req, out)
+
+
+def _end_request(text: str, out) -> None:
+    _unwatch_compile()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    with _OUT_LOCK:
+        out.write(text + "\n")
+        out.flush()
+
+
+def _handle_repro(req: dict, out) -> None:
+    """A repro script of one region (compiler.repro): {"ok": true, "repro": {text, region,
+    executor, file_name, summary}}, or "repro": null and "problem" when there is none."""
+    _start_request(req, out)
+    try:
+        from compiler import repro
+
+        try:
+            r = repro.write_repro(req["path"], req["target"], req["region"], executors=req.get("executors"),
+                                  device=req.get("device", "auto"), source=req.get("source"))
+            answer = {"id": req["id"], "ok": True, "repro": {"text": r.text, "region": r.region,
+                                                             "executor": r.executor, "file_name": r.file_name,
+                                                             "summary": r.summary}}
+        except repro.ReproError as e:
+            answer = {"id": req["id"], "ok": True, "repro": None, "problem": str(e)}
+        text = json.dumps(answer, default=str)
+    except BaseException as e:  # noqa: BLE001 - everything becomes a message
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        text = json.dumps({"id": req["id"], "ok": False, "error": f"{type(e).__name__}: {e}",
+                           "traceback": traceback.format_exc()})
+    _end_request(text, out)
+
+
+def _handle_compile(req: dict, out) -> None:
+    _start_request(req, out)
     try:
         compile_target = _compile_function()
         extra = {"source": req["source"]} if req.get("source") is not None else {}  # an unsaved buffer
-        report = compile_target(req["path"], req["target"], executors=req.get("executors"), **extra,
-                                benchmark=req.get("benchmark", True),
-                                repeats=int(req.get("repeats", 20)),
-                                device=req.get("device", "auto"))
+        from compiler import roofline
+
+        with roofline.targeting(req.get("gpu")):  # fusionlens.targetGpu
+            report = compile_target(req["path"], req["target"], executors=req.get("executors"), **extra,
+                                    benchmark=req.get("benchmark", True),
+                                    repeats=int(req.get("repeats", 20)),
+                                    device=req.get("device", "auto"))
         data = report.to_dict() if hasattr(report, "to_dict") else report
         text = json.dumps({"id": req["id"], "ok": True, "report": data}, default=str)
     except BaseException as e:  # noqa: BLE001 - everything becomes a message
@@ -270,12 +316,7 @@ def _handle_compile(req: dict, out) -> None:
         text = json.dumps({"id": req["id"], "ok": False,
                            "error": f"{type(e).__name__}: {e}",
                            "traceback": traceback.format_exc()})
-    _unwatch_compile()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    with _OUT_LOCK:
-        out.write(text + "\n")
-        out.flush()
+    _end_request(text, out)
 
 
 def _exit_with_parent() -> None:
@@ -322,6 +363,8 @@ def main() -> None:
         cmd = req.get("cmd")
         if cmd == "compile":
             _handle_compile(req, proto_out)
+        elif cmd == "repro":
+            _handle_repro(req, proto_out)
         elif cmd == "ping":
             _send(proto_out, {"id": req.get("id"), "ok": True, "pid": os.getpid(),
                               "modules": sorted(m for m in ("torch", "compiler") if m in sys.modules)})

@@ -106,8 +106,12 @@ class Session:
         return list(self.client.diagnostics.get(uri, []))
 
 
-HINT_RE = re.compile(r"^\S+( \+\d+ more)? · [\w./-]+( · [\d.]+ (ms|µs))?$")
-SUMMARY_RE = re.compile(r"^\d+ regions? · \d+ kernels?( · [\d.]+ (ms|µs))?( · [\d.]+x vs eager)?$")
+# `R3 · torch · 0.12 ms`, `R3 · triton · 12.1 µs · 45% peak`, on a CPU `R3 · torch · est 4.1 µs`
+# or the preview region the line would join, `P1 · triton (preview) · est 3.2 µs`
+HINT_RE = re.compile(r"^\S+( \+\d+ more)? · [\w./-]+( \(preview\))?( · (est )?[\d.]+ (ms|µs))?( · \d+% peak)?$")
+SUMMARY_RE = re.compile(r"^\d+ regions? · \d+ kernels?( · [\d.]+ (ms|µs))?( · [\d.]+x vs eager)?"
+                        r"( · \S+ at \d+% of peak)?$")
+HINT_MAX = 40  # lsp_server.views.HINT_MAX
 
 
 def line_of(path: Path, needle: str, start: int = 0) -> int:

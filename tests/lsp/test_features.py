@@ -14,7 +14,7 @@ import pytest
 from lsprotocol import types as T
 
 from lsp_helpers import EXAMPLES
-from lsp_helpers import HINT_RE, SUMMARY_RE, assert_line_hover, command_of, hover_text, line_of, tooltip_text
+from lsp_helpers import HINT_MAX, HINT_RE, SUMMARY_RE, assert_line_hover, command_of, hover_text, line_of, tooltip_text
 
 pytestmark = pytest.mark.asyncio
 
@@ -63,7 +63,7 @@ async def test_gpt_block_lens_hints_hover_actions_commands(start_server):
     assert hints, "no inlay hints after compiling"
     for h in hints:
         assert h.position.character == len(lines[h.position.line]), h
-        assert len(h.label) <= 30, h.label
+        assert len(h.label) <= HINT_MAX, h.label
     region_hints = [h for h in hints if not h.label.startswith("┆")]
     for h in region_hints:
         assert HINT_RE.match(h.label), h.label
@@ -147,7 +147,7 @@ async def test_every_example_compiles_on_open(start_server, examples):
         lines = path.read_text().splitlines()
         for h in hints:
             assert h.position.character == len(lines[h.position.line])
-            assert len(h.label) <= 30
+            assert len(h.label) <= HINT_MAX
         h = next(h for h in hints if not h.label.startswith("┆"))
         assert_line_hover(hover_text(await s.hover(uri, h.position.line)))
     # one worker did all of it

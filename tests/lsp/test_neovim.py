@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from lsp_helpers import EXAMPLES, REPO, server_env
-from lsp_helpers import HINT_RE, SUMMARY_RE, line_of
+from lsp_helpers import HINT_MAX, HINT_RE, SUMMARY_RE, line_of
 
 NVIM = shutil.which("nvim")
 
@@ -39,7 +39,7 @@ def test_headless_neovim_compiles_and_shows_hints(tmp_path):
     assert hints
     for h in hints:
         assert h["character"] == len(lines[h["line"]])
-        assert len(h["label"]) <= 30
+        assert len(h["label"]) <= HINT_MAX
     fc1 = line_of(EXAMPLES / "mlp.py", "x = self.fc1(x)")
     assert any(h["line"] == fc1 and HINT_RE.match(h["label"]) for h in hints), hints
     assert result["hover"]["line"] == fc1

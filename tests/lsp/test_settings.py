@@ -20,6 +20,7 @@ BAD = {  # setting -> values a hand-written client config might send, each refus
     "inlayHints": ["false", 1, None],
     "debounceMs": ["300", -1, 60_001, 1.5, False],
     "cacheFolder": [3, ["/tmp"], "a\0b"],
+    "targetGpu": ["TPU v5", "", None, 4090, ["H100"]],
 }
 
 
@@ -38,7 +39,7 @@ def test_a_bad_value_is_refused_with_a_warning_naming_it(name, value):
 @pytest.mark.parametrize("name,value", [
     ("allowExecution", False), ("compileTrigger", "manual"), ("executors", ["triton", "torch"]),
     ("executors", None), ("benchmarkRepeats", 5), ("device", "cuda:1"), ("timeoutSeconds", 2),
-    ("inlayHints", False), ("debounceMs", 0), ("cacheFolder", "/tmp/fl")])
+    ("inlayHints", False), ("debounceMs", 0), ("cacheFolder", "/tmp/fl"), ("targetGpu", "L4")])
 def test_a_good_value_is_taken(name, value):
     s = Settings()
     changed, warnings = s.update({"fusionlens": {name: value}})
@@ -97,3 +98,9 @@ async def test_configuration_true_does_not_override_initialization_false(start_s
     result = await s.compile(uri, None)
     assert result["ok"] is False and "disabled" in result["message"]
     assert (await s.command("fusionlens.debugInfo"))["workerPid"] is None
+
+
+def test_target_gpu_takes_any_spelling_of_a_table_key():
+    s = Settings()
+    assert s.update({"targetGpu": "rtx 4090"}) == (["targetGpu"], []) and s.targetGpu == "RTX 4090"
+    assert s.options_key()[-1] == "RTX 4090"  # another GPU is another compile result

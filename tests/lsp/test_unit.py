@@ -109,7 +109,7 @@ def test_settings_take_valid_values_and_refuse_the_rest():
                                                  "timeoutSeconds": "x", "unknown": 1}})
     assert sorted(changed) == ["allowExecution", "executors"] and len(warnings) == 3
     assert s.compileTrigger == "onOpen" and s.timeoutSeconds == 60.0
-    assert s.options_key() == (("triton", "torch"), 20, "auto")
+    assert s.options_key() == (("triton", "torch"), 20, "auto", "H100")
 
 
 def test_hover_shows_what_triton_would_fuse_on_a_cpu():

@@ -22,6 +22,7 @@ import { lineBlocks, formatLines } from './logic/format';
 import {
   CMD_CLEAR_CACHE,
   CMD_COMPILE,
+  CMD_EXPORT_REPRO,
   CMD_SHOW_KERNEL,
   CMD_SHOW_TRACE,
   CompileResult,
@@ -103,6 +104,7 @@ class FusionLens implements vscode.Disposable {
     reg('fusionlens.compileFile', () => this.compile(undefined, true));
     reg('fusionlens.openTrace', (row?: TargetRow | RegionRow) => this.showTrace(row));
     reg('fusionlens.openKernel', (row?: RegionRow) => this.showKernel(row));
+    reg('fusionlens.exportReproScript', (row?: RegionRow) => this.exportRepro(row));
     reg('fusionlens.resetCache', () => this.clearCache());
     reg('fusionlens.restartServer', () => this.restart('restart command'));
     reg('fusionlens.showLog', () => this.log.show());
@@ -741,6 +743,43 @@ class FusionLens implements vscode.Disposable {
     const c = await this.requireClient();
     const res = await this.executeServer(CMD_SHOW_KERNEL, [c.code2ProtocolConverter.asUri(uri), target, regionId]);
     await this.openReturned(res);
+  }
+
+  /** A standalone script of one fusion region or preview (the server's fusionlens.exportRepro). */
+  private async exportRepro(row?: RegionRow): Promise<void> {
+    const { uri, result, line } = await this.context_(row);
+    let target: string | undefined;
+    let regionId: string | undefined;
+    if (row && row.kind === 'region') {
+      target = row.target;
+      regionId = row.regionId; // a preview row's P<n>: the server picks Triton's first, as the view shows
+    } else {
+      const fused = (e: string) => e === 'triton' || e === 'nvfuser';
+      const all = result.targets.flatMap((t) => [
+        ...t.regions.filter((r) => fused(r.executor)).map((r) => ({ label: `${r.id} · ${r.executor}`, t: t.name, id: r.id, lines: r.lines })),
+        ...(t.previews ?? []).map((p) => ({ label: `${p.executor}:${p.id} · preview`, t: t.name, id: `${p.executor}:${p.id}`, lines: p.lines })),
+      ]);
+      if (!all.length) {
+        throw new Error('No fusion regions or previews in this file yet. Run "FusionLens: Compile and Benchmark Whole File" first.');
+      }
+      const here = line !== undefined ? all.filter((c) => c.lines.includes(line)) : [];
+      const pick = here.length === 1 ? here[0] : await vscode.window.showQuickPick(
+        (here.length ? here : all).map((c) => ({ ...c, description: `${c.t} · ${formatLines(c.lines)}` })),
+        { placeHolder: 'A repro script of which region?' },
+      );
+      if (!pick) {
+        return;
+      }
+      target = pick.t;
+      regionId = pick.id;
+    }
+    const c = await this.requireClient();
+    const res = await this.executeServer<{ uri?: string; path?: string; summary?: string } | null>(
+      CMD_EXPORT_REPRO, [c.code2ProtocolConverter.asUri(uri), target, regionId]);
+    await this.openReturned(res);
+    if (res && res.path) {
+      void vscode.window.showInformationMessage(`FusionLens: wrote ${res.path} (${res.summary ?? ''}); run it with python, attach it to a bug report.`);
+    }
   }
 
   private async clearCache(): Promise<void> {

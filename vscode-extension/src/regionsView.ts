@@ -41,7 +41,7 @@ export class RegionsView implements vscode.TreeDataProvider<Row>, vscode.Disposa
     item.description = row.description;
     item.tooltip = row.tooltip;
     item.iconPath = new vscode.ThemeIcon(row.icon);
-    item.contextValue = row.kind === 'target' ? 'fusionlens.target' : 'fusionlens.region';
+    item.contextValue = row.kind === 'target' ? 'fusionlens.target' : row.preview ? 'fusionlens.preview' : 'fusionlens.region';
     if (this.uri) {
       const lines = row.kind === 'target' ? [row.line] : row.lines;
       item.command = { command: 'fusionlens.revealRegion', title: 'Reveal', arguments: [this.uri.toString(), lines] };

@@ -68,6 +68,13 @@ def source_only(group: FusionGroup) -> str:
         return f"# Triton code generation failed for region {group.id}: {type(e).__name__}: {e}\n"
 
 
+def source_for(group: FusionGroup, shapes_strides: list) -> str:
+    """The module for inputs of these (shape, stride) pairs, in the group's input order;
+    runs nothing. Raises Decline as `generate` does (compiler/repro.py writes previews with it)."""
+    an = _Analysis(group)
+    return build_source(group, an, [_stride_key(sh, st) for sh, st in shapes_strides])[0]
+
+
 def generate(group: FusionGroup, device=None) -> Generated:
     try:
         an = _Analysis(group)

@@ -18,6 +18,31 @@ export interface RegionInfo {
   timeMs: number | null;
   eagerMs: number | null;
   boundary?: unknown;
+  /** The least time it can take on a GPU (docs/roofline.md); null when the report has none. */
+  roofline: RooflineInfo | null;
+  /** What can be won: measured time minus the roofline minimum; null for an estimate. */
+  headroomMs: number | null;
+}
+
+export interface RooflineInfo {
+  device: string;
+  minMs: number | null;
+  bound: string;
+  pctOfPeak: number | null;
+  /** True when the program did not run on that GPU (a CPU): every figure is "est.". */
+  estimate: boolean;
+  text: string;
+}
+
+/** A region a fusion executor that cannot run here would make (a CPU machine). */
+export interface PreviewInfo {
+  id: string;
+  executor: string;
+  ops: number;
+  lines: number[];
+  estMs: number | null;
+  device: string | null;
+  text: string;
 }
 
 export interface TargetInfo {
@@ -29,6 +54,7 @@ export interface TargetInfo {
   compiledMs: number | null;
   eagerMs: number | null;
   regions: RegionInfo[];
+  previews: PreviewInfo[];
 }
 
 export interface RegionsResult {
@@ -50,9 +76,39 @@ export const CMD_COMPILE = 'fusionlens.compile';
 export const CMD_SHOW_TRACE = 'fusionlens.showTrace';
 export const CMD_SHOW_KERNEL = 'fusionlens.showKernel';
 export const CMD_CLEAR_CACHE = 'fusionlens.clearCache';
+export const CMD_EXPORT_REPRO = 'fusionlens.exportRepro';
 
 function num(v: unknown): number | null {
   return typeof v === 'number' && Number.isFinite(v) ? v : null;
+}
+
+function str(v: unknown): string {
+  return typeof v === 'string' ? v : '';
+}
+
+function lineList(v: unknown): number[] {
+  return Array.isArray(v) ? v.filter((l): l is number => typeof l === 'number' && l >= 0) : [];
+}
+
+function roofline(v: unknown): RooflineInfo | null {
+  if (!v || typeof v !== 'object') {
+    return null;
+  }
+  const o = v as Record<string, unknown>;
+  return { device: str(o.device), minMs: num(o.minMs), bound: str(o.bound), pctOfPeak: num(o.pctOfPeak), estimate: o.estimate !== false, text: str(o.text) };
+}
+
+function preview(v: unknown): PreviewInfo {
+  const o = (v && typeof v === 'object' ? v : {}) as Record<string, unknown>;
+  return {
+    id: String(o.id ?? '?'),
+    executor: String(o.executor ?? '?'),
+    ops: num(o.ops) ?? 0,
+    lines: lineList(o.lines),
+    estMs: num(o.estMs),
+    device: typeof o.device === 'string' ? o.device : null,
+    text: str(o.text),
+  };
 }
 
 /** Accept what the server sends, tolerating missing or mistyped fields. */
@@ -79,12 +135,15 @@ export function normalizeRegions(raw: unknown, uri: string): RegionsResult {
             id: String(g.id ?? '?'),
             executor: String(g.executor ?? '?'),
             ops: Array.isArray(g.ops) ? g.ops.map((o) => (typeof o === 'string' ? o : JSON.stringify(o))) : [],
-            lines: Array.isArray(g.lines) ? g.lines.filter((l): l is number => typeof l === 'number' && l >= 0) : [],
+            lines: lineList(g.lines),
             timeMs: num(g.timeMs),
             eagerMs: num(g.eagerMs),
             boundary: g.boundary,
+            roofline: roofline(g.roofline),
+            headroomMs: num(g.headroomMs),
           };
         }),
+        previews: Array.isArray(t.previews) ? t.previews.map(preview) : [],
       };
     }),
   };

@@ -1,5 +1,5 @@
 // View model of the regions view, built from a `fusionlens/regions` result. No `vscode` import.
-import type { RegionInfo, RegionsResult, TargetInfo } from './protocol';
+import type { PreviewInfo, RegionInfo, RegionsResult, TargetInfo } from './protocol';
 import { formatLines, formatMs, formatSpeedup, timeBar, truncate } from './format';
 
 export type Icon = 'pass' | 'error' | 'loading~spin' | 'circle-outline' | 'shield' | 'zap' | 'flame' | 'circuit-board' | 'symbol-event';
@@ -14,6 +14,8 @@ export interface RegionRow {
   tooltip: string;
   icon: Icon;
   lines: number[];
+  /** A region an executor that cannot run here would make (no kernel to show, nothing timed). */
+  preview?: boolean;
 }
 
 export interface TargetRow {
@@ -76,11 +78,37 @@ function executorIcon(executor: string): Icon {
   }
 }
 
+/** "est. 4.1 µs on H100" (the program ran elsewhere), "45% of peak", or "" without a roofline. */
+export function rooflineText(r: RegionInfo): string {
+  const line = r.roofline;
+  if (!line || line.minMs === null) {
+    return '';
+  }
+  if (line.estimate) {
+    return `est. ${formatMs(line.minMs)} on ${line.device}`;
+  }
+  return line.pctOfPeak !== null ? `${line.pctOfPeak.toFixed(0)}% of peak` : `roofline ${formatMs(line.minMs)}`;
+}
+
+/**
+ * Regions by what can be won (measured time minus the roofline minimum), most first; where
+ * nothing was measured on that GPU (estimates), the largest roofline minimum first.
+ */
+export function byWhatCanBeWon(regions: RegionInfo[]): RegionInfo[] {
+  const key = (r: RegionInfo): [number, number] =>
+    r.headroomMs !== null ? [0, -r.headroomMs] : [1, -(r.roofline?.minMs ?? 0)];
+  return [...regions].sort((a, b) => {
+    const [ka, kb] = [key(a), key(b)];
+    return ka[0] - kb[0] || ka[1] - kb[1];
+  });
+}
+
 export function regionRow(target: string, r: RegionInfo): RegionRow {
+  const roof = rooflineText(r);
   const timing =
-    r.timeMs !== null
+    (r.timeMs !== null
       ? `${timeBar(r.timeMs, r.eagerMs, 8)} ${formatMs(r.timeMs)}${r.eagerMs !== null ? ` / ${formatMs(r.eagerMs)} eager` : ''}`
-      : 'not timed';
+      : 'not timed') + (roof ? ` · ${roof}` : '');
   const lines = formatLines(r.lines);
   const ratio = r.timeMs !== null && r.eagerMs !== null && r.timeMs > 0 ? formatSpeedup(r.eagerMs / r.timeMs) : '';
   const ops = r.ops.length ? r.ops.join(', ') : '(no ops)';
@@ -90,6 +118,8 @@ export function regionRow(target: string, r: RegionInfo): RegionRow {
     `Lines: ${lines || '(none in this file)'}`,
     `Time: ${formatMs(r.timeMs)} compiled, ${formatMs(r.eagerMs)} eager${ratio ? ` (${ratio})` : ''}`,
     `Ops (${r.ops.length}): ${truncate(ops, 400)}`,
+    r.roofline?.text ? `Roofline: ${r.roofline.text}` : '',
+    r.headroomMs !== null ? `Can be won: ${formatMs(r.headroomMs)} (measured minus the roofline minimum)` : '',
     boundary ? `Ends because: ${boundary}` : '',
   ]
     .filter((x) => x)
@@ -105,6 +135,31 @@ export function regionRow(target: string, r: RegionInfo): RegionRow {
     icon: executorIcon(r.executor),
     lines: r.lines,
   };
+}
+
+export function previewRow(target: string, p: PreviewInfo): RegionRow {
+  const lines = formatLines(p.lines);
+  const est = p.estMs !== null ? `est. ${formatMs(p.estMs)}${p.device ? ` on ${p.device}` : ''}` : '';
+  return {
+    kind: 'region',
+    key: `${target}/${p.executor}/${p.id}`,
+    target,
+    regionId: p.id,
+    label: `${p.id} · ${p.executor} (preview)${lines ? ` · ${lines}` : ''}`,
+    description: est,
+    tooltip: [`${p.id}: what ${p.executor} would fuse where it can run (${p.ops} ops)`, p.text ? `Roofline: ${p.text}` : '']
+      .filter((x) => x)
+      .join('\n'),
+    icon: executorIcon(p.executor),
+    lines: p.lines,
+    preview: true,
+  };
+}
+
+/** One executor's previews (Triton's where there are): another's repeat the same regions. */
+function shownPreviews(previews: PreviewInfo[]): PreviewInfo[] {
+  const executor = previews.some((p) => p.executor === 'triton') ? 'triton' : previews[0]?.executor;
+  return previews.filter((p) => p.executor === executor);
 }
 
 export function targetRow(t: TargetInfo): TargetRow {
@@ -140,7 +195,10 @@ export function targetRow(t: TargetInfo): TargetRow {
     tooltip: `${t.name} (line ${t.line + 1}): ${t.status}${t.message ? `\n${t.message}` : ''}`,
     icon: targetIcon(t.status),
     line: t.line,
-    children: t.regions.map((r) => regionRow(t.name, r)),
+    children: [
+      ...byWhatCanBeWon(t.regions).map((r) => regionRow(t.name, r)),
+      ...shownPreviews(t.previews ?? []).map((p) => previewRow(t.name, p)),
+    ],
   };
 }
 

@@ -13,7 +13,12 @@ export interface ServerSettings {
   inlayHints: boolean;
   debounceMs: number;
   cacheFolder: string | null;
+  targetGpu: TargetGpu;
 }
+
+/** The GPUs of the roofline table (compiler/roofline.py, docs/roofline.md). */
+export const TARGET_GPUS = ['A100 40GB', 'A100', 'H100 PCIe', 'H100', 'H200', 'L4', 'RTX 4090'] as const;
+export type TargetGpu = (typeof TARGET_GPUS)[number];
 
 export const DEFAULTS: ServerSettings = {
   allowExecution: true,
@@ -25,6 +30,7 @@ export const DEFAULTS: ServerSettings = {
   inlayHints: true,
   debounceMs: 300,
   cacheFolder: null,
+  targetGpu: 'H100',
 };
 
 /** The keys of the `fusionlens` section that go to the server. */
@@ -69,6 +75,7 @@ export function toServerSettings(get: (key: string) => unknown, trusted: boolean
     inlayHints: typeof hints === 'boolean' ? hints : DEFAULTS.inlayHints,
     debounceMs: typeof debounce === 'number' && Number.isFinite(debounce) && debounce >= 0 ? Math.round(debounce) : DEFAULTS.debounceMs,
     cacheFolder: typeof cacheFolder === 'string' && cacheFolder.trim() ? cacheFolder.trim() : null,
+    targetGpu: oneOf(get('targetGpu'), TARGET_GPUS, DEFAULTS.targetGpu),
   };
 }
 

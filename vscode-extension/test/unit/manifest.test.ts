@@ -55,7 +55,7 @@ test('every command the code registers is contributed, and every menu entry exis
     assert.ok(registered.includes(c as string), `${c} is contributed but not registered`);
   }
   // The server's own command ids must stay free: vscode-languageclient registers them.
-  for (const c of ['fusionlens.compile', 'fusionlens.showTrace', 'fusionlens.showKernel', 'fusionlens.clearCache']) {
+  for (const c of ['fusionlens.compile', 'fusionlens.showTrace', 'fusionlens.showKernel', 'fusionlens.clearCache', 'fusionlens.exportRepro']) {
     assert.ok(!contributed.has(c) && !registered.includes(c), `${c} belongs to the server`);
   }
   for (const entries of Object.values(pkg.contributes.menus) as Array<Array<{ command: string }>>) {

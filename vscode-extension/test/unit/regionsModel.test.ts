@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import * as assert from 'node:assert/strict';
-import { buildViewModel, regionsAtLine, targetAtLine } from '../../src/logic/regionsModel';
+import { buildViewModel, byWhatCanBeWon, regionsAtLine, targetAtLine } from '../../src/logic/regionsModel';
 import { formatLines, formatMs, formatSpeedup, lineBlocks, timeBar } from '../../src/logic/format';
 import { normalizeRegions } from '../../src/logic/protocol';
 
@@ -99,4 +99,39 @@ test('formatting', () => {
   assert.equal(timeBar(3, 2, 4), '███▸');
   assert.equal(timeBar(null, 2, 4), '░░░░');
   assert.equal(timeBar(0.001, 100, 4), '█░░░');
+});
+
+const roof = (minMs: number, estimate: boolean, pctOfPeak: number | null) => ({ device: 'H100', minMs, bound: 'memory', pctOfPeak, estimate, text: '' });
+
+test('regions sort by what can be won; estimates after, largest roofline first', () => {
+  const r = normalizeRegions(
+    {
+      targets: [
+        {
+          name: 't',
+          status: 'ok',
+          regions: [
+            { id: 'R0', executor: 'triton', ops: [], lines: [], timeMs: 0.01, eagerMs: 0.02, roofline: roof(0.009, false, 90), headroomMs: 0.001 },
+            { id: 'R1', executor: 'torch', ops: [], lines: [], timeMs: 0.5, eagerMs: 0.5, roofline: roof(0.1, false, 20), headroomMs: 0.4 },
+            { id: 'R2', executor: 'torch', ops: [], lines: [], timeMs: null, eagerMs: null, roofline: roof(0.002, true, null), headroomMs: null },
+            { id: 'R3', executor: 'torch', ops: [], lines: [], timeMs: null, eagerMs: null, roofline: roof(0.2, true, null), headroomMs: null },
+          ],
+          previews: [
+            { id: 'P0', executor: 'nvfuser', ops: 4, lines: [9], estMs: 0.003, device: 'H100', text: '' },
+            { id: 'P0', executor: 'triton', ops: 4, lines: [9], estMs: 0.003, device: 'H100', text: 'est. 3.0 µs on H100' },
+          ],
+        },
+      ],
+    },
+    'u',
+  );
+  assert.deepEqual(byWhatCanBeWon(r.targets[0].regions).map((x) => x.id), ['R1', 'R0', 'R3', 'R2']);
+  const rows = buildViewModel(r).rows[0].children;
+  assert.deepEqual(rows.map((x) => x.regionId), ['R1', 'R0', 'R3', 'R2', 'P0']);
+  assert.match(rows[0].description, /20% of peak$/);
+  assert.match(rows[0].tooltip, /Can be won: 0\.40 ms/);
+  assert.match(rows[2].description, /est\. 0\.20 ms on H100$/);
+  assert.equal(rows[4].label, 'P0 · triton (preview) · L10');
+  assert.equal(rows[4].description, 'est. 3.0 µs on H100');
+  assert.ok(rows[4].preview);
 });

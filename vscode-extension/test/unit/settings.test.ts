@@ -15,16 +15,17 @@ test('defaults match docs/lsp.md', () => {
     inlayHints: true,
     debounceMs: 300,
     cacheFolder: null,
+    targetGpu: 'H100',
   });
   assert.deepEqual(SERVER_KEYS.sort(), Object.keys(DEFAULTS).sort());
 });
 
 test('values are passed through', () => {
   const s = toServerSettings(
-    from({ allowExecution: false, compileTrigger: 'manual', executors: ['triton', 'torch'], benchmarkRepeats: 5, device: 'cuda', timeoutSeconds: 12.5, inlayHints: false, debounceMs: 0, cacheFolder: '/c', pythonPath: '/x' }),
+    from({ allowExecution: false, compileTrigger: 'manual', executors: ['triton', 'torch'], benchmarkRepeats: 5, device: 'cuda', timeoutSeconds: 12.5, inlayHints: false, debounceMs: 0, cacheFolder: '/c', targetGpu: 'L4', pythonPath: '/x' }),
     true,
   );
-  assert.deepEqual(s, { allowExecution: false, compileTrigger: 'manual', executors: ['triton', 'torch'], benchmarkRepeats: 5, device: 'cuda', timeoutSeconds: 12.5, inlayHints: false, debounceMs: 0, cacheFolder: '/c' });
+  assert.deepEqual(s, { allowExecution: false, compileTrigger: 'manual', executors: ['triton', 'torch'], benchmarkRepeats: 5, device: 'cuda', timeoutSeconds: 12.5, inlayHints: false, debounceMs: 0, cacheFolder: '/c', targetGpu: 'L4' });
   assert.ok(!('pythonPath' in s), 'pythonPath is the extension\'s, not the server\'s');
 });
 
@@ -41,6 +42,7 @@ test('bad values fall back to defaults', () => {
   assert.equal(s.device, 'auto');
   assert.equal(s.timeoutSeconds, 60);
   assert.equal(s.inlayHints, true);
+  assert.equal(toServerSettings(from({ targetGpu: 'TPU v5' }), true).targetGpu, 'H100');
   assert.equal(toServerSettings(from({ debounceMs: -5, cacheFolder: '  ' }), true).debounceMs, 300);
   assert.equal(toServerSettings(from({ cacheFolder: '  ' }), true).cacheFolder, null);
   assert.deepEqual(toServerSettings(from({ executors: [' triton ', 3, ''] }), true).executors, ['triton']);

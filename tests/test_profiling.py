@@ -1,0 +1,58 @@
+"""FUSIONLENS_PROFILE=1: each region runs in a profiler range named after it and its first
+user line (compiler/profiling.py); without it the program has no range in it at all."""
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from compiler import pipeline, profiling
+from compiler.ir import PROFILE_RANGE
+from compiler.targets import load_module
+
+MODEL = '''\
+import torch
+
+
+def f(x, w):
+    y = torch.relu(x) * 2
+    return torch.matmul(y, w)
+'''
+
+
+def _compiled(tmp_path, executors=None):
+    path = tmp_path / "tiny_model.py"
+    path.write_text(MODEL)
+    f = load_module(str(path)).f
+    return pipeline.compile_program(f, (torch.randn(8, 16), torch.randn(16, 4)), {}, executors)
+
+
+def test_regions_show_in_torch_profiler_with_their_user_lines(tmp_path, monkeypatch):
+    monkeypatch.setenv("FUSIONLENS_PROFILE", "1")
+    c = _compiled(tmp_path)
+    names = set(c.plan.trace.ranges.values())
+    assert len(names) == len(c.plan.regions) and "R0 tiny_model.py:5" in names, names
+    matmul = next(r.id for r in c.plan.regions if any(b.sym.name == "torch.matmul" for b in r.bsyms))
+    assert f"with {PROFILE_RANGE}('{matmul} tiny_model.py:6'):" in c.plan.trace.python()
+    x, w = torch.randn(8, 16), torch.randn(16, 4)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        out = c.fn(x, w)
+    recorded = {e.key for e in prof.key_averages()}
+    assert names <= recorded, names - recorded
+    torch.testing.assert_close(out, torch.matmul(torch.relu(x) * 2, w))
+
+
+def test_without_the_flag_the_program_has_no_range(tmp_path, monkeypatch):
+    monkeypatch.delenv("FUSIONLENS_PROFILE", raising=False)
+    c = _compiled(tmp_path)
+    assert c.plan.trace.ranges == {} and PROFILE_RANGE not in c.plan.trace.python()
+    assert PROFILE_RANGE not in c.plan.trace.extra_globals
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        c.fn(torch.randn(8, 16), torch.randn(16, 4))
+    assert not any(e.key.startswith("R0 ") for e in prof.key_averages())
+
+
+def test_nvtx_only_where_cuda_is(monkeypatch):
+    assert profiling.range_for("cuda").nvtx and not profiling.range_for("cpu").nvtx
+    monkeypatch.setenv("FUSIONLENS_PROFILE", "0")
+    assert not profiling.enabled()
+    monkeypatch.setenv("FUSIONLENS_PROFILE", "1")
+    assert profiling.enabled()

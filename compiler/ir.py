@@ -164,6 +164,9 @@ class Trace:
     # (input Value, Value) for each input the call updates in place: the program copies the
     # second into the first at its end, so the caller sees the update as in eager
     writeback: list = field(default_factory=list)
+    # index of a bound symbol -> the profiler range it runs in (compiler/profiling.py; the
+    # execution trace under FUSIONLENS_PROFILE=1); the program calls PROFILE_RANGE(name)
+    ranges: dict = field(default_factory=dict)
 
     def with_(self, stage: str, bound_symbols: list, output=None, rename: Optional[dict] = None) -> "Trace":
         """A trace of the same program with other ops; `rename` (name -> Value) renames what
@@ -335,6 +338,7 @@ def infer_device(args, kwargs) -> torch.device:
 
 # --- the program's result -----------------------------------------------------------------
 
+PROFILE_RANGE = "fusionlens_range"  # the global a profiled program enters around each region
 OUTPUT_BUILDER = "fusionlens_output"  # the global a printed program calls to build its result
 _LITERALS = (bool, int, float, str, type(None), torch.dtype, torch.device, torch.memory_format, slice,
              type(Ellipsis))
@@ -491,8 +495,13 @@ class TracePrinter:
         out.append(f"def {t.name}({', '.join(v.name for v in t.inputs)}):")
         for v in t.inputs:
             out.append(f"  # {v.name}: {v.type_str()}" + (f"  ({v.role})" if v.role and v.role != "input" else ""))
-        for bsym in t.bound_symbols:
-            self.emit(bsym, "  ")
+        for i, bsym in enumerate(t.bound_symbols):
+            if i in t.ranges:
+                self.last_loc = None  # the source comment goes inside the block, with its op
+                out.append(f"  with {PROFILE_RANGE}({t.ranges[i]!r}):")
+                self.emit(bsym, "    ")
+            else:
+                self.emit(bsym, "  ")
         written = {}
         for dst, src in t.writeback:
             out.append(f"  {dst.name}.copy_({src.name})  # {dst.name} was updated in place: written back")

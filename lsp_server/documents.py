@@ -49,6 +49,7 @@ class View:
     region_lines: dict  # (result seq, region id) -> [line]
     diags: list  # [(line, DiagNote)]
     hint_lines: list  # sorted lines that carry hints
+    backward: dict = dataclasses.field(default_factory=dict)  # line -> BackwardNote (training compiles)
     hints: Optional[list] = None  # [(line, InlayHint)], built on the first inlay request
 
 
@@ -122,6 +123,7 @@ class DocumentsMixin:
         boundaries: dict = {}
         region_lines: dict = {}
         diags: list = []
+        backward: dict = {}
         maps: dict = {}
         for res in self.results_for(state):
             snap = res.snapshots.get(state.path)
@@ -141,11 +143,15 @@ class DocumentsMixin:
                     boundaries.setdefault(new, []).extend(items)
             for rid, olds in ann.region_lines.items():
                 region_lines[(res.seq, rid)] = [n for n in (lm(o) for o in olds) if n is not None]
+            for old, note in ann.backward.items():
+                new = lm(old)
+                if new is not None:
+                    backward.setdefault(new, note)
             for d in ann.diags:
                 new = lm(d.line)
                 if new is not None:
                     diags.append((new, d))
-        view = View(lines, boundaries, region_lines, diags, sorted(set(lines) | set(boundaries)))
+        view = View(lines, boundaries, region_lines, diags, sorted(set(lines) | set(boundaries)), backward)
         state.view, state.view_key = view, key
         return view
 

@@ -10,10 +10,11 @@ from lsprotocol import types as T
 from pygls.uris import from_fs_path
 
 from lsp_server.commands import CMD_COMPILE, CMD_EXPORT_REPRO, CMD_SHOW_KERNEL, CMD_SHOW_TRACE
+from lsp_server import backward_views
 from lsp_server.documents import View
 from lsp_server.server import FusionLensServer
-from lsp_server.views import (boundary_label, hint_label, hover_markdown, lens_title, preview_region, region_tooltip,
-                              target_hover)
+from lsp_server.views import (boundary_label, hint_label, hover_markdown, lens_title, preview_region,
+                              region_tooltip, shorten, target_hover)
 
 
 # --- lifecycle ----------------------------------------------------------------------------
@@ -122,6 +123,7 @@ def hover(ls: FusionLensServer, params: T.HoverParams):
     bounds = view.boundaries.get(line, [])
     if notes or bounds:
         value = hover_markdown(notes, bounds, lambda res, rid: view.region_lines.get((res.seq, rid), []), line)
+        value = "\n\n".join([value, *backward_views.hover_section(view.backward.get(line))])
     else:
         target = next((t for t in state.targets if t.decorator_line - 1 <= line <= t.line - 1), None)
         if target is None:
@@ -161,6 +163,12 @@ def build_hints(view: View, text_doc, stale: bool = False) -> list:
                 region_tooltip(n, view.region_lines.get((n.result.seq, n.region.id), [])) for n in notes)
             label = hint_label(shown, "stale · " if stale else "")
             out.append((line, T.InlayHint(position=pos, label=label, padding_left=True,
+                                          tooltip=T.MarkupContent(kind=T.MarkupKind.Markdown, value=tip))))
+        back = view.backward.get(line)
+        if back is not None and (back.regions or back.saved):  # beside the forward hint
+            tip = "\n\n".join(backward_views.hover_section(back))
+            out.append((line, T.InlayHint(position=pos, label=shorten(backward_views.hint_label(back)),
+                                          padding_left=True,
                                           tooltip=T.MarkupContent(kind=T.MarkupKind.Markdown, value=tip))))
         bounds = view.boundaries.get(line)
         if bounds:

@@ -10,6 +10,7 @@ from typing import Optional
 
 from compiler import roofline
 from compiler.report import CompileReport, format_ms
+from lsp_server import backward_views
 
 HINT_MAX = 40  # "P1 · triton (preview) · est 3.2 µs" fits
 HOVER_CODE_LINES = 60
@@ -100,6 +101,7 @@ class FileAnnotations:
     boundaries: dict  # old 0-based line -> [(region, boundary)]
     region_lines: dict  # region id -> sorted old 0-based lines in this file
     diags: list  # [DiagNote]
+    backward: dict = dataclasses.field(default_factory=dict)  # old 0-based line -> BackwardNote
 
 
 def _same(path_a: Optional[str], path_b: str) -> bool:
@@ -185,7 +187,7 @@ def build_annotations(result: Result, path: str) -> FileAnnotations:
                 related = [(at_file, at_line - 1, at_msg)]
             diags.append(DiagNote(tl, "error", f"compiling {result.target} failed{where}: {msg}",
                                   code=code, related=related))
-    return FileAnnotations(lines, boundaries, region_lines, diags)
+    return FileAnnotations(lines, boundaries, region_lines, diags, backward_views.annotate(report, path, _same))
 
 
 def load_report(data: dict) -> CompileReport:
@@ -490,7 +492,8 @@ def report_summary(report: CompileReport) -> str:
     worst = furthest_from_roofline(report)
     if worst is not None:
         parts.append(f"{worst.id} at {worst.roofline.pct_of_peak:.0f}% of peak")
-    return " · ".join(parts)
+    step = backward_views.step_summary(report)
+    return " · ".join(parts if step is None else [step, *parts])
 
 
 def nothing_compiled(report: CompileReport) -> Optional[str]:
@@ -535,6 +538,7 @@ def target_hover(name: str, status: str, message: str, result: Optional[Result])
             out.append("\n".join(f"- `{r.id}` {r.executor}: {len(r.ops)} ops, {timing_text(r)}"
                                  + (f" · {roofline_text(r)}" if r.roofline is not None else "")
                                  for r in rep.regions))
+        out += backward_views.target_lines(rep)
         if rep.fallbacks:
             out.append(f"{len(rep.fallbacks)} op(s) fell back to eager PyTorch")
     elif result is not None:

@@ -209,7 +209,7 @@ def _permute(b, cots):
 
 @rule(P.slice)
 def _slice(b, cots):
-    a, starts, ends = b.args[0], b.args[1], b.args[2]
+    a, starts = b.args[0], b.args[1]
     strides = b.args[3] if len(b.args) > 3 and b.args[3] else [1] * a.ndim
     g = cots[0]
     config = []

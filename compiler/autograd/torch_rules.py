@@ -1,5 +1,7 @@
 """Backward rules of torch-level symbols that keep their own (library calls, and softmax
-whose rule saves its output only), and the generic rule of every other op that runs whole.
+whose rule saves its output only), the ones whose decomposition would differentiate to another
+subgradient than eager's (max/min along a dim, hardtanh, relu6, hardsigmoid, hardswish at their
+kinks; vector_norm at 0), and the generic rule of every other op that runs whole.
 
 A rule takes the forward op and its outputs' cotangents and returns (input Value, cotangent)
 pairs. Rules call torch-level symbols (matmul, softmax) and prims; both are recorded into the
@@ -267,6 +269,28 @@ def _max_min(b, cots, input, dim, keepdim):
     return _pairs((input, P.where(hit, P.broadcast_in_dim(g, input.shape, kept), 0.0)))
 
 
+def _vector_norm_signature(x, ord=2, dim=None, keepdim=False, *, dtype=None, out=None): ...
+
+
+@rule("torch.linalg.vector_norm", signature=_vector_norm_signature)
+def _vector_norm(b, cots, x, ord, dim, keepdim, dtype, out):
+    """x / |x| * g, and 0 where |x| is 0 (as torch: through sqrt it would be 0 / 0, so
+    F.normalize of a zero row, whose clamp_min sends no gradient, would make nan)."""
+    if ord != 2 or out is not None or not _value(x) or not x.dtype.is_floating_point:
+        raise NoRule("a norm other than the 2-norm")
+    dims = range(x.ndim) if dim is None else (dim,) if isinstance(dim, int) else dim
+    dims = {d % max(x.ndim, 1) for d in dims}
+    kept = tuple(d for d in range(x.ndim) if d not in dims)
+    reduced = tuple(x.shape[d] for d in kept)
+    y, g = b.output, cots[0]
+    if keepdim and tuple(y.shape) != reduced:
+        y, g = P.reshape(y, reduced), P.reshape(g, reduced)
+    compute = _compute_dtype(x.dtype)
+    y, g = _cast(y, compute), _cast(g, compute)
+    scale = P.where(P.eq(y, 0.0), 0.0, P.div(g, y))
+    return _pairs((x, _cast(P.mul(_cast(x, compute), P.broadcast_in_dim(scale, x.shape, kept)), x.dtype)))
+
+
 def _hardtanh_signature(input, min_val=-1.0, max_val=1.0, inplace=False): ...
 
 
@@ -297,11 +321,11 @@ def _hardsigmoid(b, cots, input, inplace):
 
 @rule("torch.nn.functional.hardswish", signature=_activation_signature)
 def _hardswish(b, cots, input, inplace):
-    """As torch's kernel: 0 below -3, g * (x / 3 + 1/2) up to 3 inclusive, g above."""
+    """As torch's kernel: 0 up to -3 inclusive, g * (x / 3 + 1/2) inside, g from 3 on."""
     compute = _compute_dtype(input.dtype)
     x, g = _cast(input, compute), _cast(cots[0], compute)
     middle = P.mul(g, P.add(P.div(x, 3.0), 0.5))
-    out = P.where(P.lt(x, -3.0), 0.0, P.where(P.le(x, 3.0), middle, g))
+    out = P.where(P.le(x, -3.0), 0.0, P.where(P.lt(x, 3.0), middle, g))
     return _pairs((input, _cast(out, input.dtype)))
 
 

@@ -121,6 +121,8 @@ class Tracer:
         self.updated_at: dict = {}  # id(tensor) -> where it was first updated in place
         self.stop = None  # the code object of `trace`: frames beyond it are not the traced call's
         self.call: Optional[provenance.Provenance] = None  # the user's call of what is traced
+        self.frozen: set = set()  # names of op outputs eager's autograd does not track (Trace.frozen)
+        self.grad = torch.is_grad_enabled()  # the caller's grad mode, which the call is traced in
 
     def where(self) -> Optional[provenance.Provenance]:
         """The provenance of the op being recorded now."""
@@ -194,6 +196,10 @@ class Tracer:
             sym = self.tensors_only(sym)
             spec = None if len(outs) == 1 else pytree.tree_flatten(tuple(outs))[1]
             single = len(outs) == 1
+        if self.grad and any(isinstance(a, torch.Tensor) and a.requires_grad for a in pytree.tree_leaves((args, kwargs))):
+            # where eager's autograd stops though an input requires grad (detach, no_grad blocks)
+            self.frozen.update(v.name for v, t in zip(outs, (t for t in flat if isinstance(t, torch.Tensor)))
+                               if not t.requires_grad and _differentiable(t))
         self.bound_symbols.append(BoundSymbol(sym, vargs, vkwargs, outs, None if single else spec, where,
                                               note=note))
 
@@ -422,7 +428,9 @@ def _trace(tracer: Tracer, fn, args, kwargs, originals: dict) -> TraceResult:
     state = list(module.parameters()) + list(module.buffers()) if isinstance(module, torch.nn.Module) else []
     versions = {id(t): t._version for t in tracer.alive + state}
     try:
-        with torch.no_grad(), _Recorder(tracer):
+        # in the caller's grad mode, as eager runs it: user code that asks torch.is_grad_enabled()
+        # or x.requires_grad sees what eager sees, and what autograd would not track is known
+        with _Recorder(tracer):
             out = fn(*args, **kwargs)
     except TraceError:
         raise
@@ -452,7 +460,7 @@ def _trace(tracer: Tracer, fn, args, kwargs, originals: dict) -> TraceResult:
             signature.append(describe_input(v.name, tracer.constants[v.name]))
     writeback, mutated = _mutations(tracer, versions, originals)
     t = Trace(tracer.name, tracer.inputs, tracer.bound_symbols, output, "acquired", signature,
-              tracer.extra_globals, writeback)
+              tracer.extra_globals, writeback, frozen=frozenset(tracer.frozen))
     eager_only = tracer.eager_only or (
         "the result holds tensors FusionLens cannot take apart" if hidden else None)
     constants = {k: originals.get(id(x), x) for k, x in tracer.constants.items()}  # the module's own buffers
@@ -489,6 +497,10 @@ def _mutations(tracer: Tracer, versions: dict, originals: dict) -> tuple:
         tracer.notes.append(Note("information", f"{v.name} is updated in place: the compiled program writes "
                                  f"{final.name} back into it, as eager does", where[v.name]))
     return writeback, mutated
+
+
+def _differentiable(t: torch.Tensor) -> bool:
+    return t.dtype.is_floating_point or t.dtype.is_complex
 
 
 def _clone(x: torch.Tensor) -> torch.Tensor:

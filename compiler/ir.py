@@ -167,6 +167,9 @@ class Trace:
     # index of a bound symbol -> the profiler range it runs in (compiler/profiling.py; the
     # execution trace under FUSIONLENS_PROFILE=1); the program calls PROFILE_RANGE(name)
     ranges: dict = field(default_factory=dict)
+    # names of values whose eager tensor did not require grad though grad was enabled (after
+    # detach(), inside `with torch.no_grad()`): the autograd transform stops there, as eager
+    frozen: frozenset = frozenset()
 
     def with_(self, stage: str, bound_symbols: list, output=None, rename: Optional[dict] = None) -> "Trace":
         """A trace of the same program with other ops; `rename` (name -> Value) renames what
@@ -177,7 +180,7 @@ class Trace:
             output = pytree.tree_map(lambda x: rename.get(x.name, x) if isinstance(x, Value) else x, output)
             writeback = [(dst, rename.get(src.name, src)) for dst, src in writeback]
         return Trace(self.name, self.inputs, bound_symbols, output, stage, self.signature,
-                     dict(self.extra_globals), writeback)
+                     dict(self.extra_globals), writeback, frozen=self.frozen)
 
     def results(self) -> list:
         """Every Value the program hands out: its result's and those it writes back."""

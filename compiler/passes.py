@@ -63,6 +63,9 @@ def decompose(trace: Trace) -> Trace:
             continue
         produced = {v.name for s in ctx.bound_symbols for v in s.outputs}
         if all(v.name not in produced for v in flat):  # pure alias
+            if any(o.name in trace.frozen and n.name not in trace.frozen for n, o in zip(flat, b.outputs)):
+                out.append(b)  # detach(): the alias where eager's gradient stops is kept, whole
+                continue
             alias.update({o.name: n for n, o in zip(flat, b.outputs)})
             continue
         if any(v.name not in produced for v in flat):  # partly aliasing: keep the op whole

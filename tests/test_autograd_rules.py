@@ -718,17 +718,15 @@ def test_backward_regions_fuse_with_triton(case, monkeypatch):
 
 # --- what stops a gradient in eager must stop it in the program ------------------------------
 
-@pytest.mark.xfail(strict=True, reason="detach (and .data) is traced as an alias of its input, so the "
-                   "transform differentiates through it")
 def test_detach_stops_the_gradient():
-    check(Case("detach", lambda x, w: F.linear(x, w.detach()) * w.sum(), lambda: (r(3, 4), r(5, 4)), (LINEAR,)))
+    # no gradcheck: finite differences see through detach(); eager's gradients are the reference
+    check(Case("detach", lambda x, w: F.linear(x, w.detach()) * w.sum(), lambda: (r(3, 4), r(5, 4)), (LINEAR,),
+               gradcheck=False))
 
 
-@pytest.mark.xfail(strict=True, reason="ops under torch.no_grad() inside the call are recorded like any "
-                   "other, so the transform differentiates through them")
 def test_no_grad_block_stops_the_gradient():
     def f(x):
         with torch.no_grad():
             y = x * 2
         return x * y
-    check(Case("no_grad", f, lambda: (r(3, 4),)))
+    check(Case("no_grad", f, lambda: (r(3, 4),), gradcheck=False))

@@ -389,7 +389,8 @@ class Generic:
         leaves, self.spec = pytree.tree_flatten((b.args, b.kwargs))
         self.leaves = leaves
         self.slots = [i for i, x in enumerate(leaves) if isinstance(x, Value)]
-        self.diff = [i for i in self.slots if leaves[i].name in needs and leaves[i].dtype.is_floating_point]
+        self.diff = [i for i in self.slots if leaves[i].name in needs
+                     and (leaves[i].dtype.is_floating_point or leaves[i].dtype.is_complex)]
         self.float_outputs = [i for i, o in enumerate(b.outputs) if o.dtype.is_floating_point or o.dtype.is_complex]
         self.impl = b.sym.impl
         Generic.count += 1

@@ -56,8 +56,9 @@ def _has_rule(b) -> bool:
         b.sym.name in composite_rules.RULES and not (b.subsymbols and b.sym.name in composite_rules.WHOLE_ONLY))
 
 
-def _expand(bsyms, needs: set, out: list) -> None:
-    """The forward ops: ops that get a gradient and have no rule become their decomposition."""
+def _expand(bsyms, needs: set, out: list, frozen: frozenset) -> None:
+    """The forward ops: ops that get a gradient and have no rule become their decomposition.
+    A value in `frozen` (eager's autograd did not track it) gets no gradient."""
     for b in bsyms:
         if not any(v.name in needs for v in b.inputs()):
             out.append(b)
@@ -66,17 +67,20 @@ def _expand(bsyms, needs: set, out: list) -> None:
             out.append(b)
             continue
         if not _has_rule(b) and b.subsymbols:
-            _expand(b.subsymbols, needs, out)
+            _expand(b.subsymbols, needs, out, frozen)
             continue
         if not _has_rule(b) and ("random" in b.sym.tags or "random" in b.note):
             raise Unsupported(f"{b.sym.name} is random and has no backward rule: its draws cannot be replayed "
                               "in the backward", b.provenance)
         out.append(b)
-        needs.update(o.name for o in b.outputs if _differentiable(o))
+        needs.update(o.name for o in b.outputs if _differentiable(o) and o.name not in frozen)
 
 
 def _vjp(b, cots: list, needs: set) -> list:
     """(input Value, cotangent) pairs of forward op `b`."""
+    if any(v.dtype.is_complex for v in b.inputs() + list(b.outputs)):
+        # complex values: torch's own conjugate-Wirtinger convention, op by op, as eager
+        return torch_rules.Generic(b, needs).apply(b, cots)
     rule = prim_rules.RULES.get(b.sym)
     if rule is not None:
         pairs = []
@@ -103,7 +107,7 @@ def differentiate(trace: Trace, requires_grad: list) -> Differentiated:
             raise Unsupported(f"{dst.name} requires grad and is updated in place")
     needs = {v.name for v, r in zip(trace.inputs, requires_grad) if r and _differentiable(v)}
     forward: list = []
-    _expand(trace.bound_symbols, needs, forward)
+    _expand(trace.bound_symbols, needs, forward, trace.frozen)
 
     taken = {v.name for v in trace.inputs}
     names = NameGen("t", passes.max_index(trace) + 1, taken)

@@ -9,8 +9,8 @@
 - its split: a forward trace returning the results and what the backward saves, and a
   backward trace from the saved values and the results' cotangents to the inputs' gradients.
 
-Rules: prim_rules for prims, torch_rules for library calls (and softmax); an op with neither
-and no decomposition gets the generic rule (its torch call differentiated by torch.autograd
+Rules: prim_rules for prims, torch_rules for library calls (and softmax), composite_rules for
+activations and norms; an op with none and no decomposition gets the generic rule (its torch call differentiated by torch.autograd
 in the backward). A random op with no rule cannot be replayed, and an input that requires
 grad and is updated in place is not functionalised: both raise Unsupported (jit then runs
 the signature eagerly and the report says why at the op's line).
@@ -113,8 +113,8 @@ def differentiate(trace: Trace, requires_grad: list) -> Differentiated:
     names = NameGen("t", passes.max_index(trace) + 1, taken)
     results = values_in(trace.output)
     differentiable = [v.name in needs for v in results]
-    cotangents = [Value(f"g{i}", v.shape, v.dtype, v.device, "input") for i, v in enumerate(results)
-                  if v.name in needs]
+    cot_gen = NameGen("g", 0, taken)  # g0, g1, ... unless an input is named so
+    cotangents = [Value(cot_gen.next(), v.shape, v.dtype, v.device, "input") for v in results if v.name in needs]
     grads: dict = {}
     backward: list = []
 

@@ -10,6 +10,9 @@ a compile uses.
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import os
+import sys
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -38,10 +41,32 @@ def get(name: str):
     return importlib.import_module(_MODULES[name]).EXECUTOR
 
 
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None  # finds, does not import
+    except (ImportError, ValueError):
+        return False
+
+
+def _surely_unusable(name: str, device: torch.device) -> bool:
+    """True where a built-in fusion executor cannot run on `device`, answered without importing
+    its package (on a CPU, importing both was a third of a first compile): the first tests
+    its own available() makes. Anything else is the executor's to answer."""
+    if name in _PLUGINS or _MODULES[name] in sys.modules:
+        return False  # loaded already: asking it costs nothing (and a test may have changed it)
+    if name == "triton":  # off CUDA only Triton's interpreter runs (triton/support.available)
+        if device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+            return True
+        return not _installed("triton")
+    if name == "nvfuser":  # the installed nvFuser, on CUDA only (nvfuser/backend.current_backend)
+        return device.type != "cuda" or not (_installed("nvfuser_direct") or _installed("nvfuser"))
+    return False
+
+
 def default_executors(device: torch.device) -> list:
     """Every executor usable on this device, in priority order (torch last, always)."""
-    names = [n for n in KNOWN if n == "torch" or get(n).available(device)[0]]
-    return names
+    return [n for n in KNOWN
+            if n == "torch" or (not _surely_unusable(n, device) and get(n).available(device)[0])]
 
 
 def resolve(names: Optional[list], device: torch.device) -> list:

@@ -138,7 +138,7 @@ sample("torch.nn.functional.dropout", "dropout_eval", lambda a: F.dropout(a, 0.5
 sample("torch.nn.functional.dropout", "dropout_p0", lambda a: torch.dropout(a, 0.0, True) * 2, t(3, 4))
 sample("torch.nn.functional.dropout", "dropout_module_eval", lambda a: torch.nn.Dropout(0.1).eval()(a) + 1, t(3, 4))
 sample("torch.nn.functional.dropout", "dropout_train", lambda a: F.dropout(a, 0.5, training=True), t(3, 4),
-       decomposes=False, why_not="training mode is random", random=True)
+       random=True)  # bernoulli.p (eager's draw) and a multiply
 sample("torch.nn.functional.hardsigmoid", "hardsigmoid", lambda a: F.hardsigmoid(a) + torch.nn.Hardsigmoid()(a),
        t(3, 4, low=-5, high=5))
 sample("torch.nn.functional.hardswish", "hardswish", lambda a: F.hardswish(a) + torch.nn.Hardswish()(a),

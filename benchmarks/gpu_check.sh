@@ -6,8 +6,11 @@
 #      its tables are appended to benchmarks/RESULTS.md (and kept under $OUT when that is set);
 #   3. benchmarks/roofline_check.py: achieved % of peak per region of every example (its
 #      roofline on this GPU against its measured median, docs/roofline.md), and whether each
-#      region's profiler range (FUSIONLENS_PROFILE=1: "R3 gpt_block.py:77") is in torch.profiler.
-# Each step has its own time limit so the whole run stays under ~6 minutes; a failing step
+#      region's profiler range (FUSIONLENS_PROFILE=1: "R3 gpt_block.py:77") is in torch.profiler;
+#   4. optional, only with TRAIN_BENCH=1: benchmarks/bench_train.py --device cuda, training steps
+#      (forward, backward, AdamW) of eager, compiler.jit, torch.compile and thunder.jit (where it
+#      imports); kept under $OUT as bench_train.txt and bench_train.json, appended nowhere.
+# Each step has its own time limit so the whole run stays under ~6 minutes (~10 with step 4); a failing step
 # is reported and the next one still runs. Exit status: 0 only when every step passed.
 #
 #   bash benchmarks/gpu_check.sh            # from the repository root or anywhere
@@ -55,5 +58,15 @@ echo "== 3. % of peak per region, profiler ranges (benchmarks/roofline_check.py)
 timeout 150 python benchmarks/roofline_check.py --repeats 20 2>&1 | tee "$OUT_DIR/roofline_check.txt" | tail -n 150
 rc=${PIPESTATUS[0]}
 if [ "$rc" -ne 0 ]; then echo "!! roofline check failed or timed out (exit $rc)"; status=1; fi
+
+echo "== 4. training steps (benchmarks/bench_train.py; optional)"
+if [ "${TRAIN_BENCH:-0}" = 1 ]; then
+    timeout 270 python benchmarks/bench_train.py --device cuda --steps 20 --warmup 3 \
+        --json "$OUT_DIR/bench_train.json" 2>&1 | tee "$OUT_DIR/bench_train.txt" | tail -n 30
+    rc=${PIPESTATUS[0]}
+    if [ "$rc" -ne 0 ]; then echo "!! training benchmark failed or timed out (exit $rc)"; status=1; fi
+else
+    echo "   skipped (TRAIN_BENCH=1 runs it: a few minutes, most of them torch.compile's cold compiles)"
+fi
 echo "== done in $(( $(date +%s) - start )) s, status $status"
 exit $status

@@ -112,7 +112,7 @@ def check_program(c, inputs: list, target) -> list:
 
 def grad_mismatch(actual, expected, through=()) -> Optional[str]:
     """None when gradient `actual` matches eager's `expected`. Gradients are sums over many
-    terms, so the tolerance is the dtype's, relative to the gradient's largest element; the
+    terms, so the tolerance is ten times the dtype's, relative to the gradient's largest element; the
     loosest of `through`'s dtypes when lower precision values carried it (an fp16 model's
     float32 master gradient)."""
     if expected is None or actual is None:
@@ -121,7 +121,10 @@ def grad_mismatch(actual, expected, through=()) -> Optional[str]:
     if actual.shape != expected.shape or actual.dtype != expected.dtype:
         return f"got {actual.dtype}{list(actual.shape)}, eager gives {expected.dtype}{list(expected.shape)}"
     actual, expected = actual.detach(), expected.detach()
-    rtol, atol = max(tolerance(d) for d in {expected.dtype, *through})
+    # ten times the forward's tolerance: a gradient sums over a whole backward (a BatchNorm
+    # CNN's input gradient differs from eager's by ~1e-4 of its scale from rounding alone);
+    # a wrong rule is off by far more
+    rtol, atol = (10 * t for t in max(tolerance(d) for d in {expected.dtype, *through}))
     scale = max(1.0, float(expected.abs().max())) if expected.numel() else 1.0
     close = torch.isclose(actual, expected, rtol=rtol, atol=atol * scale, equal_nan=True)
     if bool(close.all()):

@@ -23,7 +23,7 @@ from typing import Optional
 
 from compiler import passes
 from compiler.autograd import composite_rules, prim_rules, remat, torch_rules
-from compiler.ir import NameGen, Trace, TraceContext, Value, external_inputs, tracing, values_in
+from compiler.ir import BoundSymbol, NameGen, Trace, TraceContext, Value, external_inputs, tracing, values_in
 from compiler.ops import prims as P
 from compiler.provenance import Provenance
 
@@ -72,8 +72,22 @@ def _expand(bsyms, needs: set, out: list, frozen: frozenset) -> None:
         if not _has_rule(b) and ("random" in b.sym.tags or "random" in b.note):
             raise Unsupported(f"{b.sym.name} is random and has no backward rule: its draws cannot be replayed "
                               "in the backward", b.provenance)
-        out.append(b)
+        out.append(_out_of_place(b))
         needs.update(o.name for o in b.outputs if _differentiable(o) and o.name not in frozen)
+
+
+def _out_of_place(b):
+    """`b` with `inplace=True` turned off (F.silu(x, inplace=True), nn.Hardswish(inplace=True)):
+    in SSA its input is still its own value, which the backward may read; in place, the call
+    would overwrite it."""
+    try:
+        bound = b.sym.decomposition_signature.bind(*b.args, **b.kwargs) if b.sym.decomposition else None
+    except TypeError:
+        return b
+    if bound is None or bound.arguments.get("inplace") is not True:
+        return b
+    bound.arguments["inplace"] = False
+    return BoundSymbol(b.sym, bound.args, bound.kwargs, b.outputs, b.out_spec, b.provenance, b.subsymbols, b.note)
 
 
 def _vjp(b, cots: list, needs: set) -> list:

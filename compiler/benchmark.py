@@ -10,7 +10,7 @@ import torch
 
 from compiler import checking, lowering, passes, timing
 from compiler.ir import external_inputs, ops_callable
-from compiler.report import Diagnostic, ProgramTimings, RegionTiming, TrainingTimings
+from compiler.report import Diagnostic, ProgramTimings, RegionTiming
 
 
 @dataclass
@@ -18,7 +18,7 @@ class Measurements:
     program: Optional[ProgramTimings] = None
     regions: dict = field(default_factory=dict)  # region id -> RegionTiming
     diagnostics: list = field(default_factory=list)
-    training: Optional[TrainingTimings] = None  # a training compile: forward + backward steps
+    training: Optional[ProgramTimings] = None  # a training compile: forward + backward steps
     backward_regions: dict = field(default_factory=dict)  # backward region id -> RegionTiming
     copy_gbs: Optional[float] = None  # the device's measured copy bandwidth (timing.copy_bandwidth_gbs)
 
@@ -69,7 +69,7 @@ def _time_training(out: Measurements, c, fn, args, kwargs, inputs: list, *, warm
                 torch.autograd.grad(outs, wrt, cots[:len(outs)], allow_unused=True)
         eager, compiled = timing.compare([(step, (fn, *args), kwargs), (step, (c.fn, *inputs), {})], device,
                                          warmup, repeats)
-        out.training = TrainingTimings(str(device), compiled, eager,
+        out.training = ProgramTimings(str(device), compiled, eager,
                                        speedup_vs_eager=round(eager.median_ms / compiled.median_ms, 3))
         if torch_compile:
             try:

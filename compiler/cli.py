@@ -9,7 +9,7 @@ import sys
 
 from compiler import roofline
 from compiler.discovery import find_targets
-from compiler.report import TRACE_STAGES, format_ms
+from compiler.report import TRACE_STAGES, format_bytes, format_ms
 from compiler.targets import compile_target
 
 
@@ -123,11 +123,11 @@ def _render_backward(b, stage: str) -> list:
     out.append(f"\n-- backward regions ({len(b.regions)}) --")
     out.append(_table(rows, ["region", "executor", "ops", "differentiates lines", "time"]))
     acts = [t for t in b.saved if t.kind == "activation"]
-    out.append(f"\n-- saved for backward: {len(acts)} activations, {_bytes(b.saved_bytes)}"
+    out.append(f"\n-- saved for backward: {len(acts)} activations, {format_bytes(b.saved_bytes)}"
                f" (and {len(b.saved) - len(acts)} inputs and parameters)"
                + (f"; recomputed in backward: {', '.join(b.recomputed)}" if b.recomputed else "") + " --")
     for t in sorted(acts, key=lambda t: -t.bytes)[:12]:
-        out.append(f"  {t.name}: {t.dtype}{t.shape}  {_bytes(t.bytes)}  from "
+        out.append(f"  {t.name}: {t.dtype}{t.shape}  {format_bytes(t.bytes)}  from "
                    f"{os.path.basename(t.file or '?')}:{t.line}")
     tm = b.timings
     if tm and tm.compiled:
@@ -138,13 +138,6 @@ def _render_backward(b, stage: str) -> list:
             rows.append(["torch.compile", _fmt(tm.torch_compile.median_ms), f"{tm.speedup_vs_torch_compile:.2f}x"])
         out.append(_table(rows, ["", "median", "compiled speedup"]))
     return out
-
-
-def _bytes(n: int) -> str:
-    for unit, size in (("GB", 1 << 30), ("MB", 1 << 20), ("KB", 1 << 10)):
-        if n >= size:
-            return f"{n / size:.1f} {unit}"
-    return f"{n} B"
 
 
 def main(argv=None) -> int:

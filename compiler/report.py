@@ -190,18 +190,6 @@ class SavedTensor:
 
 
 @dataclass
-class TrainingTimings:
-    """One training step (forward, then backward of the outputs with fixed cotangents)."""
-
-    device: str
-    compiled: Optional[Timing] = None
-    eager: Optional[Timing] = None
-    torch_compile: Optional[Timing] = None
-    speedup_vs_eager: Optional[float] = None
-    speedup_vs_torch_compile: Optional[float] = None
-
-
-@dataclass
 class Backward:
     """A training compile: the backward program, what the forward saves for it, the step's time."""
 
@@ -212,7 +200,7 @@ class Backward:
     recomputed: list = field(default_factory=list)  # values the backward recomputes rather than saves
     grad_inputs: list = field(default_factory=list)  # names of the inputs that get gradients
     previews: list = field(default_factory=list)  # as CompileReport.previews, of the backward program
-    timings: Optional[TrainingTimings] = None
+    timings: Optional[ProgramTimings] = None  # one training step: the forward, then gradients for fixed cotangents
 
 
 @dataclass
@@ -266,6 +254,14 @@ class CompileReport:
         return next(r for r in self.regions if r.id == region_id)
 
 
+def format_bytes(n: int, compact: bool = False) -> str:
+    """`1.5 MB`; `compact`: no decimal from 10 up (`512 KB`), for inlay hints."""
+    for unit, scale in (("GB", 1 << 30), ("MB", 1 << 20), ("KB", 1 << 10)):
+        if n >= scale:
+            return f"{n / scale:.0f} {unit}" if compact and n >= 10 * scale else f"{n / scale:.1f} {unit}"
+    return f"{n} B"
+
+
 def format_ms(ms: Optional[float], missing: str = "?") -> str:
     """A time for people: 3 significant figures, in µs below 0.1 ms."""
     if ms is None:
@@ -290,8 +286,7 @@ _NESTED: dict = {
     (Region, "cost"): Cost, (Region, "roofline"): Roofline, (CompileReport, "peaks"): DevicePeaks,
     (OpRecord, "stack"): Frame,
     (CompileReport, "backward"): Backward, (Backward, "regions"): Region, (Backward, "saved"): SavedTensor,
-    (Backward, "timings"): TrainingTimings,
-    (TrainingTimings, "compiled"): Timing, (TrainingTimings, "eager"): Timing, (TrainingTimings, "torch_compile"): Timing,
+    (Backward, "timings"): ProgramTimings,
     (ProgramTimings, "compiled"): Timing, (ProgramTimings, "eager"): Timing, (ProgramTimings, "torch_compile"): Timing,
 }
 

@@ -13,7 +13,7 @@ import dataclasses
 import os
 from typing import Callable, Optional
 
-from compiler.report import CompileReport, format_ms
+from compiler.report import CompileReport, format_bytes, format_ms
 
 
 @dataclasses.dataclass
@@ -41,14 +41,6 @@ def annotate(report: Optional[CompileReport], path: str, same: Callable) -> dict
     return out
 
 
-def size(n: int, compact: bool = False) -> str:
-    """`1.5 MB`; `compact`: no decimal from 10 up (`512 KB`), for hints."""
-    for unit, scale in (("GB", 1 << 30), ("MB", 1 << 20), ("KB", 1 << 10)):
-        if n >= scale:
-            return f"{n / scale:.0f} {unit}" if compact and n >= 10 * scale else f"{n / scale:.1f} {unit}"
-    return f"{n} B"
-
-
 def _time(regions: list) -> Optional[float]:
     times = [r.timing.median_ms for r in regions if r.timing is not None and r.timing.median_ms is not None]
     return sum(times) if len(times) == len(regions) and times else None
@@ -69,7 +61,7 @@ def hint_label(note: BackwardNote) -> str:
             executors = {r.executor for r in rs}
             parts.append(executors.pop() if len(executors) == 1 else "mixed")
     if note.saved:
-        saved = size(sum(t.bytes for t in note.saved), compact=True)
+        saved = format_bytes(sum(t.bytes for t in note.saved), compact=True)
         parts.append(f"{saved} saved" if rs else f"bwd {saved} saved")
     return " · ".join(parts)
 
@@ -91,7 +83,7 @@ def hover_section(note: Optional[BackwardNote]) -> list:
         items = ", ".join(f"`{t.name}` {t.dtype}{t.shape}" for t in note.saved[:4]) + (
             " …" if len(note.saved) > 4 else "")
         out.append(f"**saved for backward:** {len(note.saved)} activation{'s' if len(note.saved) != 1 else ''}, "
-                   f"{size(total)} ({items})")
+                   f"{format_bytes(total)} ({items})")
     return out
 
 
@@ -106,7 +98,7 @@ def step_summary(report: CompileReport) -> Optional[str]:
         parts.append(f"fwd+bwd {t.speedup_vs_eager:.1f}x vs eager")
     else:
         parts.append(f"fwd+bwd · {len(b.regions)} backward regions")
-    parts.append(f"{size(b.saved_bytes)} saved")
+    parts.append(f"{format_bytes(b.saved_bytes)} saved")
     return " · ".join(parts)
 
 
@@ -123,5 +115,5 @@ def target_lines(report: CompileReport) -> list:
     biggest = sorted((s for s in b.saved if s.kind == "activation"), key=lambda s: -s.bytes)[:3]
     if biggest:
         out.append("largest saved: " + ", ".join(
-            f"`{s.name}` {size(s.bytes)} ({os.path.basename(s.file or '?')}:{s.line})" for s in biggest))
+            f"`{s.name}` {format_bytes(s.bytes)} ({os.path.basename(s.file or '?')}:{s.line})" for s in biggest))
     return out

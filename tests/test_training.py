@@ -180,6 +180,45 @@ def test_a_wrong_backward_rule_is_an_error_at_the_target(monkeypatch):
     assert errors and "compiled backward does not match eager" in errors[0], errors
 
 
+def test_a_rule_wrong_by_one_percent_is_an_error_after_the_float64_judgement(monkeypatch):
+    # past float32's gradient tolerance the product asks a float64 run; 1% off is wrong there too
+    monkeypatch.setitem(prim_rules.RULES, prims.exp, lambda b, cots: [prims.mul(prims.mul(cots[0], b.output), 1.01)])
+    x = torch.randn(4, 8, requires_grad=True)
+    report = compiler.compile(lambda x: torch.exp(x).sum(-1), x)
+    errors = [d.message for d in report.diagnostics if d.severity == "error"]
+    assert errors and "the gradient of x" in errors[0], errors
+
+
+def _offset_variance(x):
+    # float32 rounds the mean of values near 1e5 by up to 4e-3, and with the mean a constant
+    # (detached) nothing cancels that rounding: the gradient 2 (x - mean), whose terms are
+    # ~0.1, is ill-conditioned (with these values 0.7% off in eager float32 itself)
+    return ((x - x.mean().detach()) ** 2).sum()
+
+
+def test_float64_judgement_accepts_what_is_as_close_to_float64_as_eager_and_no_more():
+    x = (1e5 + 0.1 * torch.randn(4096, generator=torch.Generator().manual_seed(4))).requires_grad_(True)
+    (eager,) = torch.autograd.grad(_offset_variance(x), [x])
+    (exact,) = checking.float64_gradients(_offset_variance, (x,), {}, [x], [x], [0], [torch.ones(())])
+    assert x.dtype == torch.float32 and x.grad is None and exact.dtype == torch.float64  # x is given back
+    eager_error = float((eager.double() - exact).abs().max() / exact.abs().max())
+    assert eager_error > 1e-3, eager_error  # float32's own tolerance would fail a correct rounding
+    assert checking.as_accurate_as_eager(exact.float(), eager, exact)
+    assert checking.as_accurate_as_eager(eager, eager, exact)
+    assert not checking.as_accurate_as_eager((exact + 3 * (eager.double() - exact)).float(), eager, exact)  # 3x eager's error
+    assert not checking.as_accurate_as_eager(exact.float() * 1.5, eager, exact)
+
+
+def test_float64_judgement_gives_up_on_code_that_fixes_its_own_dtype():
+    w = torch.randn(8, 8, requires_grad=True)
+
+    def fixed(x):
+        return (x @ w.float().detach().to(torch.float32) @ torch.eye(8, dtype=torch.float32)).sum()
+    x = torch.randn(8, requires_grad=True)
+    assert checking.float64_gradients(fixed, (x,), {}, [x, w], [x], [0], [torch.ones(())]) is None
+    assert x.dtype == w.dtype == torch.float32
+
+
 def test_training_examples_compile_with_their_backward_section():
     for file, name in (("train_cnn.py", "cnn_loss_example"), ("train_gpt.py", "gpt_loss_dropout_example")):
         report = compile_target(str(EXAMPLES / file), name, benchmark=True, repeats=2)

@@ -45,10 +45,6 @@ from test_model_zoo import assert_native
 # name -> (exception, the failure today); empty since in-place activations (nn.SiLU(inplace=True),
 # nn.Hardswish(inplace=True) in torchvision's and timm's blocks) run out of place in training
 EVAL_FAILURES: dict = {}
-# Seen on some seeds (FUSIONLENS_SEED=1061222582): the product's gradient check finds the compiled
-# gradient of a SqueezeExcitation fc1 weight ~0.8% off eager float32's, so the signature runs
-# eagerly. Not yet known whether that is float32 conditioning or a rule: open, not strict.
-FLAKY_EVAL = {"tv_efficientnet_b0": "SqueezeExcitation fc1 gradient ~0.8% off eager's on some seeds (open)"}
 TRAIN_FAILURES: dict = dict(EVAL_FAILURES)
 
 BATCHNORM_CNNS = ["tv_resnet18", "tv_mobilenet_v3_small", "tv_efficientnet_b0", "timm_resnet10t",
@@ -69,8 +65,6 @@ def _param(entry: zoo.ZooModel, failures: dict):
     if entry.name in failures:
         raises, reason = failures[entry.name]
         marks.append(pytest.mark.xfail(strict=True, raises=raises, reason=reason))
-    elif failures is EVAL_FAILURES and entry.name in FLAKY_EVAL:
-        marks.append(pytest.mark.xfail(strict=False, raises=AssertionError, reason=FLAKY_EVAL[entry.name]))
     return pytest.param(entry, id=entry.name, marks=marks)
 
 
@@ -187,6 +181,26 @@ def test_eval_mode_gradients_as_accurate_as_eager(entry):
     model = calibrated(without_dropout(entry.build()))
     args, kwargs = entry.inputs()
     assert_gradients_as_accurate_as_eager(model, args, kwargs)
+
+
+@pytest.mark.skipif(zoo.LIBRARIES["torchvision"] is None, reason="torchvision is not installed (bash .ci/run installs it)")
+def test_an_ill_conditioned_gradient_is_not_called_wrong():
+    # On this seed (on CI's machine) eager float32's gradient of efficientnet_b0's first
+    # squeeze-excitation fc1 is 1.6% off float64's and the compiled one 0.9%: the two float32
+    # runs differ by ~1%, beyond the product's gradient tolerance. Judged against float64 the
+    # compiled gradient is the better one, and the signature must stay compiled. (A CPU that
+    # rounds eager's convolutions otherwise may not differ here at all; the test then checks
+    # only that the gradients compile.)
+    torch.manual_seed(1061222582)
+    model = calibrated(without_dropout(BY_NAME["tv_efficientnet_b0"].build()))
+    args, _ = BY_NAME["tv_efficientnet_b0"].inputs()
+    jfn = compiler.jit(model)
+    gradients(model, jfn, args, {})
+    assert_training_native(jfn)
+    report = compiler.last_report(jfn)
+    assert not [d for d in report.diagnostics if d.severity == "error"], report.diagnostics
+    notes = [d.message for d in report.diagnostics if d.severity == "information"]
+    assert all("as close to a float64 run as eager's" in m for m in notes), notes
 
 
 @pytest.mark.parametrize("entry", [_param(BY_NAME[n], TRAIN_FAILURES) for n in BATCHNORM_CNNS])

@@ -228,6 +228,107 @@ def _log_softmax(b, cots, input, dim, _stacklevel, dtype):
     return _softmax_vjp(b, cots, input, dim, lambda y, g, total: P.sub(g, P.mul(P.exp(y), total(g))))
 
 
+# --- where eager's subgradient differs from the decomposition's: at ties and kinks -----------
+
+def _max_signature(input, dim=None, keepdim=False): ...
+
+
+@rule("torch.max", "torch.min", signature=_max_signature)
+def _max_min(b, cots, input, dim, keepdim):
+    """torch.max(x, dim) gives the gradient to the index it returns (one of tied values), not
+    shared as amax; torch.max(x) shares it between ties, torch.max(a, b) splits it as maximum."""
+    g = cots[0]
+    if g is None or not _value(input):
+        return []
+    is_max = b.sym.name == "torch.max"
+    if _value(dim):  # elementwise: the maximum prim's rule on both operands spread to the output
+        out = b.outputs[0]
+        spread = [_right_aligned(_cast(t, out.dtype), out.shape) if tuple(t.shape) != tuple(out.shape)
+                  else _cast(t, out.dtype) for t in (input, dim)]
+        binary = SimpleNamespace(args=tuple(spread), output=out)
+        grads = prim_rules.RULES[P.maximum if is_max else P.minimum](binary, [g])
+        return _pairs(*((t, _cast(reduce_to(gt, t.shape), t.dtype)) for t, gt in zip((input, dim), grads)
+                        if t.dtype.is_floating_point))
+    if input.ndim == 0:
+        return _pairs((input, g))
+    if dim is None:  # the whole tensor: ties share the gradient, as amax
+        all_dims = tuple(range(input.ndim))
+        hit = P.eq(input, P.broadcast_in_dim(b.outputs[0], input.shape, ()))
+        count = P.sum(P.convert_element_type(hit, input.dtype), all_dims)
+        share = P.broadcast_in_dim(P.div(g, count), input.shape, ())
+        return _pairs((input, P.where(hit, share, 0.0)))
+    d = dim % input.ndim
+    kept = tuple(i for i in range(input.ndim) if i != d)
+    reduced = tuple(input.shape[i] for i in kept)
+    indices = b.outputs[1]
+    if keepdim:
+        g, indices = P.reshape(g, reduced), P.reshape(indices, reduced)
+    position = P.broadcast_in_dim(P.iota(input.shape[d], start=0, step=1, dtype=indices.dtype, device=input.device),
+                                  input.shape, (d,))
+    hit = P.eq(position, P.broadcast_in_dim(indices, input.shape, kept))
+    return _pairs((input, P.where(hit, P.broadcast_in_dim(g, input.shape, kept), 0.0)))
+
+
+def _vector_norm_signature(x, ord=2, dim=None, keepdim=False, *, dtype=None, out=None): ...
+
+
+@rule("torch.linalg.vector_norm", signature=_vector_norm_signature)
+def _vector_norm(b, cots, x, ord, dim, keepdim, dtype, out):
+    """x / |x| * g, and 0 where |x| is 0 (as torch: through sqrt it would be 0 / 0, so
+    F.normalize of a zero row, whose clamp_min sends no gradient, would make nan)."""
+    if ord != 2 or out is not None or not _value(x) or not x.dtype.is_floating_point:
+        raise NoRule("a norm other than the 2-norm")
+    dims = range(x.ndim) if dim is None else (dim,) if isinstance(dim, int) else dim
+    dims = {d % max(x.ndim, 1) for d in dims}
+    kept = tuple(d for d in range(x.ndim) if d not in dims)
+    reduced = tuple(x.shape[d] for d in kept)
+    y, g = b.output, cots[0]
+    if keepdim and tuple(y.shape) != reduced:
+        y, g = P.reshape(y, reduced), P.reshape(g, reduced)
+    compute = _compute_dtype(x.dtype)
+    y, g = _cast(y, compute), _cast(g, compute)
+    scale = P.where(P.eq(y, 0.0), 0.0, P.div(g, y))
+    return _pairs((x, _cast(P.mul(_cast(x, compute), P.broadcast_in_dim(scale, x.shape, kept)), x.dtype)))
+
+
+def _hardtanh_signature(input, min_val=-1.0, max_val=1.0, inplace=False): ...
+
+
+def _activation_signature(input, inplace=False): ...
+
+
+def _inside(x: Value, low, high) -> Value:
+    return P.bitwise_and(P.gt(x, low), P.lt(x, high))
+
+
+@rule("torch.nn.functional.hardtanh", signature=_hardtanh_signature)
+def _hardtanh(b, cots, input, min_val, max_val, inplace):
+    """Eager passes the gradient strictly inside the bounds (clamp passes it at them too)."""
+    return _pairs((input, P.where(_inside(input, min_val, max_val), cots[0], 0.0)))
+
+
+@rule("torch.nn.functional.relu6", signature=_activation_signature)
+def _relu6(b, cots, input, inplace):
+    return _pairs((input, P.where(_inside(input, 0.0, 6.0), cots[0], 0.0)))
+
+
+@rule("torch.nn.functional.hardsigmoid", signature=_activation_signature)
+def _hardsigmoid(b, cots, input, inplace):
+    compute = _compute_dtype(input.dtype)
+    g = P.div(_cast(cots[0], compute), 6.0)
+    return _pairs((input, _cast(P.where(_inside(input, -3.0, 3.0), g, 0.0), input.dtype)))
+
+
+@rule("torch.nn.functional.hardswish", signature=_activation_signature)
+def _hardswish(b, cots, input, inplace):
+    """As torch's kernel: 0 up to -3 inclusive, g * (x / 3 + 1/2) inside, g from 3 on."""
+    compute = _compute_dtype(input.dtype)
+    x, g = _cast(input, compute), _cast(cots[0], compute)
+    middle = P.mul(g, P.add(P.div(x, 3.0), 0.5))
+    out = P.where(P.le(x, -3.0), 0.0, P.where(P.lt(x, 3.0), middle, g))
+    return _pairs((input, _cast(out, input.dtype)))
+
+
 # --- scaled dot-product attention: the scores recomputed in the backward, as flash attention
 
 def _sdpa_signature(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,

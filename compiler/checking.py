@@ -197,11 +197,13 @@ def _rmse(a: torch.Tensor, b: torch.Tensor) -> float:
 def as_accurate_as_eager(actual, expected, exact) -> bool:
     """Whether a compiled result is as close to `exact` (a float64 run of the same call) as
     eager's `expected` is, as torch._dynamo's accuracy check judges it: its RMS error at most
-    twice eager's, plus the dtype's tolerance of the result's scale."""
+    twice eager's (three times for small tensors and 1x1 convolution weights, where rounding
+    noise dominates: dynamo's multiplier), plus the dtype's tolerance of the result's scale."""
     if actual is None or expected is None or exact is None or not bool(torch.isfinite(actual).all()):
         return False
+    small = exact.numel() < 1000 or (exact.ndim == 4 and exact.shape[-1] == exact.shape[-2] == 1)
     floor = tolerance(expected.dtype)[1] * max(1.0, float(exact.abs().max()) if exact.numel() else 1.0)
-    return _rmse(actual, exact) <= 2 * _rmse(expected, exact) + floor
+    return _rmse(actual, exact) <= (3.0 if small else 2.0) * _rmse(expected, exact) + floor
 
 
 def float64_gradients(fn, args, kwargs, inputs: list, wrt: list, positions: list, cots: list) -> Optional[list]:

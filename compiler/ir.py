@@ -170,6 +170,10 @@ class Trace:
     # names of values whose eager tensor did not require grad though grad was enabled (after
     # detach(), inside `with torch.no_grad()`): the autograd transform stops there, as eager
     frozen: frozenset = frozenset()
+    # the first `packed` inputs (None: none) arrive in one list, which the program empties once
+    # it has named them (a backward program's saved tensors: it then holds the only reference
+    # to each, and frees it after its last use)
+    packed: Optional[int] = None
 
     def with_(self, stage: str, bound_symbols: list, output=None, rename: Optional[dict] = None) -> "Trace":
         """A trace of the same program with other ops; `rename` (name -> Value) renames what
@@ -180,7 +184,7 @@ class Trace:
             output = pytree.tree_map(lambda x: rename.get(x.name, x) if isinstance(x, Value) else x, output)
             writeback = [(dst, rename.get(src.name, src)) for dst, src in writeback]
         return Trace(self.name, self.inputs, bound_symbols, output, stage, self.signature,
-                     dict(self.extra_globals), writeback, frozen=self.frozen)
+                     dict(self.extra_globals), writeback, frozen=self.frozen, packed=self.packed)
 
     def results(self) -> list:
         """Every Value the program hands out: its result's and those it writes back."""
@@ -495,9 +499,19 @@ class TracePrinter:
         out.append("")
         out.append("")
         out.append("@no_grad")
-        out.append(f"def {t.name}({', '.join(v.name for v in t.inputs)}):")
+        names = [v.name for v in t.inputs]
+        if t.packed is not None:
+            packed = "saved_for_backward"
+            while packed in names:
+                packed = "_" + packed
+            names[:t.packed] = [packed]
+        out.append(f"def {t.name}({', '.join(names)}):")
         for v in t.inputs:
             out.append(f"  # {v.name}: {v.type_str()}" + (f"  ({v.role})" if v.role and v.role != "input" else ""))
+        if t.packed:
+            out.append(f"  {', '.join(v.name for v in t.inputs[:t.packed])}, = {packed}")
+            out.append(f"  {packed}.clear()  # the caller's list: each tensor lives to its last use here")
+        frees = self.frees() if t.stage == "execution" else {}
         for i, bsym in enumerate(t.bound_symbols):
             if i in t.ranges:
                 self.last_loc = None  # the source comment goes inside the block, with its op
@@ -505,6 +519,8 @@ class TracePrinter:
                 self.emit(bsym, "    ")
             else:
                 self.emit(bsym, "  ")
+            if i in frees:
+                out.append(f"  del {', '.join(frees[i])}")
         written = {}
         for dst, src in t.writeback:
             out.append(f"  {dst.name}.copy_({src.name})  # {dst.name} was updated in place: written back")
@@ -517,6 +533,22 @@ class TracePrinter:
             values = ", ".join(v.name for v in values_in(result))
             out.append(f"  return {OUTPUT_BUILDER}({values})  # {describe(result)}")
         return "\n".join(out) + "\n"
+
+    def frees(self) -> dict:
+        """Op index -> the names it reads or makes for the last time. A program that runs
+        deletes each value after its last use, as eager frees a tensor when its last reference
+        goes: a name held to the return keeps every intermediate alive to the end."""
+        t = self.trace
+        later = {v.name for v in t.results()} | {dst.name for dst, _ in t.writeback}
+        frees = {}
+        for i in range(len(t.bound_symbols) - 1, -1, -1):
+            b = t.bound_symbols[i]
+            last = [n for n in dict.fromkeys([v.name for v in b.inputs()] + [o.name for o in b.outputs])
+                    if n not in later]
+            later.update(last)
+            if last:
+                frees[i] = last
+        return frees
 
     def emit(self, bsym: BoundSymbol, indent: str, nested_level: int = 0):
         p = bsym.provenance

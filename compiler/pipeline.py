@@ -55,7 +55,7 @@ class Backward:
     traces: dict  # BACKWARD_STAGES -> Trace
     plan: lowering.Plan  # the backward program's regions and execution trace
     forward_fn: Any  # the forward program: (*inputs) -> (*results, *saved)
-    backward_fn: Any  # the backward program: (*saved, *cotangents) -> gradients
+    backward_fn: Any  # the backward program: ([*saved], *cotangents) -> gradients (it empties the list)
     previews: list = field(default_factory=list)  # the backward's code by executors that cannot run here
 
 

@@ -8,6 +8,7 @@
   whole, prims when fused.
 - `transform.py`: the joint forward-backward trace and its split into a forward trace that
   returns what the backward saves and a backward trace (`differentiate`).
+- `simplify.py`: peepholes on the backward ops (the pads of a split's gradient as one cat).
 - `remat.py`: save or recompute: cheap values recomputed in the backward.
 - `runtime.py`: the two compiled programs joined to PyTorch autograd (a torch.autograd.Function).
 """

@@ -9,7 +9,7 @@ rule of its own keeps it from being decomposed in the forward).
 
 Training-mode batch_norm runs whole in the forward (torch's kernel updates the running
 statistics in place, once, as eager does); its backward never calls it again, and
-recomputes the batch statistics from the saved input (two-pass variance) instead.
+recomputes the batch statistics from the saved input instead.
 """
 
 from __future__ import annotations
@@ -148,10 +148,10 @@ def _norm_backward(g, x, weight, dims, stats_shape, eps):
     return _cast(P.mul(inner, spread(rstd)), x.dtype), gc, xhat
 
 
+# The whole-op backwards recompute the batch statistics with torch's own normalisation kernel
+# (statistics only, no running ones to update): on a CPU it is 3-10x faster than var_mean.
 def _batch_norm_backward_impl(grad, x, weight, has_bias, eps):
-    dims = [0] + list(range(2, x.ndim))
-    var, mean = torch.var_mean(x.float() if x.dtype in (torch.float16, torch.bfloat16) else x, dims, correction=0)
-    invstd = torch.rsqrt(var + eps)
+    _, mean, invstd = torch.ops.aten.native_batch_norm(x, None, None, None, None, True, 0.0, eps)
     gx, gw, gb = torch.ops.aten.native_batch_norm_backward(
         grad, x, weight, None, None, mean, invstd, True, eps, [True, weight is not None, has_bias])
     return tuple(t for t in (gx, gw, gb) if t is not None)
@@ -199,11 +199,7 @@ RULES["torch.nn.functional.batch_norm"] = _batch_norm
 
 
 def _layer_norm_backward_impl(grad, x, normalized_shape, weight, bias, eps):
-    axis = x.ndim - len(normalized_shape)
-    dims = list(range(axis, x.ndim))
-    var, mean = torch.var_mean(x.float() if x.dtype in (torch.float16, torch.bfloat16) else x, dims,
-                               correction=0, keepdim=True)
-    rstd = torch.rsqrt(var + eps)
+    _, mean, rstd = torch.native_layer_norm(x, normalized_shape, None, None, eps)
     gx, gw, gb = torch.ops.aten.native_layer_norm_backward(
         grad, x, normalized_shape, mean, rstd, weight, bias, [True, weight is not None, bias is not None])
     return tuple(t for t in (gx, gw, gb) if t is not None)

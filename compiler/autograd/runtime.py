@@ -16,8 +16,8 @@ from torch.autograd.function import once_differentiable
 
 def training_program(forward: Callable, backward: Callable, n_inputs: int, n_results: int,
                      differentiable: list, grad_inputs: list, build: Callable) -> Callable:
-    """`forward(*inputs) -> (*results, *saved)`; `backward(*saved, *cotangents) -> grads of
-    inputs[grad_inputs]`; `build(*results)` makes the call's result (its structure)."""
+    """`forward(*inputs) -> (*results, *saved)`; `backward([*saved], *cotangents) -> grads of
+    inputs[grad_inputs]` (it empties the list); `build(*results)` makes the call's result (its structure)."""
     frozen = [i for i, d in enumerate(differentiable) if not d]
 
     class CompiledFunction(torch.autograd.Function):
@@ -33,7 +33,11 @@ def training_program(forward: Callable, backward: Callable, n_inputs: int, n_res
         @once_differentiable
         def backward(ctx, *cotangents):
             cots = [g for g, d in zip(cotangents, differentiable) if d]
-            grads = backward(*ctx.saved_tensors, *cots)
+            saved = list(ctx.saved_tensors)
+            # autograd's references go now (unless retain_graph), the program empties `saved`:
+            # each saved tensor is freed after its last use in the backward, as in eager
+            ctx.maybe_clear_saved_tensors()
+            grads = backward(saved, *cots)
             out = [None] * n_inputs
             for i, g in zip(grad_inputs, grads):
                 out[i] = g

@@ -165,19 +165,28 @@ def _embedding(b, cots, input, weight, padding_idx, max_norm, norm_type, scale_g
 
 # --- convolution --------------------------------------------------------------------------
 
-def _conv_backward_impl(g, x, w, has_bias, stride, padding, dilation, groups):
-    gx, gw, gb = torch.ops.aten.convolution_backward(
+# The input's gradient and the parameters' are separate calls (as cuDNN's dgrad and wgrad are):
+# dead-code elimination then drops the input's where nothing needs it (a stem conv's images).
+def _conv_input_grad_impl(g, x, w, stride, padding, dilation, groups):
+    return torch.ops.aten.convolution_backward(g, x, w, None, stride, padding, dilation, False,
+                                               [0] * len(stride), groups, [True, False, False])[0]
+
+
+def _conv_params_grad_impl(g, x, w, has_bias, stride, padding, dilation, groups):
+    _, gw, gb = torch.ops.aten.convolution_backward(
         g, x, w, [w.shape[0]] if has_bias else None, stride, padding, dilation, False, [0] * len(stride), groups,
-        [True, True, has_bias])
-    return (gx, gw, gb) if has_bias else (gx, gw)
+        [False, True, has_bias])
+    return (gw, gb) if has_bias else (gw,)
 
 
-def _conv_backward_meta(g, x, w, has_bias, *rest):
-    out = (torch.empty_like(x), torch.empty_like(w))
-    return out + (torch.empty((w.shape[0],), dtype=w.dtype, device="meta"),) if has_bias else out
+def _conv_params_grad_meta(g, x, w, has_bias, *rest):
+    gw = torch.empty_like(w)
+    return (gw, torch.empty((w.shape[0],), dtype=w.dtype, device="meta")) if has_bias else (gw,)
 
 
-_conv_backward = _library("convolution_backward", _conv_backward_impl, _conv_backward_meta)
+_conv_input_grad = _library("convolution_backward_input", _conv_input_grad_impl,
+                            lambda g, x, *rest: torch.empty_like(x))
+_conv_params_grad = _library("convolution_backward_weight", _conv_params_grad_impl, _conv_params_grad_meta)
 
 
 def _conv_signature(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1): ...
@@ -194,9 +203,10 @@ def _conv(b, cots, input, weight, bias, stride, padding, dilation, groups):
     if not _value(input) or input.ndim != n + 2:
         raise NoRule("unbatched input")
     as_list = lambda x: list(x) if isinstance(x, (tuple, list)) else [x] * n  # noqa: E731
-    grads = _conv_backward(cots[0], input, weight, _value(bias), as_list(stride), as_list(padding),
-                           as_list(dilation), groups)
-    return _pairs((input, grads[0]), (weight, grads[1]), (bias, grads[2] if _value(bias) else None))
+    geometry = (as_list(stride), as_list(padding), as_list(dilation), groups)
+    gx = _conv_input_grad(cots[0], input, weight, *geometry)
+    params = _conv_params_grad(cots[0], input, weight, _value(bias), *geometry)
+    return _pairs((input, gx), (weight, params[0]), (bias, params[1] if _value(bias) else None))
 
 
 # --- softmax: the rule needs only the output --------------------------------------------

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from compiler import passes
-from compiler.autograd import composite_rules, prim_rules, remat, torch_rules
+from compiler.autograd import composite_rules, prim_rules, remat, simplify, torch_rules
 from compiler.ir import BoundSymbol, NameGen, Trace, TraceContext, Value, external_inputs, tracing, values_in
 from compiler.ops import prims as P
 from compiler.provenance import Provenance
@@ -38,7 +38,7 @@ class Unsupported(Exception):
 class Differentiated:
     joint: Trace
     forward: Trace  # returns (*results, *saved)
-    backward: Trace  # takes (*saved, *cotangents), returns the gradients of `grad_inputs`
+    backward: Trace  # takes ([*saved], *cotangents), returns the gradients of `grad_inputs`
     n_results: int  # the forward's first n outputs are the call's tensors (values_in order)
     differentiable: list  # per result: whether it gets a cotangent
     grad_inputs: list  # indices into the trace's inputs that get a gradient
@@ -159,6 +159,7 @@ def differentiate(trace: Trace, requires_grad: list) -> Differentiated:
         outs = [grads.get(trace.inputs[i].name) or prim_rules.zeros_like(trace.inputs[i]) for i in grad_inputs]
     backward += ctx.bound_symbols
 
+    backward = simplify.pads_to_cat(backward, outs)
     cot_names = {g.name for g in cotangents}
     saved = _saved(backward, outs, cot_names)
     backward, recomputed = remat.recompute(forward, backward, saved, {v.name for v in trace.inputs})
@@ -187,6 +188,7 @@ def _split(trace, forward, backward, results, differentiable, cotangents, grad_i
                 {b.sym.name: b.sym.impl for b in passes.iter_all(backward)
                  if torch_rules.PROGRAM_GLOBAL in b.sym.tags})
     bwd = passes.dce(passes.cse(bwd))
+    bwd.packed = len(saved)  # the saved tensors arrive in one list (runtime.training_program)
     used = {v.name for v in external_inputs(bwd.bound_symbols)} | {v.name for v in bwd.results()}
     kept = [v for v in saved if v.name in used]
     if len(kept) != len(saved):  # CSE or DCE left some saved values unread

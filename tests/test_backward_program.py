@@ -6,6 +6,7 @@ that computes something else is no improvement.
 
 from __future__ import annotations
 
+import copy
 import weakref
 
 import torch
@@ -114,16 +115,27 @@ def test_pieces_that_do_not_tile_the_dim_keep_their_pads():
     assert "prims.pad(" in code and "prims.cat(" not in code, code
 
 
-def test_norm_backwards_give_eagers_gradients_exactly():
-    # the whole-op backwards recompute the statistics with torch's own kernels, as eager saved them
-    for norm, shape in ((nn.LayerNorm(12), (3, 5, 12)), (nn.BatchNorm2d(6).train(), (4, 6, 5, 5))):
-        twin = type(norm)(shape[-1] if isinstance(norm, nn.LayerNorm) else shape[1])
-        twin.load_state_dict(norm.state_dict())
-        twin.train(norm.training)
+def _eval_batch_norm():
+    bn = nn.BatchNorm2d(6).eval()
+    with torch.no_grad():
+        bn.running_mean.normal_()
+        bn.running_var.uniform_(0.5, 2.0)
+        bn.weight.normal_()
+    return bn
+
+
+def test_norms_run_whole_and_give_eagers_results_exactly():
+    # LayerNorm and BatchNorm run whole in a training forward, whose results are then eager's
+    # to the bit; their backwards recompute the statistics with torch's own kernels (training)
+    # or read the running ones (evaluation mode), as eager's backward does
+    for norm, shape in ((nn.LayerNorm(12), (3, 5, 12)), (nn.BatchNorm2d(6).train(), (4, 6, 5, 5)),
+                        (_eval_batch_norm(), (4, 6, 5, 5))):
+        twin = copy.deepcopy(norm)
         x = torch.randn(*shape, requires_grad=True)
         cot = torch.randn(*shape)
-        out = compiler.jit(norm)(x)
+        out, expected_out = compiler.jit(norm)(x), twin(x)
+        assert torch.equal(out, expected_out), type(norm).__name__
         got = torch.autograd.grad(out, [x, *norm.parameters()], cot)
-        expected = torch.autograd.grad(twin(x), [x, *twin.parameters()], cot)
+        expected = torch.autograd.grad(expected_out, [x, *twin.parameters()], cot)
         for a, e in zip(got, expected):
-            assert torch.equal(a, e), (type(norm).__name__, float((a - e).abs().max()))
+            assert torch.equal(a, e), (type(norm).__name__, norm.training, float((a - e).abs().max()))

@@ -189,6 +189,22 @@ def test_a_rule_wrong_by_one_percent_is_an_error_after_the_float64_judgement(mon
     assert errors and "the gradient of x" in errors[0], errors
 
 
+def test_a_gradient_past_float32_tolerance_but_as_accurate_as_eager_stays_compiled(monkeypatch):
+    # as if float32's two roundings had differed beyond the tolerance (an ill-conditioned
+    # gradient): the float64 run finds the compiled gradient as accurate as eager's
+    monkeypatch.setattr(checking, "grad_mismatch", lambda a, e, through=(): "differs (forced by the test)")
+    model = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 4))
+    jfn = compiler.jit(model)
+    x = torch.randn(5, 8, requires_grad=True)
+    cot = torch.randn(5, 4)
+    for a, e in zip(torch.autograd.grad(jfn(x), [x, *model.parameters()], cot),
+                    torch.autograd.grad(model(x), [x, *model.parameters()], cot)):
+        torch.testing.assert_close(a, e)
+    assert not jfn.last.eager_fallback
+    notes = [d.message for d in compiler.last_report(jfn).diagnostics if d.severity == "information"]
+    assert any("as close to a float64 run as eager's" in m for m in notes), notes
+
+
 def _offset_variance(x):
     # float32 rounds the mean of values near 1e5 by up to 4e-3, and with the mean a constant
     # (detached) nothing cancels that rounding: the gradient 2 (x - mean), whose terms are

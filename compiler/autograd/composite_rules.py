@@ -9,7 +9,9 @@ rule of its own keeps it from being decomposed in the forward).
 
 Training-mode batch_norm runs whole in the forward (torch's kernel updates the running
 statistics in place, once, as eager does); its backward never calls it again, and
-recomputes the batch statistics from the saved input instead.
+recomputes the batch statistics from the saved input instead. Evaluation-mode batch_norm
+(a frozen backbone, a model in eval mode fine-tuned) runs whole too, so its forward is
+eager's to the bit; its backward reads the running statistics.
 """
 
 from __future__ import annotations
@@ -26,7 +28,6 @@ from compiler.ops import prims as P
 from compiler.ops.torch_ops.registry import LIBRARY
 
 RULES: dict = {}
-WHOLE_ONLY = {"torch.nn.functional.batch_norm"}  # rules for the op run whole; decomposed, its prims differentiate
 
 
 def _cast(x: Value, dtype) -> Value:
@@ -173,6 +174,33 @@ batch_norm_backward = backward_symbol("batch_norm_backward", _batch_norm_backwar
                                       program_global=True)
 
 
+def _batch_norm_eval_backward_impl(grad, x, weight, running_mean, running_var, has_bias, eps):
+    gx, gw, gb = torch.ops.aten.native_batch_norm_backward(
+        grad, x, weight, running_mean, running_var, None, None, False, eps, [True, weight is not None, has_bias])
+    return tuple(t for t in (gx, gw, gb) if t is not None)
+
+
+def _batch_norm_eval_backward(grad, x, weight, running_mean, running_var, has_bias, eps):
+    """Evaluation mode normalises by the running statistics, constants of the call: dx is
+    g * weight * rstd, with no terms through the statistics."""
+    compute = _compute(x.dtype)
+    g = _cast(grad, compute)
+    spread = lambda v: P.broadcast_in_dim(_cast(v, compute), x.shape, (1,))  # noqa: E731
+    rstd = P.rsqrt(P.add(_cast(running_var, compute), eps))
+    out = [_cast(P.mul(g, spread(P.mul(rstd, _cast(weight, compute)) if weight is not None else rstd)), x.dtype)]
+    dims = (0,) + tuple(range(2, x.ndim))
+    if weight is not None:
+        xhat = P.mul(P.sub(_cast(x, compute), spread(running_mean)), spread(rstd))
+        out.append(_cast(P.sum(P.mul(g, xhat), dims), weight.dtype))
+    if has_bias:
+        out.append(_cast(P.sum(g, dims), x.dtype))
+    return tuple(out)
+
+
+batch_norm_eval_backward = backward_symbol("batch_norm_eval_backward", _batch_norm_eval_backward_impl,
+                                           _batch_norm_eval_backward, program_global=True)
+
+
 def _batch_norm_sig(input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1,
                     eps=1e-5): ...
 
@@ -180,11 +208,16 @@ def _batch_norm_sig(input, running_mean, running_var, weight=None, bias=None, tr
 def _batch_norm(b, cots):
     a = _bind(_batch_norm_sig, b)
     x, weight, bias = a["input"], a["weight"], a["bias"]
-    if not a["training"] or not isinstance(x, Value) or x.ndim < 2:
-        raise NoRule("evaluation mode is decomposed")
+    if not isinstance(x, Value) or x.ndim < 2:
+        raise NoRule("an input of fewer than 2 dims")
     weight = weight if isinstance(weight, Value) else None
     has_bias = isinstance(bias, Value)
-    grads = batch_norm_backward(cots[0], x, weight, has_bias, a["eps"])
+    if a["training"]:
+        grads = batch_norm_backward(cots[0], x, weight, has_bias, a["eps"])
+    elif isinstance(a["running_mean"], Value) and isinstance(a["running_var"], Value):
+        grads = batch_norm_eval_backward(cots[0], x, weight, a["running_mean"], a["running_var"], has_bias, a["eps"])
+    else:
+        raise NoRule("evaluation mode without running statistics")
     grads = grads if isinstance(grads, tuple) else (grads,)
     pairs, i = [(x, grads[0])], 1
     if weight is not None:

@@ -51,9 +51,7 @@ def _differentiable(v: Value) -> bool:
 
 
 def _has_rule(b) -> bool:
-    # batch_norm's rule is for training mode, which runs whole; evaluation mode is decomposed
-    return b.sym in prim_rules.RULES or b.sym.name in torch_rules.RULES or (
-        b.sym.name in composite_rules.RULES and not (b.subsymbols and b.sym.name in composite_rules.WHOLE_ONLY))
+    return b.sym in prim_rules.RULES or b.sym.name in torch_rules.RULES or b.sym.name in composite_rules.RULES
 
 
 def _expand(bsyms, needs: set, out: list, frozen: frozenset) -> None:

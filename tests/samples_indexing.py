@@ -104,6 +104,10 @@ sample("torch.fliplr", "fliplr", lambda a: torch.fliplr(a) + a.fliplr(), t(3, 4)
 sample("torch.flipud", "flipud", lambda a: torch.flipud(a) + a.flipud(), t(3, 4))
 sample("torch.diff", "diff", lambda a, p: (torch.diff(a), a.diff(2, 0), torch.diff(a, dim=1, prepend=p, append=p),
        torch.diff(a > 0)), t(3, 4), t(3, 1))
+sample("torch.nn.functional.pad", "pad_constant", lambda a: (F.pad(a, (1, 2)), F.pad(a, (0, 1, 2, 0), value=1.5),
+       F.pad(a, (-1, 2, 1, -1)), F.pad(a, (0, 0)) * 2), t(3, 4))
+sample("torch.nn.functional.pad", "pad_reflect", lambda a: F.pad(a, (1, 2), mode="reflect"), t(2, 3, 4),
+       decomposes=False, why_not="mode='reflect'")
 sample("torch.roll", "roll", lambda a: torch.roll(a, 1) + a.roll((1, -2), (0, 1)) + a.roll(5, 1), t(3, 4))
 sample("torch.movedim", "movedim", lambda a: torch.movedim(a, 0, -1) + torch.moveaxis(a, (0, 1), (2, 0)).permute(
        1, 2, 0).movedim(2, 0).moveaxis(0, 2), t(2, 2, 2))

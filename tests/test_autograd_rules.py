@@ -473,6 +473,18 @@ TORCH_CASES = [
          lambda: (r(1, 3, 3), r(1, 5, 3), r(1, 5, 2)), (SDPA,)),
     Case("sdpa-scale", lambda q, k, v: F.scaled_dot_product_attention(q, k, v, scale=0.3),
          lambda: (r(1, 2, 3, 4), r(1, 2, 3, 4), r(1, 2, 3, 4)), (SDPA,)),
+    Case("addmm", torch.addmm, lambda: (r(5), r(3, 4), r(4, 5)), ("torch.addmm(",)),
+    Case("addmm-scaled", lambda i, a, b: torch.addmm(i, a, b, beta=0.5, alpha=-2.0),
+         lambda: (r(3, 1), r(3, 4), r(4, 5)), ("torch.addmm(",)),
+    Case("sdpa-gqa", lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True),
+         lambda: (r(2, 4, 3, 4), r(2, 2, 3, 4), r(2, 2, 3, 5)), (SDPA,)),
+    Case("sdpa-gqa-one-kv-head-masked", lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m,
+                                                                                          enable_gqa=True),
+         lambda: (r(1, 3, 2, 4), r(1, 1, 5, 4), r(1, 1, 5, 4), r(1, 3, 2, 5)), (SDPA,)),
+    Case("sdpa-broadcast-batch", F.scaled_dot_product_attention, lambda: (r(2, 3, 4), r(1, 3, 4), r(1, 3, 4)),
+         (SDPA,)),
+    Case("sdpa-broadcast-heads", F.scaled_dot_product_attention,
+         lambda: (r(2, 3, 4, 4), r(2, 1, 5, 4), r(1, 3, 5, 2)), (SDPA,)),
 ]
 
 
@@ -491,8 +503,6 @@ GENERIC_CASES = [  # arguments a rule does not cover: torch.autograd on the op's
     Case("conv2d-same", lambda x, w: F.conv2d(x, w, padding="same"), lambda: (r(1, 2, 4, 4), r(2, 2, 3, 3)),
          (_conv(2),), ("vjp_conv2d",), generic=True),
     Case("conv1d-unbatched", F.conv1d, lambda: (r(3, 7), r(4, 3, 3)), (_conv(1),), ("vjp_conv1d",), generic=True),
-    Case("sdpa-broadcast-batch", F.scaled_dot_product_attention, lambda: (r(2, 3, 4), r(1, 3, 4), r(1, 3, 4)),
-         (SDPA,), ("vjp_scaled_dot_product_attention",), generic=True),
 ]
 
 

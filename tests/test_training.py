@@ -135,6 +135,33 @@ def test_dropout_takes_eagers_masks_in_training_mode():
     assert "bernoulli" in compiler.last_report(jfn).backward.traces["forward"]
 
 
+def test_attention_dropout_takes_eagers_masks_and_is_differentiated_natively():
+    # SDPA draws its dropout mask inside the kernel; a training forward runs it as torch's math
+    # path does, with the mask in the open (what HF models pass in train mode: dropout_p=0.1)
+    def attention(q, k, v, mask):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=0.25, enable_gqa=True)
+
+    q = torch.randn(2, 4, 6, 8, requires_grad=True)
+    k, v = (torch.randn(2, 2, 6, 8, requires_grad=True) for _ in range(2))
+    mask = torch.randn(2, 1, 6, 6)
+    jfn = compiler.jit(attention)
+    cot = torch.randn(2, 4, 6, 8)
+    for _ in range(2):
+        torch.manual_seed(11)
+        got = jfn(q, k, v, mask)
+        g = torch.autograd.grad(got, [q, k, v], cot)
+        torch.manual_seed(11)
+        ref = attention(q, k, v, mask)
+        assert checking.mismatch(got.detach(), ref.detach()) is None
+        grads_close(g, torch.autograd.grad(ref, [q, k, v], cot))
+    assert not jfn.last.eager_fallback
+    report = compiler.last_report(jfn)
+    assert "bernoulli" in report.backward.traces["forward"] and "vjp_" not in report.backward.traces["backward"]
+    with torch.no_grad():  # inference keeps the one fused call
+        jfn(q, k, v, mask)
+    assert "scaled_dot_product_attention(" in compiler.last_report(jfn).traces["execution"]
+
+
 def test_batch_norm_training_updates_running_statistics_once_per_step():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU()).train()

@@ -38,6 +38,7 @@ import torch.nn.functional as F
 from torch.utils import _pytree as pytree
 
 import compiler
+from compiler import checking
 import grad_accuracy as acc
 import zoo
 from test_model_zoo import assert_native
@@ -189,6 +190,34 @@ def test_train_mode_gradients_and_running_statistics_as_accurate_as_eager(entry)
     assert any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in model.modules())
     args, kwargs = (zoo._image(batch=TRAIN_BATCH),), {}
     assert_gradients_as_accurate_as_eager(model, args, kwargs, state=True)
+
+
+# --- Hugging Face models in train mode, their own dropout on -----------------------------
+
+HF_MODELS = [m.name for m in zoo.MODELS if m.library == "transformers"]
+
+
+@pytest.mark.parametrize("entry", [_param(BY_NAME[n], TRAIN_FAILURES) for n in HF_MODELS])
+def test_train_mode_with_dropout_draws_eagers_masks(entry):
+    """Their configs' dropout (0.1: hidden states, and SDPA's dropout_p, which the training
+    forward runs as torch's math path with the mask in the open): under the same seed the
+    compiled step draws eager's masks, so its outputs and every gradient are eager's."""
+    model = entry.build().train()
+    twin = copy.deepcopy(model)
+    args, kwargs = entry.inputs()
+    jfn = compiler.jit(model)
+    torch.manual_seed(7)
+    outs = differentiable(jfn(*args, **kwargs))
+    torch.manual_seed(7)
+    refs = differentiable(twin(*args, **kwargs))
+    assert_training_native(jfn)
+    assert [t.shape for t in outs] == [t.shape for t in refs]
+    cots = fixed_cotangents(refs)
+    torch.autograd.backward(outs, cots)
+    torch.autograd.backward(refs, cots)
+    for (name, p), q in zip(model.named_parameters(), twin.parameters()):
+        problem = checking.grad_mismatch(p.grad, q.grad)
+        assert problem is None, f"{name}: {problem}"
 
 
 # --- optimizer steps -------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from compiler.autograd import prim_rules
 from compiler.ir import Symbol, Value
 from compiler.ops import prims as P
 from compiler.ops.torch_ops import library_calls as L, normalization as N
-from compiler.ops.torch_ops.registry import LIBRARY
+from compiler.ops.torch_ops.registry import LIBRARY, symbol_for
 
 RULES: dict = {}  # symbol name -> rule
 PROGRAM_GLOBAL = "program global"  # tag: the printed backward names this callable as a global
@@ -124,6 +124,22 @@ def _rmatmul(b, cots):
     c, a = b.args  # c.__rmatmul__(a) is a @ c
     ga, gc = matmul_grads(a, c, cots[0], True, True)
     return _pairs((a, ga), (c, gc))
+
+
+def _addmm_signature(input, mat1, mat2, *, beta=1, alpha=1, out=None): ...
+
+
+@rule("torch.addmm", signature=_addmm_signature)
+def _addmm(b, cots, input, mat1, mat2, beta, alpha, out):
+    """beta * input + alpha * mat1 @ mat2 (GPT-2's Conv1D)."""
+    if out is not None or not (_value(mat1) and _value(mat2)) or mat1.ndim != 2 or mat2.ndim != 2:
+        raise NoRule("addmm with out= or a non-tensor operand")
+    g = cots[0]
+    ga, gb = matmul_grads(mat1, mat2, P.mul(g, alpha) if alpha != 1 else g, True, True)
+    gi = None
+    if _value(input) and beta != 0:
+        gi = reduce_to(P.mul(g, beta) if beta != 1 else g, input.shape)
+    return _pairs((input, gi), (mat1, ga), (mat2, gb))
 
 
 def _linear_signature(input, weight, bias=None): ...
@@ -350,40 +366,106 @@ def _right_aligned(x: Value, shape) -> Value:
     return P.broadcast_in_dim(x, tuple(shape), tuple(range(lead, len(shape))))
 
 
-@rule("torch.nn.functional.scaled_dot_product_attention", signature=_sdpa_signature)
-def _sdpa(b, cots, query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa):
-    if dropout_p or enable_gqa or query.shape[:-2] != key.shape[:-2] or query.ndim < 2:
-        raise NoRule("dropout, grouped-query or broadcast batch dims")
-    if attn_mask is not None and not _value(attn_mask):
-        raise NoRule("a non-tensor mask")
-    compute = _compute_dtype(query.dtype)
-    q, k, v = (P.convert_element_type(t, compute) if t.dtype != compute else t for t in (query, key, value))
-    g = P.convert_element_type(cots[0], compute) if cots[0].dtype != compute else cots[0]
-    scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
-    scores = P.mul(L.matmul(q, _t(k)), scale)
+def _batched(x: Value, batch: tuple) -> Value:
+    """`x` (..., n, d) broadcast over the batch dims `batch`."""
+    shape = tuple(batch) + tuple(x.shape[-2:])
+    return x if tuple(x.shape) == shape else _right_aligned(x, shape)
+
+
+def _gqa(x: Value, heads: int) -> Value:
+    """Key or value heads shared by groups of query heads (enable_gqa): kv head j serves query
+    heads j*G ... j*G+G-1, as torch's repeat_interleave along dim -3."""
+    kv = x.shape[-3]
+    if kv == heads:
+        return x
+    lead, (n, d) = tuple(x.shape[:-3]), tuple(x.shape[-2:])
+    spread = P.broadcast_in_dim(x, lead + (kv, heads // kv, n, d), tuple(range(len(lead) + 1)) + (len(lead) + 2, len(lead) + 3))
+    return P.reshape(spread, lead + (heads, n, d))
+
+
+def _gqa_grad(g: Value, like: Value) -> Value:
+    """The gradient of `_gqa(like)` summed back over each group."""
+    kv, heads = like.shape[-3], g.shape[-3]
+    if kv == heads:
+        return g
+    lead = tuple(g.shape[:-3])
+    grouped = P.reshape(g, lead + (kv, heads // kv) + tuple(g.shape[-2:]))
+    return P.sum(grouped, (len(lead) + 1,))
+
+
+def _masked(scores: Value, attn_mask, is_causal: bool) -> Value:
+    """Attention scores with the causal mask (-inf above the diagonal, aligned top-left as
+    torch's) and `attn_mask` (boolean: -inf where False; float: added) applied."""
     L_, S = scores.shape[-2], scores.shape[-1]
     if is_causal:
-        rows = P.broadcast_in_dim(P.iota(L_, start=0, step=1, dtype=torch.int64, device=q.device), (L_, S), (0,))
-        cols = P.broadcast_in_dim(P.iota(S, start=0, step=1, dtype=torch.int64, device=q.device), (L_, S), (1,))
+        iota = lambda n: P.iota(n, start=0, step=1, dtype=torch.int64, device=scores.device)  # noqa: E731
+        rows, cols = P.broadcast_in_dim(iota(L_), (L_, S), (0,)), P.broadcast_in_dim(iota(S), (L_, S), (1,))
         scores = P.where(_right_aligned(P.ge(rows, cols), scores.shape), scores, -math.inf)
     if attn_mask is not None:
         mask = _right_aligned(attn_mask, scores.shape)
-        if attn_mask.dtype == torch.bool:
-            scores = P.where(mask, scores, -math.inf)
-        else:
-            scores = P.add(scores, P.convert_element_type(mask, compute) if mask.dtype != compute else mask)
+        scores = P.where(mask, scores, -math.inf) if attn_mask.dtype == torch.bool \
+            else P.add(scores, _cast(mask, scores.dtype))
+    return scores
+
+
+@rule("torch.nn.functional.scaled_dot_product_attention", signature=_sdpa_signature)
+def _sdpa(b, cots, query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa):
+    if dropout_p:
+        raise NoRule("dropout (the training forward runs it explicitly: explicit_forward)")
+    if query.ndim < 2 or (enable_gqa and (query.ndim < 3 or query.shape[-3] % key.shape[-3])):
+        raise NoRule("fewer than 2 dims, or query heads not a multiple of key heads")
+    if attn_mask is not None and not _value(attn_mask):
+        raise NoRule("a non-tensor mask")
+    compute = _compute_dtype(query.dtype)
+    heads = query.shape[-3] if enable_gqa else None
+    k_, v_ = (_gqa(t, heads) if heads else t for t in (key, value))
+    batch = _broadcast(query.shape[:-2], k_.shape[:-2], v_.shape[:-2])
+    q, k, v = (_cast(_batched(t, batch), compute) for t in (query, k_, v_))
+    g = _cast(cots[0], compute)
+    scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
+    scores = _masked(P.mul(L.matmul(q, _t(k)), scale), attn_mask, is_causal)
     p = N.softmax(scores, -1)
-    gv = reduce_to(L.matmul(_t(p), g), v.shape)
+    gv = L.matmul(_t(p), g)
     gp = L.matmul(g, _t(v))
     kept = tuple(range(scores.ndim - 1))
     gs = P.mul(p, P.sub(gp, P.broadcast_in_dim(P.sum(P.mul(gp, p), (scores.ndim - 1,)), scores.shape, kept)))
     gq = P.mul(L.matmul(gs, k), scale)
     gk = P.mul(L.matmul(_t(gs), q), scale)
-    back = lambda x, like: P.convert_element_type(x, like.dtype) if x.dtype != like.dtype else x  # noqa: E731
+    # back to each input's own shape and dtype: summed over broadcast batch dims and query groups
+    gq = _cast(reduce_to(gq, query.shape), query.dtype)
+    gk, gv = (_cast(_gqa_grad(reduce_to(gt, t_.shape), t), t.dtype) for gt, t_, t in ((gk, k_, key), (gv, v_, value)))
     gmask = None
     if attn_mask is not None and attn_mask.dtype.is_floating_point:
-        gmask = back(reduce_to(gs, attn_mask.shape), attn_mask)
-    return _pairs((query, back(gq, query)), (key, back(gk, key)), (value, back(gv, value)), (attn_mask, gmask))
+        gmask = _cast(reduce_to(gs, attn_mask.shape), attn_mask.dtype)
+    return _pairs((query, gq), (key, gk), (value, gv), (attn_mask, gmask))
+
+
+# --- forward rewrites: what a whole op hides from its backward -----------------------------
+
+def explicit_forward(b):
+    """In a training forward, the torch-level ops to run instead of `b` where its backward
+    needs what the whole op keeps to itself, or None. SDPA with dropout draws its mask inside
+    the kernel: run as torch's math path does (scores, softmax, F.dropout, matmul), eager's
+    draws are made in the open, saved, and differentiated (on a CPU the results are eager's)."""
+    if b.sym.name != "torch.nn.functional.scaled_dot_product_attention":
+        return None
+    try:
+        a = inspect.signature(_sdpa_signature).bind(*b.args, **b.kwargs)
+    except TypeError:
+        return None
+    a.apply_defaults()
+    query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa = a.arguments.values()
+    if not dropout_p or not all(_value(t) for t in (query, key, value)) or query.ndim < 2:
+        return None
+    if enable_gqa:
+        key, value = _gqa(key, query.shape[-3]), _gqa(value, query.shape[-3])
+    scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
+    if scale > 0:  # as torch's math path: q and k scaled by sqrt(scale) each
+        scores = L.matmul(P.mul(query, math.sqrt(scale)), _t(P.mul(key, math.sqrt(scale))))
+    else:
+        scores = P.mul(L.matmul(query, _t(key)), scale)
+    attention = symbol_for(torch.nn.functional.dropout)(N.softmax(_masked(scores, attn_mask, is_causal), -1), dropout_p)
+    return L.matmul(attention, value)
 
 
 # --- every other op that runs whole: torch's autograd on its call, in the backward -------

@@ -54,9 +54,11 @@ def _has_rule(b) -> bool:
     return b.sym in prim_rules.RULES or b.sym.name in torch_rules.RULES or b.sym.name in composite_rules.RULES
 
 
-def _expand(bsyms, needs: set, out: list, frozen: frozenset) -> None:
-    """The forward ops: ops that get a gradient and have no rule become their decomposition.
-    A value in `frozen` (eager's autograd did not track it) gets no gradient."""
+def _expand(bsyms, needs: set, out: list, frozen: frozenset, names: NameGen) -> None:
+    """The forward ops: ops that get a gradient and have no rule become their decomposition,
+    and ops whose backward needs what the whole op hides become explicit torch-level ops
+    (torch_rules.explicit_forward). A value in `frozen` (eager's autograd did not track it)
+    gets no gradient."""
     for b in bsyms:
         if not any(v.name in needs for v in b.inputs()):
             out.append(b)
@@ -64,14 +66,33 @@ def _expand(bsyms, needs: set, out: list, frozen: frozenset) -> None:
         if b.sym in prim_rules.NON_DIFFERENTIABLE or "nondifferentiable" in b.sym.tags:
             out.append(b)
             continue
+        explicit = _explicit(b, names)
+        if explicit is not None:
+            _expand(explicit, needs, out, frozen, names)
+            continue
         if not _has_rule(b) and b.subsymbols:
-            _expand(b.subsymbols, needs, out, frozen)
+            _expand(b.subsymbols, needs, out, frozen, names)
             continue
         if not _has_rule(b) and ("random" in b.sym.tags or "random" in b.note):
             raise Unsupported(f"{b.sym.name} is random and has no backward rule: its draws cannot be replayed "
                               "in the backward", b.provenance)
         out.append(_out_of_place(b))
         needs.update(o.name for o in b.outputs if _differentiable(o) and o.name not in frozen)
+
+
+def _explicit(b, names: NameGen) -> Optional[list]:
+    """torch_rules.explicit_forward's ops for `b`, recorded under its line, its results
+    renamed to b's outputs (the ops after it read those names)."""
+    ctx = TraceContext(names, b.provenance)
+    with tracing(ctx):
+        result = torch_rules.explicit_forward(b)
+    if result is None:
+        return None
+    flat = values_in(result)
+    if len(flat) != len(b.outputs) or any(n.shape != o.shape or n.dtype != o.dtype for n, o in zip(flat, b.outputs)):
+        return None
+    mapping = {n.name: o for n, o in zip(flat, b.outputs)}
+    return [s.replace(mapping) for s in ctx.bound_symbols]
 
 
 def _out_of_place(b):
@@ -118,11 +139,11 @@ def differentiate(trace: Trace, requires_grad: list) -> Differentiated:
         if requires_grad[i]:
             raise Unsupported(f"{dst.name} requires grad and is updated in place")
     needs = {v.name for v, r in zip(trace.inputs, requires_grad) if r and _differentiable(v)}
-    forward: list = []
-    _expand(trace.bound_symbols, needs, forward, trace.frozen)
-
     taken = {v.name for v in trace.inputs}
     names = NameGen("t", passes.max_index(trace) + 1, taken)
+    forward: list = []
+    _expand(trace.bound_symbols, needs, forward, trace.frozen, names)
+
     results = values_in(trace.output)
     differentiable = [v.name in needs for v in results]
     cot_gen = NameGen("g", 0, taken)  # g0, g1, ... unless an input is named so

@@ -255,3 +255,27 @@ constant_pad_nd = library(torch.constant_pad_nd)
 cartesian_prod = library(torch.cartesian_prod)
 combinations = library(torch.combinations)
 chunk_cat = library(torch._chunk_cat)
+
+
+@register(torch.nn.functional.pad)
+def pad(input, pad, mode="constant", value=None):
+    """Constant padding: negative pads crop (a slice), then prims.pad adds the rest. The other
+    modes (reflect, replicate, circular) run whole."""
+    if mode != "constant":
+        raise NoDecomposition(f"mode={mode!r}")
+    if len(pad) % 2 or len(pad) // 2 > input.ndim or not all(isinstance(p, int) for p in pad):
+        raise NoDecomposition("a padding list torch refuses")
+    if not any(pad):
+        return input  # a copy in torch; in the functional trace, as clone, the value itself
+    config = [[0, 0] for _ in range(input.ndim)]
+    for i in range(len(pad) // 2):  # pairs from the last dim backwards, as torch
+        config[input.ndim - 1 - i] = [pad[2 * i], pad[2 * i + 1]]
+    x = input
+    starts = [max(-lo, 0) for lo, _ in config]
+    ends = [s - max(-hi, 0) for s, (_, hi) in zip(input.shape, config)]
+    if any(starts) or ends != list(input.shape):
+        x = prims.slice(x, starts, ends)
+    grow = [(max(lo, 0), max(hi, 0), 0) for lo, hi in config]
+    if any(lo or hi for lo, hi, _ in grow):
+        x = prims.pad(x, 0 if value is None else value, grow)
+    return x

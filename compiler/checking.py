@@ -8,6 +8,7 @@ from typing import Optional
 import torch
 from torch.utils import _pytree as pytree
 
+from compiler.autograd import torch_rules
 from compiler.report import Diagnostic
 
 # (rtol, atol). Compiled programs reorder and fuse float math, so these are those of a
@@ -80,14 +81,7 @@ _RANDOM_OPS = ("rand", "randn", "randint", "rand_like", "randn_like", "randint_l
 
 def _is_random(acquired) -> bool:
     return any("random" in b.sym.tags or b.sym.name.rsplit(".", 1)[-1].removeprefix("op_").removeprefix(
-        "Tensor_") in _RANDOM_OPS or _draws_dropout(b) for b in acquired.bound_symbols)
-
-
-def _draws_dropout(b) -> bool:
-    """An op with a dropout argument that is not 0 (SDPA's dropout_p)."""
-    p = b.kwargs.get("dropout_p", b.args[4] if b.sym.name.endswith("scaled_dot_product_attention")
-                     and len(b.args) > 4 else 0.0)
-    return isinstance(p, (int, float)) and p > 0
+        "Tensor_") in _RANDOM_OPS or torch_rules.draws_dropout(b) for b in acquired.bound_symbols)
 
 
 def check_program(c, inputs: list, target) -> list:

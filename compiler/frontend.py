@@ -257,6 +257,7 @@ class Tracer:
             leaves = [x for x in pytree.tree_leaves(result) if isinstance(x, (torch.Tensor, Value))]
             return leaves[0] if len(leaves) == 1 else tuple(leaves)
 
+        @functools.wraps(sym.impl)  # its signature is the op's (torch_rules.draws_dropout reads it)
         def impl(*args, **kwargs):
             return only(sym.impl(*args, **kwargs))
         printed = self._unique(f"{_sanitize(sym.name.rsplit('.', 1)[-1])}_tensors")

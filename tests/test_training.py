@@ -162,6 +162,31 @@ def test_attention_dropout_takes_eagers_masks_and_is_differentiated_natively():
     assert "scaled_dot_product_attention(" in compiler.last_report(jfn).traces["execution"]
 
 
+def test_multihead_attention_with_dropout_runs_eagerly_and_says_why():
+    # nn.MultiheadAttention draws its mask inside multi_head_attention_forward, which has no
+    # rule: a generic backward would draw another. The signature runs eagerly (eager's
+    # gradients, for the same seed), and the warning names the op; without dropout it compiles.
+    for dropout in (0.1, 0.0):
+        torch.manual_seed(0)
+        layer = nn.TransformerEncoderLayer(16, 2, dim_feedforward=32, dropout=dropout, batch_first=True).train()
+        twin = copy.deepcopy(layer)
+        x = torch.randn(2, 5, 16, requires_grad=True)
+        jfn = compiler.jit(layer)
+        cot = torch.randn(2, 5, 16)
+        torch.manual_seed(3)
+        got = torch.autograd.grad(jfn(x), [x, *layer.parameters()], cot)
+        torch.manual_seed(3)
+        grads_close(got, torch.autograd.grad(twin(x), [x, *twin.parameters()], cot))
+        warnings = [d.message for d in compiler.last_report(jfn).diagnostics if d.severity == "warning"]
+        if dropout:
+            assert jfn.last.eager_fallback
+            assert any("multi_head_attention_forward draws its dropout mask" in m for m in warnings), warnings
+            where = [(d.file, d.line) for d in compiler.last_report(jfn).diagnostics if "draws its dropout" in d.message]
+            assert where[0][0] == __file__, where  # the user's line that calls the layer
+        else:
+            assert not jfn.last.eager_fallback, warnings
+
+
 def test_batch_norm_training_updates_running_statistics_once_per_step():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU()).train()

@@ -11,6 +11,7 @@ backward trace with their decompositions, so backward regions fuse like forward 
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 from types import SimpleNamespace
@@ -441,6 +442,30 @@ def _sdpa(b, cots, query, key, value, attn_mask, dropout_p, is_causal, scale, en
 
 
 # --- forward rewrites: what a whole op hides from its backward -----------------------------
+
+@functools.lru_cache(maxsize=None)
+def _signature_of(fn):
+    try:
+        return inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None
+
+
+def draws_dropout(b) -> bool:
+    """Whether op `b` draws a dropout mask inside itself: a `dropout_p` argument that is not 0
+    (SDPA; multi_head_attention_forward, unless `training` is off)."""
+    sdpa = b.sym.name == "torch.nn.functional.scaled_dot_product_attention"  # a builtin: no signature
+    sig = _signature_of(_sdpa_signature if sdpa else b.sym.impl)
+    if sig is None or "dropout_p" not in sig.parameters:
+        return False
+    try:
+        bound = sig.bind(*b.args, **b.kwargs)
+    except TypeError:
+        return False
+    bound.apply_defaults()
+    p, training = bound.arguments.get("dropout_p"), bound.arguments.get("training", True)
+    return isinstance(p, (int, float)) and p > 0 and training is not False
+
 
 def explicit_forward(b):
     """In a training forward, the torch-level ops to run instead of `b` where its backward

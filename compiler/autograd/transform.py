@@ -73,6 +73,11 @@ def _expand(bsyms, needs: set, out: list, frozen: frozenset, names: NameGen) -> 
         if not _has_rule(b) and b.subsymbols:
             _expand(b.subsymbols, needs, out, frozen, names)
             continue
+        if not _has_rule(b) and torch_rules.draws_dropout(b):
+            fn = getattr(b.sym.impl, "__wrapped__", b.sym.impl)
+            raise Unsupported(f"{getattr(fn, '__module__', '')}.{getattr(fn, '__name__', b.sym.name)} draws its dropout "
+                              "mask inside itself and has no backward rule: the mask cannot be replayed in the backward "
+                              "(F.scaled_dot_product_attention's dropout is differentiated)", b.provenance)
         if not _has_rule(b) and ("random" in b.sym.tags or "random" in b.note):
             raise Unsupported(f"{b.sym.name} is random and has no backward rule: its draws cannot be replayed "
                               "in the backward", b.provenance)

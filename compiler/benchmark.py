@@ -81,12 +81,8 @@ def _time_training(out: Measurements, c, fn, args, kwargs, inputs: list, *, warm
             except Exception as e:
                 out.diagnostics.append(Diagnostic("warning", f"torch.compile training baseline failed: "
                                                   f"{type(e).__name__}: {e}"))
-    with torch.no_grad():
-        results = b.forward_fn(*inputs)
-    saved = list(results[d.n_results:])
-    diff = [t for t, ok in zip(results[:d.n_results], d.differentiable) if ok]
-    backward_inputs = saved + checking.cotangents(list(enumerate(diff)))
-    out.backward_regions = _time_regions(b.plan, d.backward, backward_inputs, device, max(3, repeats // 2))
+    out.backward_regions = _time_regions(b.plan, d.backward, checking.backward_inputs(c, inputs), device,
+                                         max(3, repeats // 2))
 
 
 def _time_regions(plan, source_trace, inputs: list, device, reps: int) -> dict:

@@ -146,6 +146,17 @@ def cotangents(outputs: list, seed: int = 0) -> list:
     return [torch.randn(t.shape, generator=gen, dtype=torch.float64).to(t.dtype).to(t.device) for _, t in outputs]
 
 
+def backward_inputs(c, inputs: list) -> list:
+    """What a training compile's backward program reads, for a forward run on `inputs`: the
+    tensors that forward saves, then fixed cotangents of its differentiable results."""
+    b = c.backward
+    d = b.differentiated
+    with torch.no_grad():
+        results = b.forward_fn(*inputs)
+    diff = [t for t, ok in zip(results[:d.n_results], d.differentiable) if ok]
+    return list(results[d.n_results:]) + cotangents(list(enumerate(diff)))
+
+
 class restored:
     """Restores tensors (a module's buffers, inputs a call updates) when the block ends: the
     eager run a check makes must not update the caller's state a second time."""

@@ -8,13 +8,14 @@ against eager with FusionLens's tolerance per dtype (`checking.TOLERANCES`), and
 against eager and torch.compile (`triton.testing.do_bench` on a GPU; on a CPU the kernel runs
 under TRITON_INTERPRET=1 and the script says its timings mean nothing).
 
-Region ids accepted (`region_choices` lists a target's), of the forward program (a training
-target's backward regions B<n> and PB<n> are refused):
+Region ids accepted (`region_choices` lists a target's):
   R<n>             a region that ran through a fusion executor here (triton, nvfuser)
   P<n>             a preview region: the code a fusion executor that cannot run here would
                    run (Triton's on a CPU with the default settings); Triton's preview first
                    when both Triton and nvFuser have one
   triton:P<n>, nvfuser:P<n>   a preview of that executor
+  B<n>, PB<n>, triton:PB<n>   the same, of a training target's backward program: its inputs are
+                   what a forward run saves and fixed cotangents (checking.backward_inputs)
 A torch region (one torch call, such as a matmul) has no generated kernel: ReproError, which
 names the ids that work. Writing a repro runs the user's example (like `fusionlens compile`)
 and, for an R region, the compiled program up to that region, to see its inputs.
@@ -69,11 +70,32 @@ class _Material:
 
 # --- which region ---------------------------------------------------------------------------
 
+@dataclass
+class _Program:
+    """The forward program of a compile, or its backward: the plan, the previews, the trace
+    the previews were written from, and the prefix of its region ids."""
+
+    plan: lowering.Plan
+    previews: list
+    previewed: object  # the Trace lowering.preview_groups was given
+    prefix: str  # "R" or "B"
+
+
+def _programs(c: pipeline.Compiled) -> list:
+    forward = c.traces["optimised"] if c.backward is None else c.backward.differentiated.forward
+    out = [_Program(c.plan, c.previews, forward, "R")]
+    if c.backward is not None:
+        out.append(_Program(c.backward.plan, c.backward.previews, c.backward.traces["backward"], "B"))
+    return out
+
+
 def region_choices(c: pipeline.Compiled) -> list:
     """The region ids a repro can be written for, as people read them ("R2 (triton)")."""
-    out = [f"{r.id} ({r.executor})" for r in c.plan.regions if r.executor in FUSION_EXECUTORS]
-    for p in sorted(c.previews, key=lambda p: p["executor"] != "triton"):
-        out += [f"{p['executor']}:{r['id']} ({p['executor']} preview)" for r in p["regions"]]
+    out = []
+    for prog in _programs(c):
+        out += [f"{r.id} ({r.executor})" for r in prog.plan.regions if r.executor in FUSION_EXECUTORS]
+        for p in sorted(prog.previews, key=lambda p: p["executor"] != "triton"):
+            out += [f"{p['executor']}:{r['id']} ({p['executor']} preview)" for r in p["regions"]]
     return out
 
 
@@ -86,32 +108,35 @@ def _no_region(c, message: str) -> ReproError:
 def _material(c: pipeline.Compiled, spec: str, inputs: list) -> _Material:
     executor, _, rid = spec.rpartition(":")
     executor, rid = executor.strip().lower(), rid.strip().upper()
-    if rid.startswith("R") and not executor:
-        r = next((r for r in c.plan.regions if r.id == rid), None)
+    programs = _programs(c)
+    prog = programs[-1] if rid.startswith(("B", "PB")) else programs[0]
+    if rid.startswith(("B", "PB")):
+        if c.backward is None:
+            raise _no_region(c, f"{rid} names a backward region, and this target is compiled for inference")
+        inputs = checking.backward_inputs(c, inputs)
+    if rid.startswith(prog.prefix) and not executor:
+        r = next((r for r in prog.plan.regions if r.id == rid), None)
         if r is None:
             raise _no_region(c, f"no region {rid}")
         if r.executor not in FUSION_EXECUTORS or r.generated is None:
             what = ", ".join(b.sym.name for b in r.bsyms)
             raise _no_region(c, f"region {rid} runs through {r.executor} ({what}): FusionLens generated no "
                                 "kernel for it")
-        return _ran(c, r, inputs)
-    if rid.startswith(("B", "PB")):
-        raise _no_region(c, f"{rid} is a region of the backward program: repro scripts are written for the "
-                            "forward program's regions only (the backward's inputs are saved tensors and gradients)")
+        return _ran(c, prog.plan, r, inputs)
     if rid.startswith("P"):
-        previews = sorted(c.previews, key=lambda p: p["executor"] != "triton")
+        previews = sorted(prog.previews, key=lambda p: p["executor"] != "triton")
         for p in previews:
             if (not executor or p["executor"] == executor) and any(r["id"] == rid for r in p["regions"]):
-                return _previewed(c, p["executor"], rid, inputs)
+                return _previewed(prog, p["executor"], rid, inputs)
     raise _no_region(c, f"no region {spec}")
 
 
-def _ran(c, r, inputs: list) -> _Material:
+def _ran(c, plan, r, inputs: list) -> _Material:
     """A region that ran: its inputs as the program gives them (run up to it), and the
     variant of its code generated for their strides."""
-    bsyms = c.plan.trace.bound_symbols
+    bsyms = plan.trace.bound_symbols
     k = next(i for i, b in enumerate(bsyms) if b is r.bound)
-    env = run_ops(bsyms[:k], {v.name: x for v, x in zip(c.plan.trace.inputs, inputs)})
+    env = run_ops(bsyms[:k], {v.name: x for v, x in zip(plan.trace.inputs, inputs)})
     tensors = [env[v.name] for v in r.inputs]
     g = r.generated
     with torch.no_grad():
@@ -128,12 +153,11 @@ def _ran(c, r, inputs: list) -> _Material:
                      c.device)
 
 
-def _previewed(c, executor: str, rid: str, inputs: list) -> _Material:
+def _previewed(prog: _Program, executor: str, rid: str, inputs: list) -> _Material:
     """A preview: the program's values computed with torch, and the code written for the
     strides they have (the report's preview shows the variant for contiguous inputs)."""
     ex = executor_registry.get(executor)
-    program = c.traces["optimised"] if c.backward is None else c.backward.differentiated.forward  # as previewed
-    flat, groups = lowering.preview_groups(program, ex)
+    flat, groups = lowering.preview_groups(prog.previewed, ex, "P" if prog.prefix == "R" else "PB")
     group = next(g for g in groups if g.id == rid)
     env = run_ops(flat.bound_symbols, {v.name: x for v, x in zip(flat.inputs, inputs)})
     tensors = [env[v.name] for v in group.inputs]

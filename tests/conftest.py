@@ -5,6 +5,7 @@ is printed, so pytest shows it with the output of a failing test. torch is impor
 when a test has already imported it (the language-server tests do not need it).
 """
 
+import importlib.util
 import os
 import random
 import sys
@@ -15,6 +16,32 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
+
+
+def _triton_for_the_interpreter() -> None:
+    """Where no GPU is, import triton with TRITON_INTERPRET=1 before any test module does.
+    Its standard library (tl.sum, tl.max, ...) is decorated for the interpreter at import
+    time, and importing torchvision (tests/zoo_imports.py) imports triton through
+    torch._dynamo: without this, test_triton.py and test_repro.py, collected after the zoo,
+    found triton imported the wrong way and skipped themselves whole. The variable is put
+    back: the tests that run the interpreter set it themselves (the default executors must
+    not pick Triton up everywhere)."""
+    if "triton" in sys.modules or os.path.exists("/dev/nvidia0") or importlib.util.find_spec("triton") is None:
+        return
+    old = os.environ.get("TRITON_INTERPRET")
+    os.environ["TRITON_INTERPRET"] = "1"
+    try:
+        import triton.language  # noqa: F401
+    except Exception:  # noqa: BLE001 - a broken triton install: the Triton tests say so themselves
+        pass
+    finally:
+        if old is None:
+            os.environ.pop("TRITON_INTERPRET", None)
+        else:
+            os.environ["TRITON_INTERPRET"] = old
+
+
+_triton_for_the_interpreter()
 
 
 @pytest.fixture(autouse=True)

@@ -15,6 +15,7 @@ import inspect
 import os
 import re
 import shutil
+import site
 import subprocess
 import sys
 from pathlib import Path
@@ -80,14 +81,14 @@ def _interpreter(monkeypatch):
 
 
 def isolated(*args, cwd, timeout=600, extra_path=None):
-    """Run `python -I ...` in `cwd`: no PYTHONPATH, no user site, not the repository; the
-    Triton interpreter only where the script switches it on."""
+    """Run `python ...` in `cwd` where FusionLens cannot be imported: without `site` (-S), so
+    no .pth file runs (an editable install is one: it maps `compiler` to the repository),
+    with the site-packages folders as plain PYTHONPATH entries (torch and triton import), no
+    user site, not the repository; `extra_path` first (a folder of stand-ins). The Triton
+    interpreter only where the script switches it on."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "TRITON_INTERPRET", "PYTHONHOME")}
-    flags = ["-I"]
-    if extra_path:  # a folder of stand-ins: -I would ignore PYTHONPATH
-        flags = ["-s"]
-        env["PYTHONPATH"] = str(extra_path)
-    return subprocess.run([sys.executable, *flags, *args], cwd=cwd, env=env, capture_output=True, text=True,
+    env["PYTHONPATH"] = os.pathsep.join(([str(extra_path)] if extra_path else []) + site.getsitepackages())
+    return subprocess.run([sys.executable, "-S", "-s", *args], cwd=cwd, env=env, capture_output=True, text=True,
                           timeout=timeout)
 
 
@@ -101,7 +102,7 @@ def write(tmp_path, prepared, rid) -> Path:
 @pytest.mark.parametrize("target", TARGETS)
 def test_every_triton_region_of_each_example_matches_eager_without_fusionlens(target, tmp_path):
     prepared = repro.prepare(str(FIXTURE), target, executors=["triton", "torch"])
-    rids = [c.split()[0] for c in prepared.choices() if c.endswith("(triton)")]
+    rids = [c.split()[0] for c in prepared.choices() if c.endswith("(triton)") and c.startswith("R")]
     assert rids, prepared.choices()
     scripts = [write(tmp_path, prepared, rid) for rid in rids]
     for s in scripts:
@@ -127,9 +128,32 @@ def test_region_ids_are_the_reports(target, executors):
         (r.id, r.executor, [b.sym.name for b in r.bsyms]) for r in prepared.compiled.plan.regions]
     assert [(p["executor"], [(r["id"], r["ops"]) for r in p["regions"]]) for p in report.previews] == [
         (p["executor"], [(r["id"], r["ops"]) for r in p["regions"]]) for p in prepared.compiled.previews]
-    if report.backward is not None:
-        with pytest.raises(repro.ReproError, match="backward program"):
-            prepared.script(report.backward.regions[0].id)
+    if report.backward is not None:  # the backward's regions and previews are the report's too
+        assert [(r.id, r.executor, r.ops) for r in report.backward.regions] == [
+            (r.id, r.executor, [b.sym.name for b in r.bsyms]) for r in prepared.compiled.backward.plan.regions]
+        torch_region = next(r.id for r in report.backward.regions if r.executor == "torch")
+        with pytest.raises(repro.ReproError, match="generated no kernel"):
+            prepared.script(torch_region)
+    else:
+        with pytest.raises(repro.ReproError, match="compiled for inference"):
+            prepared.script("B0")
+
+
+def test_backward_regions_and_previews_match_eager_without_fusionlens(tmp_path, monkeypatch):
+    # a backward region's inputs are what the forward saved and the cotangents; the script
+    # writes random ones of their shapes, dtypes and strides, as for a forward region
+    prepared = repro.prepare(str(FIXTURE), "train_gpt_small", executors=["triton", "torch"])
+    ran = [c.split()[0] for c in prepared.choices() if c.startswith("B") and c.endswith("(triton)")]
+    scripts = [write(tmp_path, prepared, rid) for rid in ran[:2]]  # (writing runs the kernels: interpreted)
+    if not CUDA:
+        monkeypatch.delenv("TRITON_INTERPRET")  # Triton cannot run: it previews
+    previewed = repro.prepare(str(FIXTURE), "train_gpt_small")
+    preview = next(c.split()[0] for c in previewed.choices() if c.startswith("triton:PB"))
+    scripts.append(write(tmp_path, previewed, preview))
+    (tmp_path / "driver.py").write_text(DRIVER)
+    p = isolated("driver.py", *map(str, scripts), cwd=tmp_path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.stdout.count(MATCH) == len(scripts), p.stdout + p.stderr
 
 
 def test_a_broken_kernel_is_a_mismatch(tmp_path):

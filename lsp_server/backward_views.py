@@ -20,9 +20,13 @@ from compiler.report import CompileReport, format_bytes, format_ms
 class BackwardNote:
     regions: list  # backward Regions that differentiate this line
     saved: list  # SavedTensors this line produced
+    target: str = ""  # the training target compiled, and the file it is in
+    target_path: str = ""
+    previews: list = dataclasses.field(default_factory=list)  # (executor, preview region id), Triton first
 
 
-def annotate(report: Optional[CompileReport], path: str, same: Callable) -> dict:
+def annotate(report: Optional[CompileReport], path: str, same: Callable, target: str = "",
+             target_path: str = "") -> dict:
     """0-based line of `path` -> BackwardNote; `same(file, path)` compares paths."""
     b = report.backward if report is not None else None
     if b is None:
@@ -30,7 +34,7 @@ def annotate(report: Optional[CompileReport], path: str, same: Callable) -> dict
     out: dict = {}
 
     def note(line: int) -> BackwardNote:
-        return out.setdefault(line - 1, BackwardNote([], []))
+        return out.setdefault(line - 1, BackwardNote([], [], target, target_path))
     for r in b.regions:
         for s in r.source_lines:
             if s.line and same(s.file, path) and r not in note(s.line).regions:
@@ -38,7 +42,26 @@ def annotate(report: Optional[CompileReport], path: str, same: Callable) -> dict
     for t in b.saved:
         if t.kind == "activation" and t.line and same(t.file, path):
             note(t.line).saved.append(t)
+    for p in sorted(b.previews or [], key=lambda p: p.get("executor") != "triton"):
+        for region in p.get("regions", []):
+            for s in region.get("source_lines", []):
+                if s.get("line") and same(s.get("file"), path) and (p["executor"], region["id"]) not in note(s["line"]).previews:
+                    note(s["line"]).previews.append((p["executor"], region["id"]))
     return out
+
+
+def repro_of(note: Optional[BackwardNote]) -> Optional[tuple]:
+    """(target, region spec, target path, label) of the backward kernel a line's repro script
+    is written for: its first fused backward region, else the first preview it joins."""
+    if note is None:
+        return None
+    for r in note.regions:
+        if r.executor in ("triton", "nvfuser"):
+            return note.target, r.id, note.target_path, r.id
+    if note.previews:
+        executor, rid = note.previews[0]
+        return note.target, f"{executor}:{rid}", note.target_path, f"{executor} preview {rid}"
+    return None
 
 
 def _time(regions: list) -> Optional[float]:

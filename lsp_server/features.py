@@ -213,6 +213,9 @@ def code_actions(ls: FusionLensServer, params: T.CodeActionParams):
             repro = _repro_of(n)
             if repro is not None and repro not in repros:
                 repros.append(repro)
+        repro = backward_views.repro_of(view.backward.get(line))  # a training target's backward kernel
+        if repro is not None and repro not in repros:
+            repros.append(repro)
     many = len(targets) > 1
     can_run = ls.settings.allowExecution and state.syntax_error is None  # offer only what can run
     out = []

@@ -187,7 +187,8 @@ def build_annotations(result: Result, path: str) -> FileAnnotations:
                 related = [(at_file, at_line - 1, at_msg)]
             diags.append(DiagNote(tl, "error", f"compiling {result.target} failed{where}: {msg}",
                                   code=code, related=related))
-    return FileAnnotations(lines, boundaries, region_lines, diags, backward_views.annotate(report, path, _same))
+    return FileAnnotations(lines, boundaries, region_lines, diags,
+                           backward_views.annotate(report, path, _same, result.target, result.path))
 
 
 def load_report(data: dict) -> CompileReport:

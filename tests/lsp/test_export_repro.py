@@ -75,3 +75,45 @@ async def test_export_repro_needs_execution(start_server, tmp_path):
     answer = await s.command("fusionlens.exportRepro", uri, "small", "P0")
     assert answer["uri"] is None and "allowExecution" in answer["message"]
     assert not (tmp_path / "cache" / "repro").exists()
+
+
+TRAINING_SOURCE = '''\
+import torch
+import torch.nn.functional as F
+
+import compiler
+
+
+def loss(x, w):
+    return F.gelu(x @ w).square().mean()
+
+
+@compiler.example(train=True)
+def training():
+    torch.manual_seed(0)
+    return loss, (torch.randn(8, 16), torch.randn(16, 32))
+'''
+
+
+@pytest.mark.parametrize("profile", ["visual-studio-code"])
+async def test_export_repro_script_of_a_backward_kernel(start_server, tmp_path):
+    # a training target's line also offers its backward kernel (on a CPU, Triton's preview PB<n>)
+    path = tmp_path / "training.py"
+    path.write_text(TRAINING_SOURCE)
+    s = await start_server({"compileTrigger": "manual"}, root=tmp_path)
+    uri = s.open(path)
+    assert (await s.compile(uri, "training"))["ok"]
+    line = line_of(path, "return F.gelu(x @ w)")
+    titles = [a.title for a in await s.actions(uri, line) if a.title.startswith("Export repro script")]
+    backward = [t for t in titles if "PB" in t or " (B" in t]
+    assert backward, titles
+    action = next(a for a in await s.actions(uri, line) if a.title == backward[0])
+    shown = await s.command(command_of(action).command, *command_of(action).arguments)
+    written = Path(shown["path"])
+    assert written.exists() and "from compiler" not in written.read_text()
+    site_dirs = __import__("site").getsitepackages()  # torch and triton, without any .pth (FusionLens's)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "TRITON_INTERPRET")}
+    env["PYTHONPATH"] = os.pathsep.join(site_dirs)
+    p = subprocess.run([sys.executable, "-S", "-s", str(written), "--no-benchmark"], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0 and "OK: the kernel matches eager" in p.stdout, p.stdout + p.stderr

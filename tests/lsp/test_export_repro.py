@@ -5,6 +5,7 @@ asks the client to show it; the script runs in a Python without FusionLens."""
 from __future__ import annotations
 
 import os
+import site
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +15,17 @@ import pytest
 from lsp_helpers import command_of, line_of
 
 pytestmark = pytest.mark.asyncio
+
+
+def without_fusionlens(script: Path, cwd: Path) -> subprocess.CompletedProcess:
+    """Run `script --no-benchmark` in a Python that cannot import FusionLens: no `site` (-S),
+    so no .pth file (an editable install's) runs; site-packages as plain PYTHONPATH entries."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "TRITON_INTERPRET")}
+    env["PYTHONPATH"] = os.pathsep.join(site.getsitepackages())
+    code = "import importlib.util, runpy, sys; assert importlib.util.find_spec('compiler') is None; " \
+           "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
+    return subprocess.run([sys.executable, "-S", "-s", "-c", code, str(script), "--no-benchmark"], cwd=cwd,
+                          env=env, capture_output=True, text=True, timeout=300)
 
 SOURCE = '''\
 import torch
@@ -56,9 +68,7 @@ async def test_export_repro_script_of_the_line(start_server, tmp_path):
     text = written.read_text()
     assert "@triton.jit" in text and "def eager(x" in text and "from compiler" not in text
 
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "TRITON_INTERPRET")}
-    p = subprocess.run([sys.executable, "-I", str(written), "--no-benchmark"], cwd=tmp_path, env=env,
-                       capture_output=True, text=True, timeout=300)
+    p = without_fusionlens(written, tmp_path)
     assert p.returncode == 0 and "OK: the kernel matches eager" in p.stdout, p.stdout + p.stderr
 
     # a region without a kernel: the worker says why, the client is told
@@ -111,9 +121,5 @@ async def test_export_repro_script_of_a_backward_kernel(start_server, tmp_path):
     shown = await s.command(command_of(action).command, *command_of(action).arguments)
     written = Path(shown["path"])
     assert written.exists() and "from compiler" not in written.read_text()
-    site_dirs = __import__("site").getsitepackages()  # torch and triton, without any .pth (FusionLens's)
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "TRITON_INTERPRET")}
-    env["PYTHONPATH"] = os.pathsep.join(site_dirs)
-    p = subprocess.run([sys.executable, "-S", "-s", str(written), "--no-benchmark"], cwd=tmp_path, env=env,
-                       capture_output=True, text=True, timeout=300)
+    p = without_fusionlens(written, tmp_path)
     assert p.returncode == 0 and "OK: the kernel matches eager" in p.stdout, p.stdout + p.stderr

@@ -57,6 +57,8 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 sys.path.insert(0, HERE)
 
+from tables import table  # noqa: E402
+
 FRAMEWORKS = ("eager", "fusionlens", "thunder", "torch.compile")
 
 
@@ -208,15 +210,6 @@ def per_call_us(fns: dict, args, repeats: int, batch: int = 20) -> dict:
                 f(*args)
             samples[k].append((time.perf_counter_ns() - t) / batch / 1e3)
     return {k: statistics.median(v) for k, v in samples.items()}
-
-
-def table(rows, headers):
-    widths = [max(len(str(r[i])) for r in [headers] + rows) for i in range(len(headers))]
-    line = "  ".join(f"{{:<{w}}}" for w in widths)
-    print(line.format(*headers).rstrip())
-    print(line.format(*("-" * w for w in widths)))
-    for r in rows:
-        print(line.format(*map(str, r)).rstrip())
 
 
 def _fmt(x, digits=1):

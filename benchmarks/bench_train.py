@@ -65,6 +65,8 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(ROOT, "examples"))  # the examples import their neighbours (gpt_block)
 
+from tables import table  # noqa: E402
+
 if "--inductor-cache" not in sys.argv:  # before torch._inductor reads it
     os.environ["TORCHINDUCTOR_FORCE_DISABLE_CACHES"] = "1"
 warnings.filterwarnings("ignore", message=".*dynamo_pgo force disabled.*")  # says what the line above asked
@@ -390,15 +392,6 @@ def one_time_setup(systems, thunder, device: str = "cpu") -> dict:
 
 
 # --- printing ----------------------------------------------------------------------------
-
-def table(rows, headers):
-    widths = [max(len(str(r[i])) for r in [headers] + rows) for i in range(len(headers))]
-    line = "  ".join(f"{{:<{w}}}" for w in widths)
-    print(line.format(*headers).rstrip())
-    print(line.format(*("-" * w for w in widths)))
-    for r in rows:
-        print(line.format(*map(str, r)).rstrip())
-
 
 def check_text(system: str, row: dict) -> str:
     if row.get("error"):

@@ -36,12 +36,14 @@ from zoo_imports import stubbed_operators
 EXPECTED_FAILURES: dict = {}
 
 
-def _param(entry: zoo.ZooModel):
+def _param(entry: zoo.ZooModel, failures: dict = EXPECTED_FAILURES):
+    """A zoo model as a test parameter: skipped where its library is missing, a strict xfail
+    where `failures` (name -> (exception, reason)) names it."""
     marks = []
     if zoo.LIBRARIES[entry.library] is None:
         marks.append(pytest.mark.skip(reason=f"{entry.library} is not installed (bash .ci/run installs it)"))
-    if entry.name in EXPECTED_FAILURES:
-        raises, reason = EXPECTED_FAILURES[entry.name]
+    if entry.name in failures:
+        raises, reason = failures[entry.name]
         marks.append(pytest.mark.xfail(strict=True, raises=raises, reason=reason))
     return pytest.param(entry, id=entry.name, marks=marks)
 

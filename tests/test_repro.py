@@ -24,18 +24,7 @@ import pytest
 import torch
 
 CUDA = torch.cuda.is_available()
-if not CUDA and "triton" not in sys.modules:
-    _old = os.environ.get("TRITON_INTERPRET")
-    os.environ["TRITON_INTERPRET"] = "1"
-    try:
-        import triton  # noqa: F401  (decorates its standard library for the interpreter)
-    except ImportError:
-        pass
-    finally:
-        if _old is None:
-            os.environ.pop("TRITON_INTERPRET", None)
-        else:
-            os.environ["TRITON_INTERPRET"] = _old
+# tests/conftest.py imported triton for the interpreter (where no GPU is) before any test module
 
 from compiler import repro  # noqa: E402
 from compiler.discovery import find_targets  # noqa: E402

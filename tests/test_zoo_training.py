@@ -41,7 +41,7 @@ import compiler
 from compiler import checking
 import grad_accuracy as acc
 import zoo
-from test_model_zoo import assert_native
+from test_model_zoo import _param, assert_native
 
 # name -> (exception, the failure today); empty since in-place activations (nn.SiLU(inplace=True),
 # nn.Hardswish(inplace=True) in torchvision's and timm's blocks) run out of place in training
@@ -57,16 +57,6 @@ BY_NAME = {m.name: m for m in zoo.MODELS}
 # float32 noise (eager float32's gradients of efficientnet_b0 are then 100% off float64's:
 # no test at all). With 8 images eager float32 is within ~1e-5 of float64 again.
 TRAIN_BATCH = 8
-
-
-def _param(entry: zoo.ZooModel, failures: dict):
-    marks = []
-    if zoo.LIBRARIES[entry.library] is None:
-        marks.append(pytest.mark.skip(reason=f"{entry.library} is not installed (bash .ci/run installs it)"))
-    if entry.name in failures:
-        raises, reason = failures[entry.name]
-        marks.append(pytest.mark.xfail(strict=True, raises=raises, reason=reason))
-    return pytest.param(entry, id=entry.name, marks=marks)
 
 
 # --- helpers ---------------------------------------------------------------------------------

@@ -467,13 +467,20 @@ def draws_dropout(b) -> bool:
     return isinstance(p, (int, float)) and p > 0 and training is not False
 
 
+EXPLICIT: dict = {}  # symbol name -> its explicit forward (see explicit_forward)
+
+
 def explicit_forward(b):
-    """In a training forward, the torch-level ops to run instead of `b` where its backward
-    needs what the whole op keeps to itself, or None. SDPA with dropout draws its mask inside
-    the kernel: run as torch's math path does (scores, softmax, F.dropout, matmul), eager's
-    draws are made in the open, saved, and differentiated (on a CPU the results are eager's)."""
-    if b.sym.name != "torch.nn.functional.scaled_dot_product_attention":
-        return None
+    """In a training forward, the torch-level ops to run instead of `b` (called inside a
+    trace) where its backward needs what the whole op keeps to itself, or None."""
+    make = EXPLICIT.get(b.sym.name)
+    return make(b) if make is not None else None
+
+
+def _sdpa_explicit(b):
+    """SDPA with dropout draws its mask inside the kernel: run as torch's math path does
+    (scores, softmax, F.dropout, matmul), eager's draws are made in the open, saved, and
+    differentiated (on a CPU the results are eager's)."""
     try:
         a = inspect.signature(_sdpa_signature).bind(*b.args, **b.kwargs)
     except TypeError:
@@ -491,6 +498,9 @@ def explicit_forward(b):
         scores = P.mul(L.matmul(query, _t(key)), scale)
     attention = symbol_for(torch.nn.functional.dropout)(N.softmax(_masked(scores, attn_mask, is_causal), -1), dropout_p)
     return L.matmul(attention, value)
+
+
+EXPLICIT["torch.nn.functional.scaled_dot_product_attention"] = _sdpa_explicit
 
 
 # --- every other op that runs whole: torch's autograd on its call, in the backward -------

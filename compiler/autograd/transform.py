@@ -88,6 +88,8 @@ def _expand(bsyms, needs: set, out: list, frozen: frozenset, names: NameGen) -> 
 def _explicit(b, names: NameGen) -> Optional[list]:
     """torch_rules.explicit_forward's ops for `b`, recorded under its line, its results
     renamed to b's outputs (the ops after it read those names)."""
+    if b.sym.name not in torch_rules.EXPLICIT:  # most ops: no trace context to set up
+        return None
     ctx = TraceContext(names, b.provenance)
     with tracing(ctx):
         result = torch_rules.explicit_forward(b)

@@ -10,8 +10,9 @@ from __future__ import annotations
 from typing import Optional
 
 from compiler import benchmark as bench, checking, frontend, pipeline, reporting, report as R
+from compiler.options import CompileOptions
 
-__all__ = ["compile", "CompileError"]
+__all__ = ["compile", "CompileError", "CompileOptions"]
 
 
 class CompileError(Exception):
@@ -24,18 +25,23 @@ class CompileError(Exception):
         self.report = report
 
 
-def compile(fn, *args, executors: Optional[list] = None, benchmark: bool = False, repeats: int = 20,
+def compile(fn, *args, executors: Optional[list[str]] = None, benchmark: bool = False, repeats: int = 20,
             warmup: int = 3, torch_compile: bool = False, name: Optional[str] = None,
-            **kwargs) -> R.CompileReport:
+            options: Optional[CompileOptions] = None, **kwargs) -> R.CompileReport:
     """Trace `fn(*args, **kwargs)`, compile it, check it against eager, and report.
+    `options` default to what the environment sets (options.ENVIRONMENT); `executors`, when
+    given, replaces theirs.
 
     Raises CompileError (with `.report`) when the user's code fails while tracing.
     """
-    return compile_checked(fn, args, kwargs, executors, name or frontend.target_name(fn), previews=True,
-                           benchmark=benchmark, repeats=repeats, warmup=warmup, torch_compile=torch_compile)[1]
+    options = (options or CompileOptions.from_env()).replace(previews=True)
+    if executors is not None:
+        options = options.replace(executors=executors)
+    return compile_checked(fn, args, kwargs, options, name or frontend.target_name(fn), benchmark=benchmark,
+                           repeats=repeats, warmup=warmup, torch_compile=torch_compile)[1]
 
 
-def compile_checked(fn, args, kwargs, executors, name: str, *, previews: bool, benchmark: bool,
+def compile_checked(fn, args, kwargs, options: CompileOptions, name: str, *, benchmark: bool,
                     repeats: int = 0, warmup: int = 0, torch_compile: bool = False,
                     target: Optional[R.Target] = None, eager_on_failure: bool = False) -> tuple:
     """Compile, check against eager, benchmark if asked, then report: what compile, jit and
@@ -48,17 +54,17 @@ def compile_checked(fn, args, kwargs, executors, name: str, *, previews: bool, b
     defined = reporting.target_of(fn, name)
     target = target or defined
     try:
-        c = pipeline.compile_program(fn, args, kwargs, executors, name, previews)
+        c = pipeline.compile_program(fn, args, kwargs, options, name)
     except frontend.TraceError as e:
-        raise CompileError(reporting.error_report(e, target, executors)) from e
+        raise CompileError(reporting.error_report(e, target, options.executors)) from e
     inputs = frontend.user_tensors(fn, args, kwargs) + c.constants
-    checked = checking.check_program(c, inputs, defined)
-    if not any(d.severity == "error" for d in checked):
+    checked = checking.check_program(c, inputs, defined) if options.check else []
+    if options.check and not any(d.severity == "error" for d in checked):
         checked += checking.check_gradients(c, fn, args, kwargs, inputs, defined)
-    failed = any(d.severity == "error" for d in checked) or c.traced.eager_only is not None
+    failed = any(d.severity == "error" for d in checked) or c.eager_only is not None
     measured = bench.measure_program(c, fn, args, kwargs, inputs, repeats=repeats, warmup=warmup,
                                      torch_compile=torch_compile) if benchmark else None
     extra = [R.Diagnostic("warning", "this signature runs eagerly: see the "
-                          f"{'error' if c.traced.eager_only is None else 'warning'} above")] \
-        if failed and eager_on_failure else []
+                          f"{'error' if c.eager_only is None else 'warning'} above",
+                          code=R.DiagnosticCode.EAGER_FALLBACK)] if failed and eager_on_failure else []
     return c, reporting.assemble(c, target, checked, measured, extra), failed

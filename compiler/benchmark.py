@@ -10,16 +10,15 @@ import torch
 
 from compiler import checking, lowering, passes, timing
 from compiler.ir import external_inputs, ops_callable
-from compiler.report import Diagnostic, ProgramTimings, RegionTiming
+from compiler.report import Diagnostic, DiagnosticCode, ProgramTimings, RegionTiming
 
 
 @dataclass
 class Measurements:
-    program: Optional[ProgramTimings] = None
-    regions: dict = field(default_factory=dict)  # region id -> RegionTiming
-    diagnostics: list = field(default_factory=list)
+    program: Optional[ProgramTimings] = None  # the call against eager
+    regions: dict[str, dict[str, RegionTiming]] = field(default_factory=dict)  # program kind -> region id -> timing
+    diagnostics: list[Diagnostic] = field(default_factory=list)
     training: Optional[ProgramTimings] = None  # a training compile: forward + backward steps
-    backward_regions: dict = field(default_factory=dict)  # backward region id -> RegionTiming
     copy_gbs: Optional[float] = None  # the device's measured copy bandwidth (timing.copy_bandwidth_gbs)
 
 
@@ -28,10 +27,10 @@ def measure_program(c, fn, args, kwargs, inputs: list, *, repeats: int, warmup: 
     """Time `c` (a pipeline.Compiled) against `fn(*args, **kwargs)`, then each of its regions."""
     out = Measurements()
     device = c.device
-    if device.type == "cpu" and any(r.executor == "triton" for r in c.plan.regions):
+    if device.type == "cpu" and any(r.executor == "triton" for p in c.programs for r in p.plan.regions):
         out.diagnostics.append(Diagnostic(
             "information", "Triton kernels ran under Triton's interpreter (no GPU): their times measure "
-            "the interpreter, not kernels"))
+            "the interpreter, not kernels", code=DiagnosticCode.BENCHMARK))
     eager, compiled = timing.compare([(fn, args, kwargs), (c.fn, inputs, {})], device, warmup, repeats)
     out.program = ProgramTimings(str(device), compiled, eager,
                                  speedup_vs_eager=round(eager.median_ms / compiled.median_ms, 3))
@@ -42,10 +41,13 @@ def measure_program(c, fn, args, kwargs, inputs: list, *, repeats: int, warmup: 
                                                        repeats=repeats, **kwargs)
             out.program.speedup_vs_torch_compile = round(out.program.torch_compile.median_ms / compiled.median_ms, 3)
         except Exception as e:  # torch.compile may be unavailable (no compiler toolchain)
-            out.diagnostics.append(Diagnostic("warning", f"torch.compile baseline failed: {type(e).__name__}: {e}"))
-    out.regions = _time_regions(c.plan, c.traces["optimised"], inputs, device, max(3, repeats // 2))
-    if c.backward is not None:
+            out.diagnostics.append(Diagnostic("warning", f"torch.compile baseline failed: {type(e).__name__}: {e}",
+                                              code=DiagnosticCode.BENCHMARK))
+    if c.differentiated is not None:
         _time_training(out, c, fn, args, kwargs, inputs, warmup=warmup, repeats=repeats, torch_compile=torch_compile)
+    for program in c.programs:
+        program_inputs = inputs if program.kind == "forward" else checking.backward_inputs(c, inputs)
+        out.regions[program.kind] = _time_regions(program, program_inputs, device, max(3, repeats // 2))
     out.copy_gbs = timing.copy_bandwidth_gbs(device)
     return out
 
@@ -53,12 +55,11 @@ def measure_program(c, fn, args, kwargs, inputs: list, *, repeats: int, warmup: 
 def _time_training(out: Measurements, c, fn, args, kwargs, inputs: list, *, warmup: int, repeats: int,
                    torch_compile: bool) -> None:
     """Training steps (forward, then the gradients of the inputs that require grad for fixed
-    cotangents) compiled, eager and torch.compile'd; then each backward region. Buffers the
-    steps update (BatchNorm's running statistics) are restored after."""
-    device, b = c.device, c.backward
-    d = b.differentiated
+    cotangents) compiled, eager and torch.compile'd. Buffers the steps update (BatchNorm's
+    running statistics) are restored after."""
+    device, d = c.device, c.differentiated
     wrt = [inputs[i] for i in d.grad_inputs]
-    state = [x for v, x in zip(c.traces["acquired"].inputs, inputs) if v.role == "buffer" or v.name in c.traced.mutated]
+    state = [x for v, x in zip(c.acquired.inputs, inputs) if v.role == "buffer" or v.name in c.traced.mutated]
     with checking.restored(state):
         with torch.enable_grad():
             cots = checking.cotangents(checking.differentiable_outputs(c.fn(*inputs)))
@@ -80,14 +81,13 @@ def _time_training(out: Measurements, c, fn, args, kwargs, inputs: list, *, warm
                                                               / compiled.median_ms, 3)
             except Exception as e:
                 out.diagnostics.append(Diagnostic("warning", f"torch.compile training baseline failed: "
-                                                  f"{type(e).__name__}: {e}"))
-    out.backward_regions = _time_regions(b.plan, d.backward, checking.backward_inputs(c, inputs), device,
-                                         max(3, repeats // 2))
+                                                  f"{type(e).__name__}: {e}", code=DiagnosticCode.BENCHMARK))
 
 
-def _time_regions(plan, source_trace, inputs: list, device, reps: int) -> dict:
-    """Each region of `plan` against the torch calls it replaces (`source_trace`'s ops, run on
-    `inputs` like the plan)."""
+def _time_regions(program, inputs: list, device, reps: int) -> dict[str, RegionTiming]:
+    """Each region of a pipeline.Program against the torch calls it replaces (the ops of the
+    trace its fusion started from, run on `inputs` like the program)."""
+    plan, source_trace = program.plan, program.source
     env = lowering.interpret(plan.trace, inputs)
     torch_env = None  # values of the torch-level program, for eager baselines of fused regions
     out = {}

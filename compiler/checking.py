@@ -9,7 +9,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from compiler.autograd import torch_rules
-from compiler.report import Diagnostic
+from compiler.report import Diagnostic, DiagnosticCode
 
 # (rtol, atol). Compiled programs reorder and fuse float math, so these are those of a
 # compiler, not of one op: float32 results may differ in the last few bits of a long chain.
@@ -89,7 +89,7 @@ def check_program(c, inputs: list, target) -> list:
     eager result recorded while tracing, and the inputs it updates in place with their values
     after the eager call (on copies: checking must not update the caller's tensors); the
     report's diagnostics, located at `target`."""
-    names = [v.name for v in c.traces["acquired"].inputs]
+    names = [v.name for v in c.acquired.inputs]
     mutated = c.traced.mutated
     run_on = [x.clone() if n in mutated else x for n, x in zip(names, inputs)]
     actual = c.fn(*run_on)
@@ -98,13 +98,13 @@ def check_program(c, inputs: list, target) -> list:
         if n in mutated and problem is None:
             wrong = mismatch(x, mutated[n])
             problem = f"{n}, updated in place, differs from eager's update: {wrong}" if wrong else None
-    if problem and _is_random(c.traces["acquired"]):  # random draws differ from eager's: shapes and dtypes only
+    if problem and _is_random(c.acquired):  # random draws differ from eager's: shapes and dtypes only
         problem = mismatch(actual, c.traced.eager_output, values=False)
     out = []
     if problem:
         out.append(Diagnostic(
             "error", f"the compiled program does not match eager PyTorch on the example inputs: {problem}",
-            target.file, target.line))
+            target.file, target.line, code=DiagnosticCode.MISMATCH))
     return out
 
 
@@ -149,10 +149,9 @@ def cotangents(outputs: list, seed: int = 0) -> list:
 def backward_inputs(c, inputs: list) -> list:
     """What a training compile's backward program reads, for a forward run on `inputs`: the
     tensors that forward saves, then fixed cotangents of its differentiable results."""
-    b = c.backward
-    d = b.differentiated
+    d = c.differentiated
     with torch.no_grad():
-        results = b.forward_fn(*inputs)
+        results = c.forward.fn(*inputs)
     diff = [t for t, ok in zip(results[:d.n_results], d.differentiable) if ok]
     return list(results[d.n_results:]) + cotangents(list(enumerate(diff)))
 
@@ -246,12 +245,12 @@ def check_gradients(c, fn, args, kwargs, inputs: list, target) -> list:
     accuracy check does: where a gradient is ill-conditioned (a BatchNorm's or a squeeze-
     excitation's, over few values) two float32 roundings differ by more than any tolerance
     while both are as close to the exact value as float32 allows."""
-    if c.backward is None:
+    d = c.differentiated
+    if d is None:
         return []
-    d = c.backward.differentiated
     wrt = [inputs[i] for i in d.grad_inputs]
-    names = [c.traces["acquired"].inputs[i].name for i in d.grad_inputs]
-    state = [x for v, x in zip(c.traces["acquired"].inputs, inputs) if v.role == "buffer" or v.name in c.traced.mutated]
+    names = [c.acquired.inputs[i].name for i in d.grad_inputs]
+    state = [x for v, x in zip(c.acquired.inputs, inputs) if v.role == "buffer" or v.name in c.traced.mutated]
     with restored(state), torch.random.fork_rng(devices=_cuda_devices(inputs)):
         torch.manual_seed(0)
         outs = differentiable_outputs(c.fn(*inputs))
@@ -280,9 +279,9 @@ def check_gradients(c, fn, args, kwargs, inputs: list, target) -> list:
     shown = ", ".join(names[k] for k, _ in differing[:3]) + (" ..." if len(differing) > 3 else "")
     return [Diagnostic("information", f"the compiled gradients of {shown} differ from eager float32's beyond "
                        "the tolerance, but are as close to a float64 run as eager's are: ill-conditioned "
-                       "there, not wrong", target.file, target.line)]
+                       "there, not wrong", target.file, target.line, code=DiagnosticCode.ILL_CONDITIONED)]
 
 
 def _gradient_error(problem: str, target) -> Diagnostic:
     return Diagnostic("error", f"the compiled backward does not match eager PyTorch on the example inputs: "
-                      f"{problem}", target.file, target.line)
+                      f"{problem}", target.file, target.line, code=DiagnosticCode.GRADIENT_MISMATCH)

@@ -9,7 +9,8 @@ import sys
 
 from compiler import roofline
 from compiler.discovery import find_targets
-from compiler.report import TRACE_STAGES, format_bytes, format_ms
+from compiler.options import CompileOptions
+from compiler.report import ALL_STAGES, format_bytes, format_ms
 from compiler.targets import compile_target
 
 
@@ -50,6 +51,8 @@ def _table(rows, headers) -> str:
 
 
 def render(report, stage: str = "execution") -> str:
+    """A report for the terminal: each program's trace, regions and previews, then what a
+    training compile saves, the diagnostics and the timings."""
     out = []
     t = report.target
     out.append(f"== {t.name}  ({os.path.relpath(t.file) if t.file else '?'}:{t.line}) ==")
@@ -61,86 +64,85 @@ def render(report, stage: str = "execution") -> str:
                f"compile: {report.compile_ms:.0f} ms"
                + (f"   copy bandwidth: {report.peaks.copy_gbs:g} GB/s"
                   if report.peaks and report.peaks.copy_gbs else ""))
-    stages = list(report.traces) if stage == "all" else [stage]
-    for s in stages:
-        out.append(f"\n-- trace ({s}) --")
-        out.append(report.traces[s].rstrip())
+    for program in report.programs:
+        out += _render_program(program, stage, report.peaks)
+    if report.training is not None:
+        out += _render_training(report.training)
+    if report.fallbacks:
+        out.append("\n-- fell back to torch --")
+        for f in report.fallbacks:
+            out.append(f"  {os.path.basename(f.file or '?')}:{f.line}  {f.op}: {f.reason}")
+    if report.diagnostics:
+        out.append("\n-- diagnostics --")
+        for d in report.diagnostics:
+            where = f"{os.path.basename(d.file)}:{d.line}: " if d.file else ""
+            out.append(f"  {d.severity}: {where}{d.message}")
+    out += _render_timings(report.forward.timings, "whole program")
+    if report.training is not None:
+        out += _render_timings(report.training.step, "training step: forward + backward")
+    return "\n".join(out)
+
+
+_HEADING = {"forward": "", "backward": "backward "}
+
+
+def _render_program(program, stage: str, peaks) -> list[str]:
+    """One program: its trace at `stage` (its execution trace where it has no such stage),
+    its regions and what an executor that cannot run here would fuse."""
+    out, heading = [], _HEADING[program.kind]
+    shown = stage if stage in program.traces else "execution"
+    for s in (list(program.traces) if stage == "all" else [shown]):
+        out.append(f"\n-- {heading}trace ({s}) --")
+        out.append(program.traces[s].rstrip())
     rows = []
-    for r in report.regions:
+    for r in program.regions:
         tm = r.timing
         ops = ", ".join(o.removeprefix("torch.nn.functional.").removeprefix("torch.").removeprefix("prims.")
                         for o in r.ops)
         rows.append([r.id, r.executor, ops if len(ops) <= 48 else ops[:45] + "...", _lines(r),
                      _fmt(tm.median_ms if tm else None), _fmt(tm.eager_median_ms if tm else None),
                      _roofline(r.roofline), r.boundary.reason if r.boundary else ""])
-    pk = report.peaks
-    where = f"on {pk.device}{', est.' if pk.estimate else ''}" if pk else ""
-    out.append(f"\n-- regions ({len(report.regions)}) --")
-    out.append(_table(rows, ["region", "executor", "ops", "user lines", "time", "eager", f"roofline {where}".strip(),
+    where = f"on {peaks.device}{', est.' if peaks.estimate else ''}" if peaks else ""
+    lines = "user lines" if program.kind == "forward" else "differentiates lines"
+    out.append(f"\n-- {heading}regions ({len(program.regions)}) --")
+    out.append(_table(rows, ["region", "executor", "ops", lines, "time", "eager", f"roofline {where}".strip(),
                              "ends because"]))
-    for p in report.previews:
-        out.append(f"\n-- where {p['executor']} can run (not here: {p['reason']}), it would fuse "
-                   f"{len(p['regions'])} kernel{'s' if len(p['regions']) != 1 else ''} --")
-        for r in p["regions"]:
-            lines = ", ".join(f"{os.path.basename(s['file'])}:{s['line']}" for s in r["source_lines"])
-            line = r.get("roofline")
-            est = f" · est {_fmt(line['min_ms'])} on {line['device']} ({line['bound']}-bound)" if line else ""
-            out.append(f"  {r['id']}: {len(r['ops'])} ops from {lines}{est}")
-    if report.fallbacks:
-        out.append("\n-- fell back to torch --")
-        for f in report.fallbacks:
-            out.append(f"  {os.path.basename(f.file or '?')}:{f.line}  {f.op}: {f.reason}")
-    notes = [d for d in report.diagnostics]
-    if notes:
-        out.append("\n-- diagnostics --")
-        for d in notes:
-            where = f"{os.path.basename(d.file)}:{d.line}: " if d.file else ""
-            out.append(f"  {d.severity}: {where}{d.message}")
-    if report.backward is not None:
-        out += _render_backward(report.backward, stage)
-    tm = report.timings
-    if tm and tm.compiled:
-        out.append("\n-- timings (whole program, median of "
-                   f"{tm.compiled.repeats}, {tm.compiled.method} on {tm.device}) --")
-        rows = [["compiled", _fmt(tm.compiled.median_ms), _fmt(tm.compiled.iqr_ms), ""],
-                ["eager", _fmt(tm.eager.median_ms), _fmt(tm.eager.iqr_ms), f"{tm.speedup_vs_eager:.2f}x"]]
-        if tm.torch_compile:
-            rows.append(["torch.compile", _fmt(tm.torch_compile.median_ms), _fmt(tm.torch_compile.iqr_ms),
-                         f"{tm.speedup_vs_torch_compile:.2f}x"])
-        out.append(_table(rows, ["", "median", "spread (IQR)", "compiled speedup"]))
-    return "\n".join(out)
-
-
-def _render_backward(b, stage: str) -> list:
-    """A training compile: the backward trace and regions, what is saved, the step's time."""
-    out = []
-    shown = "execution" if stage not in b.traces and stage != "all" else stage
-    for s in (list(b.traces) if stage == "all" else [shown]):
-        out.append(f"\n-- backward trace ({s}) --")
-        out.append(b.traces[s].rstrip())
-    rows = [[r.id, r.executor, ", ".join(o.removeprefix("prims.").removeprefix("torch.") for o in r.ops)[:48],
-             _lines(r), _fmt(r.timing.median_ms if r.timing else None)] for r in b.regions]
-    out.append(f"\n-- backward regions ({len(b.regions)}) --")
-    out.append(_table(rows, ["region", "executor", "ops", "differentiates lines", "time"]))
-    acts = [t for t in b.saved if t.kind == "activation"]
-    out.append(f"\n-- saved for backward: {len(acts)} activations, {format_bytes(b.saved_bytes)}"
-               f" (and {len(b.saved) - len(acts)} inputs and parameters)"
-               + (f"; recomputed in backward: {', '.join(b.recomputed)}" if b.recomputed else "") + " --")
-    for t in sorted(acts, key=lambda t: -t.bytes)[:12]:
-        out.append(f"  {t.name}: {t.dtype}{t.shape}  {format_bytes(t.bytes)}  from "
-                   f"{os.path.basename(t.file or '?')}:{t.line}")
-    tm = b.timings
-    if tm and tm.compiled:
-        out.append(f"\n-- training step (forward + backward, median of {tm.compiled.repeats}, on {tm.device}) --")
-        rows = [["compiled", _fmt(tm.compiled.median_ms), ""],
-                ["eager", _fmt(tm.eager.median_ms), f"{tm.speedup_vs_eager:.2f}x"]]
-        if tm.torch_compile:
-            rows.append(["torch.compile", _fmt(tm.torch_compile.median_ms), f"{tm.speedup_vs_torch_compile:.2f}x"])
-        out.append(_table(rows, ["", "median", "compiled speedup"]))
+    for p in program.previews:
+        n = len(p.regions)
+        out.append(f"\n-- where {p.executor} can run (not here: {p.reason}), its {heading}program would fuse "
+                   f"{n} kernel{'s' if n != 1 else ''} --")
+        for r in p.regions:
+            line = r.roofline
+            est = f" · est {_fmt(line.min_ms)} on {line.device} ({line.bound}-bound)" if line else ""
+            out.append(f"  {r.id}: {len(r.ops)} ops from {_lines(r)}{est}")
     return out
 
 
-def main(argv=None) -> int:
+def _render_training(training) -> list[str]:
+    acts = [t for t in training.saved if t.kind == "activation"]
+    out = [f"\n-- saved for backward: {len(acts)} activations, {format_bytes(training.saved_bytes)}"
+           f" (and {len(training.saved) - len(acts)} inputs and parameters)"
+           + (f"; recomputed in backward: {', '.join(training.recomputed)}" if training.recomputed else "") + " --"]
+    for t in sorted(acts, key=lambda t: -t.bytes)[:12]:
+        out.append(f"  {t.name}: {t.dtype}{t.shape}  {format_bytes(t.bytes)}  from "
+                   f"{os.path.basename(t.file or '?')}:{t.line}")
+    return out
+
+
+def _render_timings(tm, what: str) -> list[str]:
+    if not tm or not tm.compiled:
+        return []
+    out = [f"\n-- timings ({what}, median of {tm.compiled.repeats}, {tm.compiled.method} on {tm.device}) --"]
+    rows = [["compiled", _fmt(tm.compiled.median_ms), _fmt(tm.compiled.iqr_ms), ""],
+            ["eager", _fmt(tm.eager.median_ms), _fmt(tm.eager.iqr_ms), f"{tm.speedup_vs_eager:.2f}x"]]
+    if tm.torch_compile:
+        rows.append(["torch.compile", _fmt(tm.torch_compile.median_ms), _fmt(tm.torch_compile.iqr_ms),
+                     f"{tm.speedup_vs_torch_compile:.2f}x"])
+    out.append(_table(rows, ["", "median", "spread (IQR)", "compiled speedup"]))
+    return out
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fusionlens", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     c = sub.add_parser("compile", help="compile and benchmark the @compiler.example targets of a file")
@@ -161,24 +163,27 @@ def main(argv=None) -> int:
     c.add_argument("--profile", action="store_true",
                    help="run each region inside a profiler range named after its first user line "
                         "(record_function; NVTX on a GPU), as FUSIONLENS_PROFILE=1 does")
-    c.add_argument("--stage", default="execution", choices=TRACE_STAGES + ("all",),
-                   help="which trace to print (default: execution); FUSIONLENS_DEBUG=1..3 prints each "
-                        "stage as it is produced")
+    c.add_argument("--stage", default="execution", choices=ALL_STAGES + ("all",),
+                   help="which trace of each program to print (default: execution); FUSIONLENS_DEBUG=1..3 "
+                        "prints each stage as it is produced")
     sub.add_parser("list", help="list the targets of a file").add_argument("file")
     r = sub.add_parser("repro", help="write a standalone script (torch and triton only) that checks and times "
                                      "one region's kernel against eager, for a bug report")
     r.add_argument("file")
     r.add_argument("--target", required=True, help="the @compiler.example target")
     r.add_argument("--region", required=True, metavar="ID",
-                   help="a fusion region (R3) or a preview (P1, triton:P1, nvfuser:P1), as `compile` lists them")
+                   help="a fusion region (R3, B1) or a preview (P1, PB0, triton:P1, nvfuser:P1), as `compile` "
+                        "lists them")
     r.add_argument("-o", "--output", metavar="OUT", help="where to write it (default: "
                    "FILE_TARGET_REGION_repro.py in the current folder; - for stdout)")
     r.add_argument("--executors", nargs="+", help="executor priority, as for compile")
     r.add_argument("--device", default="auto", help="auto, cpu or cuda")
-    r.add_argument("--train", action="store_true", help="compiled for training, as compile --train (forward "
-                                                        "regions only)")
-    args = parser.parse_args(argv)
+    r.add_argument("--train", action="store_true", help="compiled for training, as compile --train")
+    return parser
 
+
+def main(argv=None) -> int:
+    args = _parser().parse_args(argv)
     try:
         with open(args.file, encoding="utf-8") as f:
             source = f.read()
@@ -193,12 +198,16 @@ def main(argv=None) -> int:
         for t in targets:
             print(f"{args.file}:{t.line}: {t.name}")
         return 0
+    options = CompileOptions.from_env(executors=args.executors)
     if args.command == "repro":
         from compiler import repro
 
         sys.path.insert(0, os.getcwd())
-        return repro.cli(args.file, args.target, args.region, args.output, args.executors, args.device, args.train)
-    names = [t.name for t in targets]
+        return repro.cli(args.file, args.target, args.region, args.output, options, args.device, args.train)
+    return _compile(args, [t.name for t in targets], options)
+
+
+def _compile(args, names: list[str], options: CompileOptions) -> int:
     if args.target:
         missing = [n for n in args.target if n not in names]
         if missing:
@@ -210,13 +219,10 @@ def main(argv=None) -> int:
         print(f"fusionlens: {args.file} has no @compiler.example targets", file=sys.stderr)
         return 2
     sys.path.insert(0, os.getcwd())
-    if args.profile:
-        os.environ["FUSIONLENS_PROFILE"] = "1"
-    with roofline.targeting(args.gpu):
-        reports = [compile_target(args.file, n, executors=args.executors, benchmark=args.benchmark,
-                                  repeats=args.repeats, device=args.device, torch_compile=args.torch_compile,
-                                  train=args.train)
-                   for n in names]
+    options = options.replace(profile=args.profile or options.profile, gpu=args.gpu or options.gpu)
+    reports = [compile_target(args.file, n, options=options, benchmark=args.benchmark, repeats=args.repeats,
+                              device=args.device, torch_compile=args.torch_compile, train=args.train)
+               for n in names]
     if args.json:
         data = [r.to_dict() for r in reports]
         print(json.dumps(data[0] if len(data) == 1 else data, indent=2))

@@ -22,6 +22,7 @@ from torch.utils import _pytree as pytree
 from compiler import objects, provenance
 from compiler.ir import OUTPUT_BUILDER, BoundSymbol, NameGen, Symbol, Trace, Value, dtype_name, printable
 from compiler.ops import torch_ops
+from compiler.report import DiagnosticCode
 
 MAX_OPS = 100_000  # a trace this long almost surely comes from a loop that never ends
 
@@ -41,8 +42,8 @@ class TraceError(Exception):
 class Note:
     """A diagnostic noticed while tracing: (severity, message, provenance)."""
 
-    def __init__(self, severity: str, message: str, where: Optional[provenance.Provenance]):
-        self.severity, self.message, self.where = severity, message, where
+    def __init__(self, severity: str, message: str, where: Optional[provenance.Provenance], code: str = ""):
+        self.severity, self.message, self.where, self.code = severity, message, where, code
 
 
 def _sanitize(name: str) -> str:
@@ -160,7 +161,7 @@ class Tracer:
             self.notes.append(Note("information",
                                    f"captured tensor constant {name} ({Value('', x.shape, x.dtype, x.device).type_str()}): "
                                    "it is an input of the compiled program, not specialised",
-                                   self.where()))
+                                   self.where(), DiagnosticCode.CAPTURED_CONSTANT))
         return self.bind_input(x, name, role)
 
     def argument(self, x):
@@ -248,7 +249,7 @@ class Tracer:
         if self.eager_only is None:
             self.eager_only = (f"in-place {name} on a view of another tensor: FusionLens does not follow "
                                "updates through views, so calls with this signature run eagerly")
-            self.notes.append(Note("warning", self.eager_only, where))
+            self.notes.append(Note("warning", self.eager_only, where, DiagnosticCode.INPLACE_VIEW))
 
     def tensors_only(self, sym: Symbol) -> Symbol:
         """`sym` as a call that returns only the tensors of its result, in order (one alone):
@@ -282,7 +283,7 @@ class Tracer:
         v = self.values.get(id(src)) if src is not None else None
         self.notes.append(Note("warning", f"Python control flow read a tensor's value ({v.name if v else 'a tensor'}"
                                f".{name}() -> {out!r}); the trace is specialised to it and may be wrong "
-                               "for other input values", where))
+                               "for other input values", where, DiagnosticCode.DATA_DEPENDENT))
 
 
 def _is_default(value, default) -> bool:
@@ -447,7 +448,7 @@ def _trace(tracer: Tracer, fn, args, kwargs, originals: dict) -> TraceResult:
         leaf, tracer.to_value, computed, passed), output)
     if not any(isinstance(leaf, Value) for leaf in pytree.tree_leaves(output)):
         tracer.notes.append(Note("warning", f"{tracer.name} returned {type(out).__name__} and no tensor: "
-                                 "there is nothing to compile", None))
+                                 "there is nothing to compile", None, DiagnosticCode.NOTHING_TO_COMPILE))
     # what is left holding computed tensors could not be templated (passed in, or no attributes)
     hidden = [type(leaf).__name__ for leaf in pytree.tree_leaves(output) if not isinstance(leaf, Value)
               and objects.template(leaf, lambda t: None, computed, set()) is not leaf]
@@ -455,7 +456,7 @@ def _trace(tracer: Tracer, fn, args, kwargs, originals: dict) -> TraceResult:
         tracer.notes.append(Note("warning", f"the result holds computed tensors inside {', '.join(hidden)}, "
                                  "which FusionLens cannot rebuild (an object the caller passed in, or one "
                                  "without attributes to set): compiled calls with this signature run eagerly",
-                                 None))
+                                 None, DiagnosticCode.HIDDEN_TENSORS))
     for v in tracer.inputs:
         if v not in user_inputs:
             signature.append(describe_input(v.name, tracer.constants[v.name]))
@@ -493,10 +494,10 @@ def _mutations(tracer: Tracer, versions: dict, originals: dict) -> tuple:
         if v.role == "param":
             tracer.eager_only = tracer.eager_only or (
                 f"the call updates the parameter {v.name} in place: calls with this signature run eagerly")
-            tracer.notes.append(Note("warning", tracer.eager_only, None))
+            tracer.notes.append(Note("warning", tracer.eager_only, None, DiagnosticCode.INPLACE_PARAMETER))
     for v, final in writeback:
         tracer.notes.append(Note("information", f"{v.name} is updated in place: the compiled program writes "
-                                 f"{final.name} back into it, as eager does", where[v.name]))
+                                 f"{final.name} back into it, as eager does", where[v.name], DiagnosticCode.WRITEBACK))
     return writeback, mutated
 
 

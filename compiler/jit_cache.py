@@ -52,9 +52,12 @@ class CacheEntry:
 class JitFunction:
     """A compiled callable: traces and compiles once per input signature, then reuses it."""
 
-    def __init__(self, fn, executors: Optional[list] = None, max_entries: int = 64):
+    def __init__(self, fn, executors: Optional[list[str]] = None, max_entries: int = 64,
+                 options: Optional[CompileOptions] = None):
         self.fn = fn
-        self.executors = executors
+        self.options = (options or CompileOptions.from_env()).replace(previews=False)
+        if executors is not None:
+            self.options = self.options.replace(executors=executors)
         self.max_entries = max_entries  # a Python number that changes every call would grow it forever
         self.cache: dict = {}
         self.hits = 0
@@ -131,8 +134,8 @@ class JitFunction:
         return entry
 
     def _compile_here(self, key, args, kwargs) -> CacheEntry:
-        c, rep, failed = api.compile_checked(self.fn, args, kwargs, self.executors, frontend.target_name(self.fn),
-                                             previews=False, benchmark=False, eager_on_failure=True)
+        c, rep, failed = api.compile_checked(self.fn, args, kwargs, self.options, frontend.target_name(self.fn),
+                                             benchmark=False, eager_on_failure=True)
         return CacheEntry(c, rep, key, eager_fallback=failed,
                           grad_mask=tuple(t.requires_grad for t in c.constants) if c is not None else ())
 
@@ -146,8 +149,10 @@ class JitFunction:
         self.last = None
 
 
-def jit(fn, executors: Optional[list] = None, max_entries: int = 64) -> JitFunction:
-    return JitFunction(fn, executors, max_entries)
+def jit(fn, executors: Optional[list[str]] = None, max_entries: int = 64,
+        options: Optional[CompileOptions] = None) -> JitFunction:
+    """`fn` compiled once per input signature; `options` default to the environment's."""
+    return JitFunction(fn, executors, max_entries, options)
 
 
 def _require_jit(jfn) -> JitFunction:
@@ -163,5 +168,11 @@ def last_report(jfn) -> R.CompileReport:
 
 
 def last_traces(jfn) -> dict:
-    """Stage name -> Trace of the last call's program (print one with `.python()`)."""
-    return dict(_require_jit(jfn).last.compiled.traces)
+    """Stage name -> Trace of the last call's forward program (print one with `.python()`);
+    `last_compiled(jfn).programs` has every program's."""
+    return dict(_require_jit(jfn).last.compiled.forward.traces)
+
+
+def last_compiled(jfn):
+    """The pipeline.Compiled of the last call: its programs, traces and plans."""
+    return _require_jit(jfn).last.compiled

@@ -1,24 +1,29 @@
 """The pipeline: every stage of a compile, in order, in one place.
 
-    stage        made by             holds
-    acquired     frontend.trace      the torch ops as the user's code called them
-    decomposed   passes.decompose    each op with its prims nested beneath it
-    optimised    passes.optimise     after common-subexpression and dead-code elimination
-    fusion       fusion.prepare      fusible ops flattened into prims, broadcasts sunk
-    execution    lowering.lower      region kernels and torch calls (Trace -> Plan)
+    stage        made by                  holds
+    acquired     frontend.trace           the torch ops as the user's code called them
+    decomposed   passes.decompose         each op with its prims nested beneath it
+    optimised    passes.optimise          after common-subexpression and dead-code elimination
+    joint        autograd.differentiate   (training) the forward-backward trace, split into
+    forward                               its forward half (results, then saved values) and
+    backward                              its backward half: a program of its own
+    fusion       fusion.prepare           fusible ops flattened into prims, broadcasts sunk
+    execution    lowering.lower           region kernels and torch calls (Trace -> Plan)
 
-Each stage is a Trace -> Trace function; lowering also gives the Plan (the regions). The
-execution trace is compiled once into the program's Python function.
+A compile makes one `Program` per kind (report.PROGRAM_KINDS): the forward, and for training
+the backward. Each program goes through fusion and lowering by the same code; an executor
+that cannot run here previews its code through the same lowering, in its source-only mode.
 
-FUSIONLENS_DEBUG=1 prints a line per stage to stderr as it is produced (ops, time);
-2 also prints each trace; 3 prints decompositions nested and each region's generated code.
+`CompileOptions.debug` (FUSIONLENS_DEBUG) 1 prints a line per stage to stderr as it is
+produced (ops, time); 2 also prints each trace; 3 prints decompositions nested and each
+region's generated code. `CompileOptions.verifying` runs compiler.verify after every stage.
 """
 
 from __future__ import annotations
 
-import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -27,63 +32,93 @@ import torch
 from compiler import executors as executor_registry, frontend, fusion, lowering, passes
 from compiler.autograd import runtime as autograd_runtime, transform as autograd
 from compiler.ir import Trace, output_builder
-from compiler.report import BACKWARD_STAGES, TRACE_STAGES
+from compiler.options import CompileOptions
+from compiler.report import PROGRAM_STAGES, DiagnosticCode
+
+
+@dataclass
+class PreviewPlan:
+    """The code a fusion executor that cannot run here would run for a program."""
+
+    executor: str
+    reason: str
+    plan: lowering.Plan
+
+
+@dataclass
+class Program:
+    """One program of a compile (a forward or a backward): its traces from its first stage to
+    its execution trace, the regions that run, the previews, and its Python function."""
+
+    kind: str  # a report.PROGRAM_KINDS entry
+    traces: dict[str, Trace]  # the PROGRAM_STAGES[kind] that ran -> Trace, in order
+    plan: lowering.Plan
+    fn: Callable  # the execution trace compiled: the forward takes user tensors then constants
+    previews: list[PreviewPlan] = field(default_factory=list)
+
+    @property
+    def source(self) -> Trace:
+        """The trace fusion started from: what each region's ops compute, op by op."""
+        stages = list(self.traces)
+        return self.traces[stages[stages.index("fusion") - 1]]
+
+    @property
+    def region_prefix(self) -> str:
+        return self.plan.regions[0].id.rstrip("0123456789") if self.plan.regions else ""
 
 
 @dataclass
 class Compiled:
     name: str
-    traces: dict  # stage -> Trace, in TRACE_STAGES order
-    plan: lowering.Plan
-    fn: Any  # the program: takes user tensors then constants
-    constants: list  # tensors appended to the user's tensors at each call
+    programs: list[Program]  # in report.PROGRAM_KINDS order
+    fn: Callable  # the call: user tensors then constants -> the user's result (joined to autograd)
+    constants: list[torch.Tensor]  # tensors appended to the user's tensors at each call
     n_user_inputs: int
     traced: frontend.TraceResult
     compile_ms: float
     device: torch.device
-    executors: list  # resolved, in priority order
-    previews: list = field(default_factory=list)  # code of fusion executors that cannot run here
-    backward: Optional["Backward"] = None  # when compiled for training
+    executors: list[str]  # resolved, in priority order
+    options: CompileOptions
+    notes: list[frontend.Note] = field(default_factory=list)  # the frontend's, then the pipeline's
+    eager_only: Optional[str] = None  # why this signature runs eagerly, if it must
+    differentiated: Optional[autograd.Differentiated] = None  # compiled for training
 
+    def program(self, kind: str) -> Optional[Program]:
+        return next((p for p in self.programs if p.kind == kind), None)
 
-@dataclass
-class Backward:
-    """The training half of a Compiled: the program then runs `forward` inside an autograd
-    Function whose backward runs `plan`'s program."""
+    @property
+    def forward(self) -> Program:
+        return self.programs[0]
 
-    differentiated: autograd.Differentiated
-    traces: dict  # BACKWARD_STAGES -> Trace
-    plan: lowering.Plan  # the backward program's regions and execution trace
-    forward_fn: Any  # the forward program: (*inputs) -> (*results, *saved)
-    backward_fn: Any  # the backward program: ([*saved], *cotangents) -> gradients (it empties the list)
-    previews: list = field(default_factory=list)  # the backward's code by executors that cannot run here
-
-
-def debug_level() -> int:
-    try:
-        return int(os.environ.get("FUSIONLENS_DEBUG") or 0)
-    except ValueError:
-        return 0
+    @property
+    def acquired(self) -> Trace:
+        return self.forward.traces["acquired"]
 
 
 class _StageLog:
-    """Records each stage's trace; prints it as it is produced under FUSIONLENS_DEBUG."""
+    """Records one program's traces; prints each as it is produced under `debug`, and
+    verifies it when the options say so."""
 
-    def __init__(self, name: str, stages=TRACE_STAGES):
-        self.name, self.level, self.traces, self.stages = name, debug_level(), {}, stages
+    def __init__(self, name: str, kind: str, options: CompileOptions):
+        self.name, self.kind, self.options = name, kind, options
+        self.traces: dict[str, Trace] = {}
         self.last = time.perf_counter()
 
     def __call__(self, trace: Trace, plan: Optional[lowering.Plan] = None) -> Trace:
-        assert trace.stage in self.stages and trace.stage not in self.traces, trace.stage
+        assert trace.stage in PROGRAM_STAGES[self.kind] and trace.stage not in self.traces, trace.stage
         self.traces[trace.stage] = trace
-        now = time.perf_counter()
-        if self.level >= 1:
+        if self.options.verifying:
+            from compiler import verify  # only when asked: it walks every op
+
+            verify.verify(trace, trace.stage)
+        now, level = time.perf_counter(), self.options.debug
+        if level >= 1:
             extra = f", {len(plan.regions)} regions" if plan is not None else ""
             print(f"[fusionlens] {self.name} · {trace.stage}: {len(trace.bound_symbols)} ops{extra} "
                   f"({(now - self.last) * 1e3:.1f} ms)", file=sys.stderr)
-        if self.level >= 2:
-            print(trace.python(nested=self.level >= 3 and trace.stage == "decomposed"), file=sys.stderr)
-        if self.level >= 3 and plan is not None:
+        if level >= 2:
+            print(trace.python(nested=level >= 3 and trace.stage == "decomposed"), file=sys.stderr)
+        if level >= 3 and plan is not None:
             for r in plan.regions:
                 if r.generated is not None:
                     print(f"# --- {r.id} ({r.executor}) ---\n{r.generated.source}", file=sys.stderr)
@@ -103,67 +138,92 @@ def requires_grad(tensors) -> bool:
     return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
 
 
-def compile_program(fn, args, kwargs, executors: Optional[list] = None, name: Optional[str] = None,
-                    previews: bool = False) -> Compiled:
-    """Trace `fn(*args, **kwargs)` and run every stage. `previews`: with the default executors,
-    also write the code of the fusion executors that cannot run here (reports want it; jit
-    does not). Where grad is enabled and an input, parameter or buffer requires grad, the
-    program is compiled for training: a forward and a backward program joined by autograd."""
+def compile_program(fn, args, kwargs, options: Optional[CompileOptions] = None,
+                    name: Optional[str] = None) -> Compiled:
+    """Trace `fn(*args, **kwargs)` and run every stage. `options.previews`: with the default
+    executors, also write the code of the fusion executors that cannot run here (reports want
+    it; jit does not). Where grad is enabled and an input, parameter or buffer requires grad,
+    the call is compiled for training: a forward and a backward program joined by autograd."""
+    options = options or CompileOptions()
     start = time.perf_counter()
     traced = frontend.trace(fn, args, kwargs, name)
-    stage = _StageLog(traced.trace.name)
-    acquired = stage(traced.trace)
-    optimised = stage(passes.optimise(stage(passes.decompose(acquired))))
+    notes, eager_only = list(traced.notes), traced.eager_only
+    forward = _StageLog(traced.trace.name, "forward", options)
+    acquired = forward(traced.trace)
+    optimised = forward(passes.optimise(forward(passes.decompose(acquired))))
     user_tensors = frontend.user_tensors(fn, args, kwargs)
     device = _device_of(user_tensors + list(traced.constants.values()))
-    names = executor_registry.resolve(executors, device)
-    chosen = executor_registry.select(names, device, preview_all=previews and executors is None)
-    user = [v for v in acquired.inputs if v.role == "input"]
+    names = executor_registry.resolve(list(options.executors) if options.executors else None, device)
+    chosen = executor_registry.select(names, device, preview_all=options.previews and options.executors is None)
+    notes += [frontend.Note(severity, message, where, DiagnosticCode.EXECUTOR) for severity, message, where in chosen.notes]
     constants = [traced.constants[v.name] for v in acquired.inputs if v.role != "input"]
-    differentiated = _differentiate(optimised, user_tensors + constants, traced)
-    program_trace = optimised if differentiated is None else differentiated.forward
-    flat = stage(fusion.prepare(program_trace, chosen.fusers))
-    plan = lowering.lower(flat, chosen.fusers, device, chosen.notes)
-    stage(plan.trace, plan)
-    shown = [{"executor": ex.name, "reason": why, "regions": lowering.preview(program_trace, ex)}
-             for ex, why in chosen.previews]
-    program = plan.trace.python_callable()
-    backward = None
+    differentiated, why = _differentiate(optimised, user_tensors + constants)
+    if why is not None:
+        notes.append(why)
+        eager_only = eager_only or why.message
     if differentiated is not None:
-        backward = _compile_backward(differentiated, program, chosen, device, acquired)
-        backward.previews = [{"executor": ex.name, "reason": why, "regions": lowering.preview(backward.traces["backward"], ex, "PB")}
-                             for ex, why in chosen.previews]
-        program = backward_program(backward, len(acquired.inputs), acquired.output)
-    return Compiled(acquired.name, stage.traces, plan, program, constants, len(user), traced,
-                    (time.perf_counter() - start) * 1e3, device, names, shown, backward)
+        forward(differentiated.joint)
+        forward(differentiated.forward)
+    programs = [_lower(forward, differentiated.forward if differentiated else optimised, chosen, device, "R", "P")]
+    call = programs[0].fn
+    if differentiated is not None:
+        backward = _StageLog(f"{acquired.name} backward", "backward", options)
+        programs.append(_lower(backward, backward(differentiated.backward), chosen, device, "B", "PB"))
+        call = training_program(programs[0].fn, programs[1].fn, differentiated, len(acquired.inputs), acquired.output)
+    n_user = sum(v.role == "input" for v in acquired.inputs)
+    return Compiled(acquired.name, programs, call, constants, n_user, traced, (time.perf_counter() - start) * 1e3,
+                    device, names, options, notes, eager_only, differentiated)
 
 
-def _differentiate(optimised: Trace, tensors: list, traced) -> Optional[autograd.Differentiated]:
-    """The forward and backward traces where the call records autograd; None for inference.
-    An op the transform cannot differentiate makes the signature run eagerly (said at its line)."""
-    if not requires_grad(tensors):
-        return None
-    try:
-        return autograd.differentiate(optimised, [t.requires_grad for t in tensors])
-    except autograd.Unsupported as e:
-        message = f"training runs eagerly: {e.message}"
-        traced.notes.append(frontend.Note("warning", message, e.where))
-        traced.eager_only = traced.eager_only or message
-        return None
-
-
-def _compile_backward(d: autograd.Differentiated, forward_fn, chosen, device, acquired: Trace) -> Backward:
-    stage = _StageLog(f"{acquired.name} backward", BACKWARD_STAGES)
-    stage(d.joint)
-    stage(d.forward)
-    backward = stage(d.backward)
-    flat = stage(fusion.prepare(backward, chosen.fusers))
-    plan = lowering.lower(flat, chosen.fusers, device, [], prefix="B")
+def _lower(stage: _StageLog, trace: Trace, chosen, device, prefix: str, preview_prefix: str) -> Program:
+    """A program from the trace fusion starts at: fused, lowered, compiled to a function; and
+    the same lowering in source-only mode for each executor that can only preview."""
+    flat = stage(fusion.prepare(trace, chosen.fusers))
+    plan = lowering.lower(flat, chosen.fusers, device, [], prefix=prefix)
     stage(plan.trace, plan)
-    return Backward(d, stage.traces, plan, forward_fn, plan.trace.python_callable())
+    previews = [PreviewPlan(ex.name, why, _preview_plan(trace, ex, device, preview_prefix))
+                for ex, why in chosen.previews]
+    return Program(stage.kind, stage.traces, plan, plan.trace.python_callable(), previews)
 
 
-def backward_program(b: Backward, n_inputs: int, output) -> Any:
-    d = b.differentiated
-    return autograd_runtime.training_program(b.forward_fn, b.backward_fn, n_inputs, d.n_results,
+def _preview_plan(trace: Trace, ex, device, prefix: str) -> lowering.Plan:
+    """`ex`'s regions of `trace` and their code, by lowering in its source-only mode."""
+    flat = fusion.prepare(trace, [ex])
+    try:
+        return lowering.lower(flat, [ex], device, [], prefix=prefix, source_only=True)
+    except TypeError:  # TEMPORARY until lowering has its source-only mode
+        _, groups = lowering.preview_groups(trace, ex, prefix)
+        regions = [lowering.Region(g.id, ex.name, list(g.bsyms), list(g.inputs), list(g.outputs), None,
+                                   generated=_Source(ex.definition_source(g))) for g in groups]
+        return lowering.Plan(flat, regions)
+
+
+class _Source:  # TEMPORARY: what a source-only lowering's Generated gives reporting
+    kernels = 1
+
+    def __init__(self, code: str):
+        self.source, self.fn, self.eager_fn = code, None, None
+
+    def report_code(self) -> str:
+        return self.source
+
+    def status(self) -> str:
+        return ""
+
+
+def _differentiate(optimised: Trace, tensors: list) -> tuple:
+    """(the forward and backward traces where the call records autograd, else None; a note
+    when it cannot be differentiated). An op the transform cannot differentiate makes the
+    signature run eagerly (said at its line)."""
+    if not requires_grad(tensors):
+        return None, None
+    try:
+        return autograd.differentiate(optimised, [t.requires_grad for t in tensors]), None
+    except autograd.Unsupported as e:
+        return None, frontend.Note("warning", f"training runs eagerly: {e.message}", e.where, DiagnosticCode.TRAINING_EAGER)
+
+
+def training_program(forward_fn, backward_fn, d: autograd.Differentiated, n_inputs: int, output) -> Any:
+    """The forward and backward programs joined in a torch.autograd.Function."""
+    return autograd_runtime.training_program(forward_fn, backward_fn, n_inputs, d.n_results,
                                              d.differentiable, d.grad_inputs, output_builder(output))

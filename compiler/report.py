@@ -7,17 +7,65 @@ nothing else. Bump SCHEMA_VERSION on any incompatible change; docs/report.md doc
 from __future__ import annotations
 
 import dataclasses
+import enum
 import json
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-SCHEMA_VERSION = 3  # 2: regions[].cost and .roofline, previews' regions alike, peaks; 3: backward
+# 2: regions[].cost and .roofline, previews' regions alike, peaks; 3: backward;
+# 4: programs (forward, backward) each with traces, regions and previews; training; codes
+SCHEMA_VERSION = 4
 
-# The compiler's stages in order (compiler/pipeline.py): the keys of CompileReport.traces.
+# The kinds of program a compile makes, in the order CompileReport.programs lists them.
+PROGRAM_KINDS = ("forward", "backward")
+# Each kind's stages in pipeline order (compiler/pipeline.py): the keys of its traces. A
+# forward program has `joint` (the forward-backward trace) and `forward` (its forward half)
+# only when compiled for training; the backward program starts at its half of the joint trace.
+PROGRAM_STAGES = {
+    "forward": ("acquired", "decomposed", "optimised", "joint", "forward", "fusion", "execution"),
+    "backward": ("backward", "fusion", "execution"),
+}
+# An inference compile's stages (every forward program has these).
 TRACE_STAGES = ("acquired", "decomposed", "optimised", "fusion", "execution")
-# A training compile's own stages (CompileReport.backward.traces): the joint trace, its two
-# halves, then the backward half's fusion and execution stages.
-BACKWARD_STAGES = ("joint", "forward", "backward", "fusion", "execution")
+# Every stage name of any program, for `--stage`.
+ALL_STAGES = tuple(dict.fromkeys(s for kind in PROGRAM_KINDS for s in PROGRAM_STAGES[kind]))
+# The region-id prefixes users see: a program's regions, and the previews of its code by an
+# executor that could not run here.
+_REGION_PREFIX = {"forward": "R", "backward": "B"}
+_PREVIEW_PREFIX = {"forward": "P", "backward": "PB"}
+
+
+@dataclass(frozen=True)
+class RegionRef:
+    """A region of a compile as a value: which program, which index, and for a preview the
+    executor whose code it is. Its `id` is what users see (`R3`, `B1`, `P2`, `PB0`; a
+    preview by an executor other than `default_preview` is spelt `nvfuser:P2`)."""
+
+    program: str  # a PROGRAM_KINDS entry
+    index: int
+    preview: Optional[str] = None  # the previewing executor, None for a region that ran
+
+    @property
+    def id(self) -> str:
+        prefix = (_PREVIEW_PREFIX if self.preview else _REGION_PREFIX)[self.program]
+        return f"{prefix}{self.index}"
+
+    def spelt(self, default_preview: str = "triton") -> str:
+        """The id with the preview's executor where it is not the default one."""
+        if self.preview and self.preview != default_preview:
+            return f"{self.preview}:{self.id}"
+        return self.id
+
+    @classmethod
+    def parse(cls, text: str, default_preview: str = "triton") -> Optional["RegionRef"]:
+        """`R3`, `B1`, `P2`, `PB0`, `nvfuser:P2` as a RegionRef; None for anything else."""
+        executor, _, rid = text.strip().rpartition(":")
+        for table, preview in ((_PREVIEW_PREFIX, executor or default_preview), (_REGION_PREFIX, None)):
+            for program, prefix in sorted(table.items(), key=lambda kv: -len(kv[1])):
+                digits = rid[len(prefix):]
+                if rid.startswith(prefix) and digits.isdigit() and (preview or not executor):
+                    return cls(program, int(digits), preview)
+        return None
 
 
 @dataclass
@@ -67,10 +115,11 @@ class RegionTiming:
 class Boundary:
     """Why a region ends where it does (filled in by the fusion pass)."""
 
-    reason: str  # short kind: "library call", "unsupported op", "reduction axis", ...
+    reason: str  # short kind for people: "library call", "unsupported op", "reduction axis", ...
     detail: str
     file: Optional[str] = None
     line: Optional[int] = None
+    code: str = ""  # the kind for programs to match on (contract.BoundaryCode's values)
 
 
 @dataclass
@@ -126,6 +175,10 @@ class Region:
     cost: Optional[Cost] = None
     roofline: Optional[Roofline] = None
 
+    @property
+    def ref(self) -> Optional[RegionRef]:
+        return RegionRef.parse(self.id, self.executor)
+
 
 @dataclass
 class OpRecord:
@@ -164,6 +217,29 @@ class Diagnostic:
     col: Optional[int] = None
     end_line: Optional[int] = None
     end_col: Optional[int] = None
+    code: str = ""  # what it is about, for programs to match on (DiagnosticCode's values)
+
+
+class DiagnosticCode(enum.StrEnum):
+    """The `code` of a Diagnostic: consumers match on these, never on the message's text."""
+
+    MISMATCH = "mismatch"  # the compiled result does not match eager
+    GRADIENT_MISMATCH = "gradient-mismatch"  # a compiled gradient does not match eager's
+    ILL_CONDITIONED = "ill-conditioned"  # a gradient past float32's tolerance, as close to float64 as eager
+    EAGER_FALLBACK = "eager-fallback"  # the signature runs eagerly (jit)
+    TRAINING_EAGER = "training-eager"  # the training program runs eagerly
+    DATA_DEPENDENT = "data-dependent"  # control flow or a shape depends on tensor values
+    INPLACE_VIEW = "inplace-view"  # an in-place update through a view
+    CAPTURED_CONSTANT = "captured-constant"  # a tensor that is no input was captured
+    NOTHING_TO_COMPILE = "nothing-to-compile"  # the call returned no tensor
+    HIDDEN_TENSORS = "hidden-tensors"  # the result holds computed tensors FusionLens cannot rebuild
+    INPLACE_PARAMETER = "inplace-parameter"  # the call updates a parameter in place
+    WRITEBACK = "writeback"  # an input updated in place: the program writes it back
+    EXECUTOR = "executor"  # an executor cannot run here or declined a region
+    ROOFLINE = "roofline"  # what the rooflines are computed for
+    BENCHMARK = "benchmark"  # a timing could not be taken
+    RANDOM = "random"  # a random op: compared by shape, or run eagerly
+    OTHER = "other"
 
 
 @dataclass
@@ -190,17 +266,41 @@ class SavedTensor:
 
 
 @dataclass
-class Backward:
-    """A training compile: the backward program, what the forward saves for it, the step's time."""
+class Preview:
+    """The code a fusion executor that cannot run here (Triton or nvFuser on a CPU) would run
+    for a program: why it did not run, and the regions it would make. Nothing in it ran; their
+    rooflines are estimates and they have no timing."""
 
-    traces: dict = field(default_factory=dict)  # BACKWARD_STAGES -> Python source
-    regions: list = field(default_factory=list)  # [Region]: source_lines are the forward lines they differentiate
-    saved: list = field(default_factory=list)  # [SavedTensor]
+    executor: str
+    reason: str
+    regions: list[Region] = field(default_factory=list)
+
+
+@dataclass
+class ProgramReport:
+    """One program of a compile: an inference or training forward, or a training backward."""
+
+    kind: str  # a PROGRAM_KINDS entry
+    traces: dict[str, str] = field(default_factory=dict)  # PROGRAM_STAGES[kind] that ran -> Python source
+    regions: list[Region] = field(default_factory=list)  # what runs, in order
+    previews: list[Preview] = field(default_factory=list)
+    # the program run alone against eager (forward); a backward is timed in Training.step
+    timings: Optional[ProgramTimings] = None
+
+    def region(self, region_id: str) -> Optional[Region]:
+        return next((r for r in self.regions if r.id == region_id), None)
+
+
+@dataclass
+class Training:
+    """What a training compile adds to its two programs: what the forward saves for the
+    backward, what the backward recomputes, which inputs get gradients, one step's time."""
+
+    saved: list[SavedTensor] = field(default_factory=list)
     saved_bytes: int = 0  # activations only: inputs and parameters are alive anyway
-    recomputed: list = field(default_factory=list)  # values the backward recomputes rather than saves
-    grad_inputs: list = field(default_factory=list)  # names of the inputs that get gradients
-    previews: list = field(default_factory=list)  # as CompileReport.previews, of the backward program
-    timings: Optional[ProgramTimings] = None  # one training step: the forward, then gradients for fixed cotangents
+    recomputed: list[str] = field(default_factory=list)  # values the backward recomputes rather than saves
+    grad_inputs: list[str] = field(default_factory=list)  # names of the inputs that get gradients
+    step: Optional[ProgramTimings] = None  # one training step: the forward, then gradients for fixed cotangents
 
 
 @dataclass
@@ -216,24 +316,18 @@ class CompileReport:
     target: Target
     status: str = "ok"  # "ok" | "error"
     error: Optional[Diagnostic] = None
-    executors: list = field(default_factory=list)  # requested, in priority order
-    traces: dict = field(default_factory=dict)  # stage name -> Python source
-    regions: list = field(default_factory=list)  # [Region]
-    ops: list = field(default_factory=list)  # [OpRecord]
-    fallbacks: list = field(default_factory=list)  # [Fallback]
-    diagnostics: list = field(default_factory=list)  # [Diagnostic]
-    timings: Optional[ProgramTimings] = None
-    signature: list = field(default_factory=list)  # assumptions the trace specialised on
+    executors: list[str] = field(default_factory=list)  # requested, in priority order
+    programs: list[ProgramReport] = field(default_factory=list)  # in PROGRAM_KINDS order; none on error
+    training: Optional[Training] = None  # compiled for training (grad enabled, something requires grad)
+    ops: list[OpRecord] = field(default_factory=list)
+    fallbacks: list[Fallback] = field(default_factory=list)
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    signature: list[str] = field(default_factory=list)  # assumptions the trace specialised on
     device: str = "cpu"
     device_name: str = "CPU"
-    versions: dict = field(default_factory=dict)
+    versions: dict[str, str] = field(default_factory=dict)
     compile_ms: Optional[float] = None
-    # executors asked for but unusable here that can still write their code (nvFuser
-    # without a GPU): [{executor, reason, regions: [{id, ops, source_lines, code, inputs,
-    # outputs, cost, roofline}]}], plain dicts with a Region's fields
-    previews: list = field(default_factory=list)
     peaks: Optional[DevicePeaks] = None  # what the rooflines are computed for
-    backward: Optional[Backward] = None  # compiled for training (grad enabled, something requires grad)
     schema_version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict:
@@ -250,8 +344,27 @@ class CompileReport:
     def from_json(cls, text: str) -> "CompileReport":
         return cls.from_dict(json.loads(text))
 
-    def region(self, region_id: str) -> Region:
-        return next(r for r in self.regions if r.id == region_id)
+    def program(self, kind: str) -> Optional[ProgramReport]:
+        return next((p for p in self.programs if p.kind == kind), None)
+
+    @property
+    def forward(self) -> ProgramReport:
+        """The forward program; an empty one when nothing was compiled (status "error")."""
+        return self.program("forward") or ProgramReport("forward")
+
+    def all_regions(self) -> list[Region]:
+        """Every region that runs, the forward's then the backward's."""
+        return [r for p in self.programs for r in p.regions]
+
+    def find(self, ref: RegionRef) -> Optional[Region]:
+        """The region or preview region `ref` names, or None."""
+        program = self.program(ref.program)
+        if program is None:
+            return None
+        if ref.preview is None:
+            return program.region(ref.id)
+        preview = next((p for p in program.previews if p.executor == ref.preview), None)
+        return next((r for r in preview.regions if r.id == ref.id), None) if preview else None
 
 
 def format_bytes(n: int, compact: bool = False) -> str:
@@ -280,13 +393,13 @@ _NESTED: dict = {
     (CompileReport, "target"): Target, (CompileReport, "error"): Diagnostic,
     (CompileReport, "regions"): Region, (CompileReport, "ops"): OpRecord,
     (CompileReport, "fallbacks"): Fallback, (CompileReport, "diagnostics"): Diagnostic,
-    (CompileReport, "timings"): ProgramTimings,
+    (CompileReport, "programs"): ProgramReport, (CompileReport, "training"): Training,
+    (ProgramReport, "regions"): Region, (ProgramReport, "previews"): Preview, (Preview, "regions"): Region,
+    (ProgramReport, "timings"): ProgramTimings, (Training, "saved"): SavedTensor, (Training, "step"): ProgramTimings,
     (Region, "source_lines"): SourceLine, (Region, "inputs"): TensorInfo, (Region, "outputs"): TensorInfo,
     (Region, "timing"): RegionTiming, (Region, "boundary"): Boundary,
     (Region, "cost"): Cost, (Region, "roofline"): Roofline, (CompileReport, "peaks"): DevicePeaks,
     (OpRecord, "stack"): Frame,
-    (CompileReport, "backward"): Backward, (Backward, "regions"): Region, (Backward, "saved"): SavedTensor,
-    (Backward, "timings"): ProgramTimings,
     (ProgramTimings, "compiled"): Timing, (ProgramTimings, "eager"): Timing, (ProgramTimings, "torch_compile"): Timing,
 }
 

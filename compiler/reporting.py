@@ -6,7 +6,6 @@ regions with their code, the ops with their user lines, fallbacks, diagnostics, 
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import importlib.metadata
 import importlib.util
@@ -100,10 +99,12 @@ def _tensor_info(v) -> R.TensorInfo:
     return R.TensorInfo(v.name, list(v.shape), str(v.dtype).removeprefix("torch."), str(v.device))
 
 
-def _diag(severity, message, where) -> R.Diagnostic:
+def _diag(note) -> R.Diagnostic:
+    where = note.where
     if where is None:
-        return R.Diagnostic(severity, message)
-    return R.Diagnostic(severity, message, where.file, where.line, where.col, where.end_line, where.end_col)
+        return R.Diagnostic(note.severity, note.message, code=note.code)
+    return R.Diagnostic(note.severity, note.message, where.file, where.line, where.col, where.end_line, where.end_col,
+                        code=note.code)
 
 
 def _region(r, timed: Optional[R.RegionTiming], gpu, estimate: bool) -> R.Region:
@@ -120,7 +121,7 @@ def _region(r, timed: Optional[R.RegionTiming], gpu, estimate: bool) -> R.Region
                     c, line)
 
 
-def _roofline_gpu(device) -> tuple:
+def _roofline_gpu(device, target: Optional[str]) -> tuple:
     """(the GPU the rooflines are for, whether they are estimates, a note or None): the GPU
     the program ran on when the table knows it, else the target GPU (roofline.target_name)."""
     why = None
@@ -130,7 +131,7 @@ def _roofline_gpu(device) -> tuple:
         if gpu is not None:
             return gpu, False, None
         why = f"{name} is not in the roofline table (docs/roofline.md)"
-    target = roofline.target_name()
+    target = roofline.target_name(target)
     gpu = roofline.find(target)
     if gpu is None:
         gpu = roofline.find(roofline.DEFAULT_TARGET)
@@ -145,25 +146,23 @@ def _peaks(gpu, estimate: bool, device, measured) -> R.DevicePeaks:
                          copy, str(device) if copy is not None else None)
 
 
-def _previews(previews: list, gpu) -> list:
-    """The previews with each region's roofline (an estimate: nothing in a preview ran)."""
-    out = []
-    for p in previews:
-        regions = []
-        for region in p["regions"]:
-            k = region.get("cost")
-            line = roofline.roofline(k["bytes"], k["flops"], k["math"], gpu, True) if k else None
-            regions.append({**region, "roofline": dataclasses.asdict(line) if line else None})
-        out.append({**p, "regions": regions})
-    return out
+def _program(p, measured, gpu, estimate: bool) -> R.ProgramReport:
+    """A pipeline.Program as the report shows it: its traces, regions and previews, by one
+    function for every kind of program (nothing in a preview ran: its rooflines are estimates)."""
+    timed = measured.regions.get(p.kind, {}) if measured is not None else {}
+    previews = [R.Preview(v.executor, v.reason, [_region(r, None, gpu, True) for r in v.plan.regions])
+                for v in p.previews]
+    return R.ProgramReport(
+        p.kind, {s: t.python(nested=s == "decomposed") for s, t in p.traces.items()},
+        [_region(r, timed.get(r.id), gpu, estimate) for r in p.plan.regions], previews,
+        measured.program if measured is not None and p.kind == "forward" else None)
 
 
-def _backward(c, measured, gpu, estimate: bool) -> Optional[R.Backward]:
-    """A training compile's backward section: its traces, regions, what the forward saves."""
-    b = c.backward
-    if b is None:
+def _training(c, measured) -> Optional[R.Training]:
+    """What a training compile adds: what the forward saves, recomputes, differentiates."""
+    d = c.differentiated
+    if d is None:
         return None
-    d = b.differentiated
     made = {o.name: f for f in d.forward.bound_symbols for o in f.outputs}
     roles = {v.name: v.role for v in d.forward.inputs}
     saved = []
@@ -173,21 +172,18 @@ def _backward(c, measured, gpu, estimate: bool) -> Optional[R.Backward]:
         saved.append(R.SavedTensor(v.name, list(v.shape), str(v.dtype).removeprefix("torch."),
                                    v.numel() * v.dtype.itemsize, kind, where.file if where else None,
                                    where.line if where else None))
-    timed = measured.backward_regions if measured is not None else {}
-    regions = [_region(r, timed.get(r.id), gpu, estimate) for r in b.plan.regions]
-    return R.Backward(
-        traces={s: t.python() for s, t in b.traces.items()}, regions=regions, saved=saved,
-        saved_bytes=sum(s.bytes for s in saved if s.kind == "activation"), recomputed=list(d.recomputed),
-        grad_inputs=[c.traces["acquired"].inputs[i].name for i in d.grad_inputs], previews=_previews(b.previews, gpu),
-        timings=measured.training if measured is not None else None)
+    return R.Training(saved, sum(s.bytes for s in saved if s.kind == "activation"), list(d.recomputed),
+                      [c.acquired.inputs[i].name for i in d.grad_inputs],
+                      measured.training if measured is not None else None)
 
 
 def _ops(c) -> list:
-    region_of = {o.name: r.id for r in c.plan.regions for b in r.bsyms for o in b.outputs}
-    decomposed_by_output = {o.name: b for b in c.traces["decomposed"].bound_symbols for o in b.outputs}
-    optimised_by_output = {o.name: b for b in c.traces["optimised"].bound_symbols for o in b.outputs}
+    traces = c.forward.traces
+    region_of = {o.name: r.id for r in c.forward.plan.regions for b in r.bsyms for o in b.outputs}
+    decomposed_by_output = {o.name: b for b in traces["decomposed"].bound_symbols for o in b.outputs}
+    optimised_by_output = {o.name: b for b in traces["optimised"].bound_symbols for o in b.outputs}
     ops = []
-    for i, b in enumerate(c.traces["acquired"].bound_symbols):
+    for i, b in enumerate(traces["acquired"].bound_symbols):
         p = b.provenance
         region = next((region_of[o.name] for o in b.outputs if o.name in region_of), None)
         dec = next((decomposed_by_output[o.name] for o in b.outputs if o.name in decomposed_by_output), None)
@@ -200,25 +196,21 @@ def _ops(c) -> list:
     return ops
 
 
-def assemble(c, target: R.Target, checked: list, measured=None,
-             extra: Optional[list] = None) -> R.CompileReport:
+def assemble(c, target: R.Target, checked: list[R.Diagnostic], measured=None,
+             extra: Optional[list[R.Diagnostic]] = None) -> R.CompileReport:
     """The report of `c` (a pipeline.Compiled): `checked` are the diagnostics of its check
     against eager, `measured` its benchmark.Measurements (None when not timed), `extra`
     diagnostics of the caller (jit's eager fallback)."""
     fallbacks = [R.Fallback(b.sym.name, b.note, b.provenance.file if b.provenance else None,
                             b.provenance.line if b.provenance else None)
-                 for b in c.traces["decomposed"].bound_symbols if b.note]
-    diagnostics = [_diag(n.severity, n.message, n.where) for n in c.traced.notes]
-    diagnostics += [_diag(sev, msg, where) for sev, msg, where in c.plan.notes]
+                 for b in c.forward.traces["decomposed"].bound_symbols if b.note]
+    diagnostics = [_diag(n) for n in c.notes]
     diagnostics += checked + (measured.diagnostics if measured else []) + (extra or [])
-    gpu, estimate, why = _roofline_gpu(c.device)
+    gpu, estimate, why = _roofline_gpu(c.device, c.options.gpu)
     if why:
-        diagnostics.append(R.Diagnostic("information", why))
-    regions = [_region(r, measured.regions.get(r.id) if measured else None, gpu, estimate) for r in c.plan.regions]
-    traces = {s: t.python(nested=s == "decomposed") for s, t in c.traces.items()}
+        diagnostics.append(R.Diagnostic("information", why, code=R.DiagnosticCode.ROOFLINE))
     return R.CompileReport(
-        target=target, executors=c.executors, traces=traces, regions=regions, ops=_ops(c),
-        fallbacks=fallbacks, diagnostics=diagnostics, timings=measured.program if measured else None,
+        target=target, executors=c.executors, programs=[_program(p, measured, gpu, estimate) for p in c.programs],
+        training=_training(c, measured), ops=_ops(c), fallbacks=fallbacks, diagnostics=diagnostics,
         signature=list(c.traced.trace.signature), device=str(c.device), device_name=timing.device_name(c.device),
-        versions=versions(), compile_ms=round(c.compile_ms, 3), previews=_previews(c.previews, gpu),
-        peaks=_peaks(gpu, estimate, c.device, measured), backward=_backward(c, measured, gpu, estimate))
+        versions=versions(), compile_ms=round(c.compile_ms, 3), peaks=_peaks(gpu, estimate, c.device, measured))

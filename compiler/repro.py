@@ -34,10 +34,11 @@ from typing import Optional
 import torch
 from torch.utils import _pytree as pytree
 
-from compiler import (checking, executors as executor_registry, frontend, fusion, lowering, pipeline, provenance,
-                      targets)
+from compiler import checking, executors as executor_registry, frontend, fusion, lowering, pipeline, targets
 from compiler.ir import Value, format_arg, run_ops
 from compiler.ops import prims
+from compiler.options import CompileOptions
+from compiler.report import RegionRef
 
 FUSION_EXECUTORS = ("triton", "nvfuser")  # the executors a repro can be written for
 
@@ -70,32 +71,13 @@ class _Material:
 
 # --- which region ---------------------------------------------------------------------------
 
-@dataclass
-class _Program:
-    """The forward program of a compile, or its backward: the plan, the previews, the trace
-    the previews were written from, and the prefix of its region ids."""
-
-    plan: lowering.Plan
-    previews: list
-    previewed: object  # the Trace lowering.preview_groups was given
-    prefix: str  # "R" or "B"
-
-
-def _programs(c: pipeline.Compiled) -> list:
-    forward = c.traces["optimised"] if c.backward is None else c.backward.differentiated.forward
-    out = [_Program(c.plan, c.previews, forward, "R")]
-    if c.backward is not None:
-        out.append(_Program(c.backward.plan, c.backward.previews, c.backward.traces["backward"], "B"))
-    return out
-
-
-def region_choices(c: pipeline.Compiled) -> list:
+def region_choices(c: pipeline.Compiled) -> list[str]:
     """The region ids a repro can be written for, as people read them ("R2 (triton)")."""
     out = []
-    for prog in _programs(c):
-        out += [f"{r.id} ({r.executor})" for r in prog.plan.regions if r.executor in FUSION_EXECUTORS]
-        for p in sorted(prog.previews, key=lambda p: p["executor"] != "triton"):
-            out += [f"{p['executor']}:{r['id']} ({p['executor']} preview)" for r in p["regions"]]
+    for program in c.programs:
+        out += [f"{r.id} ({r.executor})" for r in program.plan.regions if r.executor in FUSION_EXECUTORS]
+        for p in sorted(program.previews, key=lambda p: p.executor != "triton"):
+            out += [f"{p.executor}:{r.id} ({p.executor} preview)" for r in p.plan.regions]
     return out
 
 
@@ -107,27 +89,29 @@ def _no_region(c, message: str) -> ReproError:
 
 def _material(c: pipeline.Compiled, spec: str, inputs: list) -> _Material:
     executor, _, rid = spec.rpartition(":")
-    executor, rid = executor.strip().lower(), rid.strip().upper()
-    programs = _programs(c)
-    prog = programs[-1] if rid.startswith(("B", "PB")) else programs[0]
-    if rid.startswith(("B", "PB")):
-        if c.backward is None:
-            raise _no_region(c, f"{rid} names a backward region, and this target is compiled for inference")
+    ref = RegionRef.parse(f"{executor.strip().lower()}:{rid.strip().upper()}" if executor else rid.strip().upper())
+    if ref is None:
+        raise _no_region(c, f"no region {spec}")
+    program = c.program(ref.program)
+    if program is None:
+        raise _no_region(c, f"{ref.id} names a backward region, and this target is compiled for inference")
+    if ref.program == "backward":
         inputs = checking.backward_inputs(c, inputs)
-    if rid.startswith(prog.prefix) and not executor:
-        r = next((r for r in prog.plan.regions if r.id == rid), None)
+    if ref.preview is None:
+        r = next((r for r in program.plan.regions if r.id == ref.id), None)
         if r is None:
-            raise _no_region(c, f"no region {rid}")
+            raise _no_region(c, f"no region {ref.id}")
         if r.executor not in FUSION_EXECUTORS or r.generated is None:
             what = ", ".join(b.sym.name for b in r.bsyms)
-            raise _no_region(c, f"region {rid} runs through {r.executor} ({what}): FusionLens generated no "
+            raise _no_region(c, f"region {ref.id} runs through {r.executor} ({what}): FusionLens generated no "
                                 "kernel for it")
-        return _ran(c, prog.plan, r, inputs)
-    if rid.startswith("P"):
-        previews = sorted(prog.previews, key=lambda p: p["executor"] != "triton")
-        for p in previews:
-            if (not executor or p["executor"] == executor) and any(r["id"] == rid for r in p["regions"]):
-                return _previewed(prog, p["executor"], rid, inputs)
+        return _ran(c, program.plan, r, inputs)
+    # P1 alone is Triton's preview, else the first executor's that has one
+    wanted = [ref.preview] if executor else sorted((p.executor for p in program.previews), key=lambda e: e != "triton")
+    for name in wanted:
+        preview = next((p for p in program.previews if p.executor == name), None)
+        if preview is not None and any(r.id == ref.id for r in preview.plan.regions):
+            return _previewed(program, name, ref.id, inputs)
     raise _no_region(c, f"no region {spec}")
 
 
@@ -153,11 +137,11 @@ def _ran(c, plan, r, inputs: list) -> _Material:
                      c.device)
 
 
-def _previewed(prog: _Program, executor: str, rid: str, inputs: list) -> _Material:
+def _previewed(program: pipeline.Program, executor: str, rid: str, inputs: list) -> _Material:
     """A preview: the program's values computed with torch, and the code written for the
     strides they have (the report's preview shows the variant for contiguous inputs)."""
     ex = executor_registry.get(executor)
-    flat, groups = lowering.preview_groups(prog.previewed, ex, "P" if prog.prefix == "R" else "PB")
+    flat, groups = lowering.preview_groups(program.source, ex, rid.rstrip("0123456789"))
     group = next(g for g in groups if g.id == rid)
     env = run_ops(flat.bound_symbols, {v.name: x for v, x in zip(flat.inputs, inputs)})
     tensors = [env[v.name] for v in group.inputs]
@@ -361,42 +345,39 @@ class Prepared:
                      f"{self.target}")
 
 
-def prepare(path: str, target: str, *, executors: Optional[list] = None, device: str = "auto",
+def prepare(path: str, target: str, *, options: Optional[CompileOptions] = None, device: str = "auto",
             source: Optional[str] = None, train: bool = False) -> Prepared:
     """Run the example `target` of `path` (or of `source`, its editor buffer) and compile
-    what it returns with `executors` on `device`, as `fusionlens compile` (targets.compile_target)
-    does, for inference unless `train` or the target says train=True, so that region ids are
-    the report's; nothing is checked or timed. ReproError for a problem in the user's code."""
+    what it returns with `options` on `device`, loaded as `fusionlens compile` loads it
+    (targets.load_example), so that region ids are the report's; nothing is checked or
+    timed. ReproError for a problem in the user's code."""
     path = os.path.abspath(path)
+    options = (options or CompileOptions()).replace(previews=True)
     try:
-        info = targets.find_example(path, target, source)
-        fn, args, kwargs = targets.run_example(path, target, info, source, device)
-        train = train or info.train
-        if train:
-            args, kwargs = targets._trainable(fn, args, kwargs)  # as compile_target does
-        with provenance.call_site(path, info.return_line, target), torch.enable_grad() if train else torch.no_grad():
-            c = pipeline.compile_program(fn, args, kwargs, executors, target, previews=True)
+        example = targets.load_example(path, target, source=source, device=device, train=train)
+        with example.context():
+            c = pipeline.compile_program(example.fn, example.args, example.kwargs, options, target)
     except targets.TargetError as e:
         where = f"{e.file}:{e.line}: " if e.file and e.line else ""
         raise ReproError(f"{where}{e.message}") from e
     except frontend.TraceError as e:
         raise ReproError(f"tracing {target} failed: {e}") from e
-    return Prepared(path, target, c, frontend.user_tensors(fn, args, kwargs) + c.constants)
+    return Prepared(path, target, c, frontend.user_tensors(example.fn, example.args, example.kwargs) + c.constants)
 
 
-def write_repro(path: str, target: str, region: str, *, executors: Optional[list] = None, device: str = "auto",
-                source: Optional[str] = None, train: bool = False) -> Repro:
+def write_repro(path: str, target: str, region: str, *, options: Optional[CompileOptions] = None,
+                device: str = "auto", source: Optional[str] = None, train: bool = False) -> Repro:
     """The repro script of region `region` ("R3", "P1", "triton:P1") of the example `target`
     in `path`: `prepare`, then `Prepared.script`. Runs the user's code; ReproError when
     there is no script."""
-    return prepare(path, target, executors=executors, device=device, source=source, train=train).script(region)
+    return prepare(path, target, options=options, device=device, source=source, train=train).script(region)
 
 
-def cli(file: str, target: str, region: str, output: Optional[str], executors: Optional[list],
+def cli(file: str, target: str, region: str, output: Optional[str], options: CompileOptions,
         device: str, train: bool = False) -> int:
     """`fusionlens repro`: 0 written, 1 no script (says why on stderr)."""
     try:
-        r = write_repro(file, target, region, executors=executors, device=device, train=train)
+        r = write_repro(file, target, region, options=options, device=device, train=train)
     except ReproError as e:
         print(f"fusionlens repro: {e}", file=sys.stderr)
         return 1

@@ -9,9 +9,6 @@ Every figure's datasheet is cited in docs/roofline.md.
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
-import os
 from dataclasses import dataclass
 from typing import Optional
 
@@ -41,7 +38,6 @@ GPUS = (
 DEFAULT_TARGET = "H100"
 MATH = ("fp32", "tf32", "bf16")  # which peak bounds a region's FLOPs (compiler/cost.py decides)
 
-_TARGET: contextvars.ContextVar = contextvars.ContextVar("fusionlens_target_gpu", default=None)
 
 
 def names() -> list:
@@ -62,21 +58,10 @@ def find(name: Optional[str]) -> Optional[Gpu]:
                 None)
 
 
-def target_name() -> str:
-    """The GPU estimates are for where none runs: `targeting(name)`, else $FUSIONLENS_GPU,
-    else H100."""
-    return _TARGET.get() or os.environ.get("FUSIONLENS_GPU") or DEFAULT_TARGET
-
-
-@contextlib.contextmanager
-def targeting(name: Optional[str]):
-    """Estimate for `name` (a table key) inside this block (None: leave it as it is)."""
-    token = _TARGET.set(name) if name else None
-    try:
-        yield
-    finally:
-        if token is not None:
-            _TARGET.reset(token)
+def target_name(name: Optional[str] = None) -> str:
+    """The GPU estimates are for where none runs: `name` (CompileOptions.gpu, which
+    FUSIONLENS_GPU sets at the entry points), else H100."""
+    return name or DEFAULT_TARGET
 
 
 def peak_tflops(gpu: Gpu, math: str) -> float:

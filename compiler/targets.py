@@ -7,12 +7,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import itertools
 import linecache
 import os
 import sys
-from typing import Optional
+from dataclasses import dataclass
+from typing import Any, Optional
 
 from compiler.discovery import find_targets
 from compiler import provenance
@@ -168,7 +170,45 @@ def _trainable(fn, args, kwargs) -> tuple:
     return pytree.tree_map(leaf, (args, kwargs))
 
 
-def compile_target(path: str, name: str, *, source: Optional[str] = None, executors=None,
+@dataclass
+class Example:
+    """A target's example, run and ready to compile: its callable and arguments on the device,
+    whether it compiles for training, and where it was made (its return line)."""
+
+    fn: Any
+    args: tuple
+    kwargs: dict
+    info: Any  # discovery.TargetInfo
+    path: str
+    train: bool
+
+    def context(self):
+        """What a compile of it runs inside: the call site (the line that made the callable)
+        for provenance, and grad enabled for training, disabled for inference."""
+        import torch
+
+        grad = torch.enable_grad() if self.train else torch.no_grad()
+        stack = contextlib.ExitStack()
+        stack.enter_context(provenance.call_site(self.path, self.info.return_line, self.info.name))
+        stack.enter_context(grad)
+        return stack
+
+
+def load_example(path: str, name: str, *, source: Optional[str] = None, device: str = "auto",
+                 train: bool = False) -> Example:
+    """Run the example `name` of `path` (or of `source`, its editor buffer): for inference
+    unless `train` or the target says train=True; then what it compiles requires grad
+    (`_trainable`). TargetError at the user's line for a problem in their code."""
+    path = os.path.abspath(path)
+    info = find_example(path, name, source)
+    fn, args, kwargs = run_example(path, name, info, source, device)
+    train = train or info.train
+    if train:
+        args, kwargs = _trainable(fn, args, kwargs)
+    return Example(fn, args, kwargs, info, path, train)
+
+
+def compile_target(path: str, name: str, *, source: Optional[str] = None, executors=None, options=None,
                    benchmark: bool = True, repeats: int = 20, device: str = "auto", torch_compile: bool = False,
                    train: bool = False):
     """Load `path`, run the example `name` and compile what it returns. With `source`, the
@@ -177,28 +217,30 @@ def compile_target(path: str, name: str, *, source: Optional[str] = None, execut
     it is declared `@compiler.example(train=True)` or `train` is set: then for training, its
     backward compiled too (what requires grad gets gradients, as in eager).
 
+    `options` (a CompileOptions; its previews are always written) are the caller's: the CLI
+    and the worker build them from the command line, the settings and the environment;
+    `executors`, when given, replaces theirs.
+
     Never raises for problems in the user's code or file: the report then has
     status "error" and `error` says what happened and where.
     """
-    import torch
-
     from compiler import api, report as R
+    from compiler.options import CompileOptions
 
+    options = (options or CompileOptions()).replace(previews=True)
+    if executors is not None:
+        options = options.replace(executors=executors)
     path = os.path.abspath(path)
     target = R.Target(name, path, None, None)
     fail = lambda msg, file=path, line=None, col=None: R.CompileReport(  # noqa: E731
-        target=target, status="error", executors=list(executors or []),
+        target=target, status="error", executors=list(options.executors or []),
         error=R.Diagnostic("error", msg, file, line, col))
     try:
         info = find_example(path, name, source)
         target.line, target.end_line = info.line, info.end_line
-        fn, args, kwargs = run_example(path, name, info, source, device)
-        train = train or info.train
-        if train:
-            args, kwargs = _trainable(fn, args, kwargs)
-        grad = torch.enable_grad() if train else torch.no_grad()
-        with provenance.call_site(path, info.return_line, name), grad:  # the line that made the callable
-            return api.compile_checked(fn, args, kwargs, executors, name, previews=True, benchmark=benchmark,
+        example = load_example(path, name, source=source, device=device, train=train)
+        with example.context():
+            return api.compile_checked(example.fn, example.args, example.kwargs, options, name, benchmark=benchmark,
                                        repeats=repeats, warmup=3, torch_compile=torch_compile, target=target)[1]
     except TargetError as e:
         return fail(e.message, e.file, e.line, e.col)

@@ -1,27 +1,10 @@
 """The compile worker: runs user code on behalf of the language server.
 
-Started by the server as `python -m lsp_server.worker`. Protocol: one JSON object per line.
-The server writes requests to the worker's stdin; the worker answers on its original stdout.
-Before anything else the worker moves the protocol onto duplicated file descriptors and
-points fd 1 at stderr and fd 0 at /dev/null, so `print()` or `input()` in user code (or in
-any library, at the C level too) can never corrupt or consume the protocol stream.
-
-Messages from the worker:
-  {"event": "ready", "pid": int, "device": str, "device_name": str, "error": str | null,
-   "stacks": {"thread": int, "roots": {"never", "stdlib", "packages"}}}
-  {"id": n, "event": "started"}
-  {"id": n, "event": "where", "where": {"file", "line", "function", "stack": [...], "exit"?}}
-  {"id": n, "ok": true, "report": {...CompileReport.to_dict()...}}
-  {"id": n, "ok": false, "error": str, "traceback": str}
-Requests to the worker:
-  {"id": n, "cmd": "compile", "path": str, "target": str, "executors": list | null,
-   "repeats": int, "device": str, "gpu": str | null (the target GPU of estimated rooflines),
-   "benchmark": bool, "sys_path": [str], "cwd": str | null, "timeout": float | null}
-  {"id": n, "cmd": "repro", "path": str, "target": str, "region": str, "executors": list | null,
-   "device": str, "source": str | null, "sys_path": [str], "cwd": str | null, "timeout": float | null}
-     -> {"id": n, "ok": true, "repro": {"text", "region", "executor", "file_name", "summary"} | null,
-         "problem": str (why there is no script, when "repro" is null)}
-  {"id": n, "cmd": "ping"}
+Started by the server as `python -m lsp_server.worker`. The messages, one JSON object a line,
+are lsp_server/protocol.py's. Before anything else the worker moves the protocol onto
+duplicated file descriptors and points fd 1 at stderr and fd 0 at /dev/null, so `print()` or
+`input()` in user code (or in any library, at the C level too) can never corrupt or consume
+the protocol stream.
 
 Where a compile hung or died. The server kills a compile that runs past its timeout and
 cannot ask a dead worker anything, so the worker says beforehand where the user's code is

@@ -31,6 +31,7 @@ import torch.nn.functional as F
 from torch.utils import _pytree as pytree
 
 from compiler import pipeline
+from compiler.options import CompileOptions
 from compiler.autograd import composite_rules, prim_rules, runtime, torch_rules, transform
 from compiler.ir import NameGen, Trace, TraceContext, Value, tracing
 from compiler.ops import prims as P
@@ -86,7 +87,7 @@ class Case:
 
 
 def compile_training(fn, args, executors=("torch",)):
-    c = pipeline.compile_program(fn, tuple(args), {}, list(executors))
+    c = pipeline.compile_program(fn, tuple(args), {}, CompileOptions(executors=tuple(executors)))
     assert c.traced.eager_only is None, c.traced.eager_only
     assert c.backward is not None, "not compiled for training"
     return c

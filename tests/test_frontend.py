@@ -13,6 +13,7 @@ import torch
 
 import compiler
 from compiler import checking, discovery, frontend, passes, pipeline, targets
+from compiler.options import CompileOptions
 from compiler.provenance import is_user_file
 
 REPO = Path(__file__).resolve().parents[1]
@@ -335,7 +336,7 @@ def test_every_stage_runs_on_its_own(path, name):
     with torch.no_grad():  # an inference compile, as compile_target makes of these targets
         torch.manual_seed(0)  # dropout in training mode: every stage draws eager's masks
         expected = fn(*args, **kwargs)
-        c = pipeline.compile_program(fn, args, kwargs, ["torch"])
+        c = pipeline.compile_program(fn, args, kwargs, CompileOptions(executors=("torch",)))
     inputs = frontend.user_tensors(fn, args, kwargs) + c.constants
     stages = dict(c.traces)
     assert list(stages) == ["acquired", "decomposed", "optimised", "fusion", "execution"]

@@ -9,6 +9,7 @@ import torch.nn.functional as F
 
 import compiler
 from compiler import checking, executors
+from compiler.options import CompileOptions
 from compiler.discovery import find_targets
 from compiler.targets import compile_target
 from fusion_executor import TorchFusion
@@ -175,7 +176,7 @@ def test_fused_region_eager_baseline_is_the_users_torch_calls(fuser):
     from compiler import benchmark, pipeline
 
     ln = torch.nn.LayerNorm(32)
-    c = pipeline.compile_program(lambda x: ln(x), (torch.randn(4, 32),), {}, ["testfuser", "torch"])
+    c = pipeline.compile_program(lambda x: ln(x), (torch.randn(4, 32),), {}, CompileOptions(executors=("testfuser", "torch")))
     (region,) = [r for r in c.plan.regions if r.executor == "testfuser"]
     assert [b.sym.name for b in benchmark._source_ops(c.traces["optimised"], region)] == [
         "torch.nn.functional.layer_norm"]
@@ -191,7 +192,7 @@ def test_each_fused_region_times_against_its_own_torch_ops(fuser):
         y = torch.exp(x)
         return torch.cumsum(y, 0) * y  # cumsum (no symbol) splits the fusible ops in two regions
 
-    c = pipeline.compile_program(f, (torch.randn(5, 3),), {}, ["testfuser", "torch"])
+    c = pipeline.compile_program(f, (torch.randn(5, 3),), {}, CompileOptions(executors=("testfuser", "torch")))
     first, second = [r for r in c.plan.regions if r.executor == "testfuser"]
     opt = c.traces["optimised"]
     assert [b.sym.name for b in benchmark._source_ops(opt, first)] == ["torch.exp"]

@@ -4,6 +4,7 @@ import torch
 
 import compiler
 from compiler import executors, pipeline
+from compiler.options import CompileOptions
 from compiler.report import TRACE_STAGES
 from fusion_executor import TorchFusion
 
@@ -27,7 +28,7 @@ def test_fusion_stage_is_the_trace_the_partitioner_reads(monkeypatch):
     fuser = TorchFusion()
     executors.register(fuser)
     try:
-        c = pipeline.compile_program(_mlp, _inputs(), {}, ["testfuser", "torch"])
+        c = pipeline.compile_program(_mlp, _inputs(), {}, CompileOptions(executors=("testfuser", "torch")))
     finally:
         executors.unregister("testfuser")
     flat = c.traces["fusion"]
@@ -42,7 +43,7 @@ def test_fusion_stage_is_the_trace_the_partitioner_reads(monkeypatch):
 
 
 def test_without_a_fusion_executor_the_fusion_stage_changes_nothing():
-    c = pipeline.compile_program(_mlp, _inputs(), {}, ["torch"])
+    c = pipeline.compile_program(_mlp, _inputs(), {}, CompileOptions(executors=("torch",)))
     assert c.traces["fusion"].bound_symbols == c.traces["optimised"].bound_symbols
 
 

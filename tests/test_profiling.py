@@ -5,6 +5,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from compiler import pipeline, profiling
+from compiler.options import CompileOptions
 from compiler.ir import PROFILE_RANGE
 from compiler.targets import load_module
 
@@ -22,7 +23,7 @@ def _compiled(tmp_path, executors=None):
     path = tmp_path / "tiny_model.py"
     path.write_text(MODEL)
     f = load_module(str(path)).f
-    return pipeline.compile_program(f, (torch.randn(8, 16), torch.randn(16, 4)), {}, executors)
+    return pipeline.compile_program(f, (torch.randn(8, 16), torch.randn(16, 4)), {}, CompileOptions(executors=tuple(executors) if executors else None))
 
 
 def test_regions_show_in_torch_profiler_with_their_user_lines(tmp_path, monkeypatch):

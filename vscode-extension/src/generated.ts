@@ -9,6 +9,8 @@ export const GENERATED_SCHEME = 'fusionlens-generated';
 export class GeneratedDocuments implements vscode.TextDocumentContentProvider {
   private readonly changed = new vscode.EventEmitter<vscode.Uri>();
   readonly onDidChange = this.changed.event;
+  /** When the server last asked to show each file (window/showDocument), by file URI. */
+  private readonly shownAt = new Map<string, number>();
 
   async provideTextDocumentContent(uri: vscode.Uri): Promise<string> {
     try {
@@ -55,6 +57,16 @@ export class GeneratedDocuments implements vscode.TextDocumentContentProvider {
       preserveFocus: takeFocus === false,
       selection,
     });
+  }
+
+  /** The server asked to show this file: a command returning it soon after need not open it again. */
+  markShown(file: vscode.Uri): void {
+    this.shownAt.set(file.toString(), Date.now());
+  }
+
+  shownRecently(file: vscode.Uri, withinMs = 5000): boolean {
+    const at = this.shownAt.get(file.toString());
+    return at !== undefined && Date.now() - at <= withinMs;
   }
 
   dispose(): void {

@@ -10,8 +10,16 @@ export interface StatusParams {
 
 export type TargetStatus = 'not compiled' | 'compiling' | 'ok' | 'error' | 'not allowed';
 
+/**
+ * Which of a target's programs a region belongs to (schema 4): a training target's backward
+ * regions are B0, B1..., its backward previews PB0.... Servers before schema 4 send no field:
+ * everything is forward.
+ */
+export type Program = 'forward' | 'backward';
+
 export interface RegionInfo {
   id: string;
+  program: Program;
   executor: string;
   ops: string[];
   lines: number[];
@@ -37,6 +45,7 @@ export interface RooflineInfo {
 /** A region a fusion executor that cannot run here would make (a CPU machine). */
 export interface PreviewInfo {
   id: string;
+  program: Program;
   executor: string;
   ops: number;
   lines: number[];
@@ -90,6 +99,11 @@ function lineList(v: unknown): number[] {
   return Array.isArray(v) ? v.filter((l): l is number => typeof l === 'number' && l >= 0) : [];
 }
 
+/** Anything but "backward" (absent from an older server) is the forward program. */
+function program(v: unknown): Program {
+  return v === 'backward' ? 'backward' : 'forward';
+}
+
 function roofline(v: unknown): RooflineInfo | null {
   if (!v || typeof v !== 'object') {
     return null;
@@ -102,6 +116,7 @@ function preview(v: unknown): PreviewInfo {
   const o = (v && typeof v === 'object' ? v : {}) as Record<string, unknown>;
   return {
     id: String(o.id ?? '?'),
+    program: program(o.program),
     executor: String(o.executor ?? '?'),
     ops: num(o.ops) ?? 0,
     lines: lineList(o.lines),
@@ -133,6 +148,7 @@ export function normalizeRegions(raw: unknown, uri: string): RegionsResult {
           const g = (g0 && typeof g0 === 'object' ? g0 : {}) as Record<string, unknown>;
           return {
             id: String(g.id ?? '?'),
+            program: program(g.program),
             executor: String(g.executor ?? '?'),
             ops: Array.isArray(g.ops) ? g.ops.map((o) => (typeof o === 'string' ? o : JSON.stringify(o))) : [],
             lines: lineList(g.lines),

@@ -1,5 +1,5 @@
 // View model of the regions view, built from a `fusionlens/regions` result. No `vscode` import.
-import type { PreviewInfo, RegionInfo, RegionsResult, TargetInfo } from './protocol';
+import type { PreviewInfo, Program, RegionInfo, RegionsResult, TargetInfo } from './protocol';
 import { formatLines, formatMs, formatSpeedup, timeBar, truncate } from './format';
 
 export type Icon = 'pass' | 'error' | 'loading~spin' | 'circle-outline' | 'shield' | 'zap' | 'flame' | 'circuit-board' | 'symbol-event';
@@ -9,6 +9,8 @@ export interface RegionRow {
   key: string;
   target: string;
   regionId: string;
+  /** Forward, or the backward of a training target (its description says so). */
+  program: Program;
   label: string;
   description: string;
   tooltip: string;
@@ -103,6 +105,14 @@ export function byWhatCanBeWon(regions: RegionInfo[]): RegionInfo[] {
   });
 }
 
+/** A backward row's description starts with "backward"; a forward row's is unchanged. */
+function withProgram(program: Program, description: string): string {
+  if (program !== 'backward') {
+    return description;
+  }
+  return description ? `backward · ${description}` : 'backward';
+}
+
 export function regionRow(target: string, r: RegionInfo): RegionRow {
   const roof = rooflineText(r);
   const timing =
@@ -114,7 +124,7 @@ export function regionRow(target: string, r: RegionInfo): RegionRow {
   const ops = r.ops.length ? r.ops.join(', ') : '(no ops)';
   const boundary = boundaryText(r.boundary);
   const tooltip = [
-    `Region ${r.id} — ${r.executor}`,
+    `${r.program === 'backward' ? 'Backward region' : 'Region'} ${r.id} — ${r.executor}`,
     `Lines: ${lines || '(none in this file)'}`,
     `Time: ${formatMs(r.timeMs)} compiled, ${formatMs(r.eagerMs)} eager${ratio ? ` (${ratio})` : ''}`,
     `Ops (${r.ops.length}): ${truncate(ops, 400)}`,
@@ -129,8 +139,9 @@ export function regionRow(target: string, r: RegionInfo): RegionRow {
     key: `${target}/${r.id}`,
     target,
     regionId: r.id,
+    program: r.program,
     label: lines ? `${r.id} · ${r.executor} · ${lines}` : `${r.id} · ${r.executor}`,
-    description: timing,
+    description: withProgram(r.program, timing),
     tooltip,
     icon: executorIcon(r.executor),
     lines: r.lines,
@@ -145,9 +156,13 @@ export function previewRow(target: string, p: PreviewInfo): RegionRow {
     key: `${target}/${p.executor}/${p.id}`,
     target,
     regionId: p.id,
+    program: p.program,
     label: `${p.id} · ${p.executor} (preview)${lines ? ` · ${lines}` : ''}`,
-    description: est,
-    tooltip: [`${p.id}: what ${p.executor} would fuse where it can run (${p.ops} ops)`, p.text ? `Roofline: ${p.text}` : '']
+    description: withProgram(p.program, est),
+    tooltip: [
+      `${p.id}: what ${p.executor} would fuse${p.program === 'backward' ? ' in the backward' : ''} where it can run (${p.ops} ops)`,
+      p.text ? `Roofline: ${p.text}` : '',
+    ]
       .filter((x) => x)
       .join('\n'),
     icon: executorIcon(p.executor),
@@ -168,8 +183,9 @@ export function targetRow(t: TargetInfo): TargetRow {
     case 'ok': {
       const sp = formatSpeedup(t.speedup);
       const n = t.regions.length;
+      const backward = t.regions.filter((r) => r.program === 'backward').length;
       description = [
-        `${n} region${n === 1 ? '' : 's'}`,
+        `${n} region${n === 1 ? '' : 's'}${backward ? ` (${backward} backward)` : ''}`,
         sp ? `${sp} vs eager` : '',
         t.compiledMs !== null ? `${formatMs(t.compiledMs)} / ${formatMs(t.eagerMs)} eager` : '',
       ]
@@ -238,7 +254,10 @@ export function targetAtLine(result: RegionsResult | null | undefined, line: num
   return best;
 }
 
-/** Regions (with their target) whose lines include `line`, best first (smallest region first). */
+/**
+ * Regions (with their target) whose lines include `line`, best first: the forward program's
+ * before the backward's (a backward region covers the same lines), then the smallest.
+ */
 export function regionsAtLine(result: RegionsResult | null | undefined, line: number): Array<{ target: TargetInfo; region: RegionInfo }> {
   if (!result) {
     return [];
@@ -251,5 +270,6 @@ export function regionsAtLine(result: RegionsResult | null | undefined, line: nu
       }
     }
   }
-  return hits.sort((a, b) => a.region.lines.length - b.region.lines.length);
+  const rank = (p: Program): number => (p === 'backward' ? 1 : 0);
+  return hits.sort((a, b) => rank(a.region.program) - rank(b.region.program) || a.region.lines.length - b.region.lines.length);
 }

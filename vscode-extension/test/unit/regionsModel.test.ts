@@ -135,3 +135,50 @@ test('regions sort by what can be won; estimates after, largest roofline first',
   assert.equal(rows[4].description, 'est. 3.0 µs on H100');
   assert.ok(rows[4].preview);
 });
+
+test('a training target: backward regions and previews are labelled as such', () => {
+  const r = normalizeRegions(
+    {
+      targets: [
+        {
+          name: 'train_step',
+          line: 10,
+          status: 'ok',
+          speedup: 1.5,
+          compiledMs: 1,
+          eagerMs: 1.5,
+          regions: [
+            { id: 'R0', program: 'forward', executor: 'triton', ops: ['mul', 'add'], lines: [4, 5], timeMs: 0.02, eagerMs: 0.04, headroomMs: 0.01 },
+            { id: 'B0', program: 'backward', executor: 'triton', ops: ['mul'], lines: [4, 5], timeMs: 0.03, eagerMs: 0.05, headroomMs: 0.02 },
+          ],
+          previews: [
+            { id: 'P0', program: 'forward', executor: 'triton', ops: 2, lines: [4], estMs: 0.002, device: 'H100', text: '' },
+            { id: 'PB0', program: 'backward', executor: 'triton', ops: 3, lines: [4], estMs: 0.004, device: 'H100', text: '' },
+            { id: 'PB1', program: 'backward', executor: 'triton', ops: 1, lines: [5], estMs: null, device: null, text: '' },
+          ],
+        },
+      ],
+    },
+    'u',
+  );
+  const t = buildViewModel(r).rows[0];
+  assert.equal(t.description, '2 regions (1 backward) · 1.50x vs eager · 1.00 ms / 1.50 ms eager');
+  const byId = new Map(t.children.map((c) => [c.key, c]));
+  const b0 = byId.get('train_step/B0')!;
+  assert.equal(b0.program, 'backward');
+  assert.equal(b0.label, 'B0 · triton · L5–6');
+  assert.match(b0.description, /^backward · .* 30\.0 µs \/ 50\.0 µs eager$/);
+  assert.match(b0.tooltip, /^Backward region B0 — triton/);
+  const r0 = byId.get('train_step/R0')!;
+  assert.equal(r0.program, 'forward');
+  assert.doesNotMatch(r0.description, /backward/);
+  assert.match(r0.tooltip, /^Region R0 — triton/);
+  const pb0 = byId.get('train_step/triton/PB0')!;
+  assert.equal(pb0.description, 'backward · est. 4.0 µs on H100');
+  assert.match(pb0.tooltip, /in the backward/);
+  assert.ok(pb0.preview);
+  assert.equal(byId.get('train_step/triton/PB1')!.description, 'backward'); // no estimate
+  assert.equal(byId.get('train_step/triton/P0')!.description, 'est. 2.0 µs on H100');
+  // At the cursor the forward region comes first, though the backward one covers the line too.
+  assert.deepEqual(regionsAtLine(r, 4).map((h) => h.region.id), ['R0', 'B0']);
+});

@@ -251,14 +251,14 @@ def examples(table, rtable, device, args, copy_gbs):
                     table.add(label + [f"ERROR {rep.error.message[:100]}"] + [None] * 7)
                     continue
                 errors = [d.message for d in rep.diagnostics if d.severity == "error"]
-                tri = [r for r in rep.regions if r.executor == "triton"]
-                declined = [r for r in rep.regions if "declined" in (r.note or "")]
+                tri = [r for r in rep.forward.regions if r.executor == "triton"]
+                declined = [r for r in rep.forward.regions if "declined" in (r.note or "")]
                 status = "ok" if not errors else f"MISMATCH {errors[0][:60]}"
-                tm = rep.timings
+                tm = rep.forward.timings
                 c = tm.compiled.median_ms if tm else None
                 e = tm.eager.median_ms if tm else None
                 tc = tm.torch_compile.median_ms if tm and tm.torch_compile else None
-                table.add(label + [status, f"{len(tri)} triton / {len(rep.regions)} regions"
+                table.add(label + [status, f"{len(tri)} triton / {len(rep.forward.regions)} regions"
                                    + (f", {len(declined)} declined" if declined else ""),
                                    c, e, tc, (e / c) if c and e else None, (tc / c) if c and tc else None])
                 for r in tri:

@@ -24,12 +24,12 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
-os.environ["FUSIONLENS_PROFILE"] = "1"  # before anything compiles: lowering reads it
 
 import torch  # noqa: E402
 
 from compiler import roofline  # noqa: E402
 from compiler.discovery import find_targets  # noqa: E402
+from compiler.options import CompileOptions  # noqa: E402
 from compiler.report import format_ms  # noqa: E402
 
 HEAD = ["example", "region", "executor", "first line", "bytes", "GFLOP", "bound", "roofline", "median", "% of peak"]
@@ -41,7 +41,7 @@ def _si_bytes(n: int) -> str:
 
 def region_rows(label: str, rep) -> list:
     rows = []
-    for r in rep.regions:
+    for r in rep.forward.regions:
         line, cost = r.roofline, r.cost
         first = f"{os.path.basename(r.source_lines[0].file)}:{r.source_lines[0].line}" if r.source_lines else "-"
         pct = f"{line.pct_of_peak:.1f}%" if line and line.pct_of_peak is not None else "-"
@@ -55,21 +55,21 @@ def region_rows(label: str, rep) -> list:
 
 def profiled_names(path: str, name: str, device: torch.device) -> tuple:
     """(range names the compiled program's regions run in, names torch.profiler recorded)."""
-    from compiler import api, frontend, provenance
-    from compiler.targets import find_example, run_example
+    from compiler import api, frontend
+    from compiler.targets import load_example
     from torch.profiler import ProfilerActivity, profile
 
-    info = find_example(path, name)
-    fn, args, kwargs = run_example(path, name, info, device=str(device))
-    with provenance.call_site(path, info.return_line, name), torch.no_grad():
-        c, _, _ = api.compile_checked(fn, args, kwargs, ["triton", "torch"], name, previews=False, benchmark=False)
-    inputs = frontend.user_tensors(fn, args, kwargs) + c.constants
+    example = load_example(path, name, device=str(device))
+    options = CompileOptions(executors=("triton", "torch"), profile=True)
+    with example.context():
+        c, _, _ = api.compile_checked(example.fn, example.args, example.kwargs, options, name, benchmark=False)
+    inputs = frontend.user_tensors(example.fn, example.args, example.kwargs) + c.constants
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     with profile(activities=activities) as prof:
         c.fn(*inputs)
         if device.type == "cuda":
             torch.cuda.synchronize()
-    return set(c.plan.trace.ranges.values()), {e.key for e in prof.key_averages()}
+    return set(c.forward.plan.trace.ranges.values()), {e.key for e in prof.key_averages()}
 
 
 def table(rows: list) -> str:
@@ -96,25 +96,25 @@ def main(argv=None) -> int:
     if args.examples:
         files = [f for f in files if os.path.basename(f) in args.examples]
     rows, missing, status = [], [], 0
-    with roofline.targeting(args.gpu):
-        for path in files:
-            for t in find_targets(open(path, encoding="utf-8").read(), path):
-                if args.target and t.name not in args.target:
-                    continue
-                label = f"{os.path.basename(path)}:{t.name}"
-                try:
-                    rep = compile_target(path, t.name, executors=["triton", "torch"], benchmark=True,
-                                         repeats=3 if args.dry_run else args.repeats, device=str(device))
-                    if rep.status != "ok":
-                        print(f"!! {label}: {rep.error.message}")
-                        status = 1
-                        continue
-                    rows += region_rows(label, rep)
-                    ranges, recorded = profiled_names(path, t.name, device)
-                    missing += [f"{label}: {n}" for n in sorted(ranges - recorded)]
-                except Exception as e:  # a failing target is reported; the others still run
-                    print(f"!! {label}: {type(e).__name__}: {e}")
+    options = CompileOptions(executors=("triton", "torch"), profile=True, gpu=args.gpu)
+    for path in files:
+        for t in find_targets(open(path, encoding="utf-8").read(), path):
+            if args.target and t.name not in args.target:
+                continue
+            label = f"{os.path.basename(path)}:{t.name}"
+            try:
+                rep = compile_target(path, t.name, options=options, benchmark=True,
+                                     repeats=3 if args.dry_run else args.repeats, device=str(device))
+                if rep.status != "ok":
+                    print(f"!! {label}: {rep.error.message}")
                     status = 1
+                    continue
+                rows += region_rows(label, rep)
+                ranges, recorded = profiled_names(path, t.name, device)
+                missing += [f"{label}: {n}" for n in sorted(ranges - recorded)]
+            except Exception as e:  # a failing target is reported; the others still run
+                print(f"!! {label}: {type(e).__name__}: {e}")
+                status = 1
     peaks = rep.peaks if rows else None
     where = f"{peaks.device}{' (estimates)' if peaks.estimate else ''}" if peaks else "?"
     copy = f", measured copy bandwidth {peaks.copy_gbs:g} GB/s" if peaks and peaks.copy_gbs else ""

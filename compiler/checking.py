@@ -9,6 +9,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from compiler.autograd import torch_rules
+from compiler.ir import OpTag
 from compiler.report import Diagnostic, DiagnosticCode
 
 # (rtol, atol). Compiled programs reorder and fuse float math, so these are those of a
@@ -75,13 +76,10 @@ def mismatch(actual, expected, depth: int = 8, values: bool = True) -> Optional[
 
 # --- a compiled program against eager --------------------------------------------------------
 
-_RANDOM_OPS = ("rand", "randn", "randint", "rand_like", "randn_like", "randint_like", "bernoulli", "multinomial",
-               "normal", "dropout", "uniform_", "normal_", "random_", "exponential_")
-
-
 def _is_random(acquired) -> bool:
-    return any("random" in b.sym.tags or b.sym.name.rsplit(".", 1)[-1].removeprefix("op_").removeprefix(
-        "Tensor_") in _RANDOM_OPS or torch_rules.draws_dropout(b) for b in acquired.bound_symbols)
+    """Whether the program draws random numbers: an op tagged so where its symbol (or, for a
+    call with none, torch_ops.fallback_tags) is made, or one drawing a dropout mask inside."""
+    return any(OpTag.RANDOM in b.sym.tags or torch_rules.draws_dropout(b) for b in acquired.bound_symbols)
 
 
 def check_program(c, inputs: list, target) -> list:

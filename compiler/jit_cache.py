@@ -14,6 +14,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from compiler import api, frontend, report as R
+from compiler.options import CompileOptions
 from compiler.pipeline import Compiled
 
 __all__ = ["jit", "last_report", "last_traces", "JitFunction"]

@@ -345,14 +345,17 @@ class Prepared:
                      f"{self.target}")
 
 
-def prepare(path: str, target: str, *, options: Optional[CompileOptions] = None, device: str = "auto",
-            source: Optional[str] = None, train: bool = False) -> Prepared:
+def prepare(path: str, target: str, *, options: Optional[CompileOptions] = None,
+            executors: Optional[list[str]] = None, device: str = "auto", source: Optional[str] = None,
+            train: bool = False) -> Prepared:
     """Run the example `target` of `path` (or of `source`, its editor buffer) and compile
-    what it returns with `options` on `device`, loaded as `fusionlens compile` loads it
+    what it returns with `options` (`executors` replacing theirs) on `device`, loaded as `fusionlens compile` loads it
     (targets.load_example), so that region ids are the report's; nothing is checked or
     timed. ReproError for a problem in the user's code."""
     path = os.path.abspath(path)
-    options = (options or CompileOptions()).replace(previews=True)
+    options = (options or CompileOptions.from_env()).replace(previews=True)
+    if executors is not None:
+        options = options.replace(executors=executors)
     try:
         example = targets.load_example(path, target, source=source, device=device, train=train)
         with example.context():
@@ -366,11 +369,13 @@ def prepare(path: str, target: str, *, options: Optional[CompileOptions] = None,
 
 
 def write_repro(path: str, target: str, region: str, *, options: Optional[CompileOptions] = None,
-                device: str = "auto", source: Optional[str] = None, train: bool = False) -> Repro:
+                executors: Optional[list[str]] = None, device: str = "auto", source: Optional[str] = None,
+                train: bool = False) -> Repro:
     """The repro script of region `region` ("R3", "P1", "triton:P1") of the example `target`
     in `path`: `prepare`, then `Prepared.script`. Runs the user's code; ReproError when
     there is no script."""
-    return prepare(path, target, options=options, device=device, source=source, train=train).script(region)
+    return prepare(path, target, options=options, executors=executors, device=device, source=source,
+                   train=train).script(region)
 
 
 def cli(file: str, target: str, region: str, output: Optional[str], options: CompileOptions,

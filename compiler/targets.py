@@ -227,7 +227,7 @@ def compile_target(path: str, name: str, *, source: Optional[str] = None, execut
     from compiler import api, report as R
     from compiler.options import CompileOptions
 
-    options = (options or CompileOptions()).replace(previews=True)
+    options = (options or CompileOptions.from_env()).replace(previews=True)
     if executors is not None:
         options = options.replace(executors=executors)
     path = os.path.abspath(path)

@@ -119,13 +119,13 @@ def _classify(c) -> Outcome:
     from compiler import passes
     from compiler.ops import torch_ops
 
-    opaque = [(b.sym.name, b.note) for b in c.traces["decomposed"].bound_symbols if b.sym.kind == "opaque"]
+    opaque = [(b.sym.name, b.note) for b in c.forward.traces["decomposed"].bound_symbols if b.sym.kind == "opaque"]
     if opaque:
         return Outcome("fallback", "; ".join(sorted({n for _, n in opaque})), opaque)
-    declined = [(b.sym.name, b.note) for b in c.traces["decomposed"].bound_symbols if b.note]
+    declined = [(b.sym.name, b.note) for b in c.forward.traces["decomposed"].bound_symbols if b.note]
     if declined:
         return Outcome("declined", "; ".join(sorted({n for _, n in declined})), declined)
-    leaves = passes.flatten(c.traces["decomposed"].bound_symbols)
+    leaves = passes.flatten(c.forward.traces["decomposed"].bound_symbols)
     library = sorted({b.sym.name for b in leaves if torch_ops.LIBRARY in b.sym.tags})
     return Outcome("library", ", ".join(library)) if library else Outcome("native")
 

@@ -37,14 +37,19 @@ def test_report_json_has_the_contract_fields():
     data = json.loads(rep.to_json())
     assert data["schema_version"] == R.SCHEMA_VERSION
     assert set(data["target"]) >= {"name", "file", "line", "end_line"}
-    assert set(data["traces"]) == {"acquired", "decomposed", "optimised", "fusion", "execution"}
-    region = data["regions"][0]
+    forward, backward = data["programs"]  # parameters require grad: compiled for training
+    assert (forward["kind"], backward["kind"]) == ("forward", "backward") and data["training"]["grad_inputs"]
+    assert list(forward["traces"]) == ["acquired", "decomposed", "optimised", "joint", "forward", "fusion",
+                                       "execution"]
+    assert list(backward["traces"]) == ["backward", "fusion", "execution"]
+    region = forward["regions"][0]
     assert set(region) >= {"id", "executor", "ops", "source_lines", "code", "inputs", "outputs", "timing"}
     assert set(region["source_lines"][0]) == {"file", "line"}
     assert set(region["inputs"][0]) >= {"shape", "dtype"}
     assert set(region["timing"]) >= {"median_ms", "eager_median_ms"}
-    assert set(data) >= {"fallbacks", "diagnostics", "timings", "device", "versions", "signature"}
-    assert data["timings"]["compiled"]["median_ms"] > 0 and data["timings"]["eager"]["median_ms"] > 0
+    assert set(data) >= {"fallbacks", "diagnostics", "device", "versions", "signature"}
+    assert forward["timings"]["compiled"]["median_ms"] > 0 and backward["timings"] is None
+    assert forward["timings"]["eager"]["median_ms"] > 0 and data["training"]["step"]["compiled"]["median_ms"] > 0
     assert data["device"] == "cpu" and data["versions"]["torch"] == torch.__version__
     back = R.CompileReport.from_json(rep.to_json())
     assert back == rep
@@ -60,7 +65,7 @@ def test_report_points_at_forward_lines():
 
 def test_unmeasured_region_timing_is_null():
     rep = compiler.compile(Tiny().eval(), torch.randn(4, 8))
-    assert all(r.timing is None for r in rep.regions) and rep.timings is None
+    assert all(r.timing is None for r in rep.forward.regions) and rep.forward.timings is None
 
 
 def test_compile_raises_compile_error_at_user_line():
@@ -166,12 +171,12 @@ def test_mismatch_is_reported_as_error(monkeypatch):
 
 def test_unusable_nvfuser_still_shows_its_definition():
     rep = compiler.compile(lambda x: torch.softmax(x * 2, -1), torch.randn(4, 8), executors=["nvfuser", "torch"])
-    assert all(r.executor == "torch" for r in rep.regions)  # it never claims nvFuser ran
-    (preview,) = rep.previews
-    assert preview["executor"] == "nvfuser" and "not installed" in preview["reason"]
-    code = preview["regions"][0]["code"]
+    assert all(r.executor == "torch" for r in rep.forward.regions)  # it never claims nvFuser ran
+    (preview,) = rep.forward.previews
+    assert preview.executor == "nvfuser" and "not installed" in preview.reason
+    code = preview.regions[0].code
     assert "FusionDefinition" in code and "fd.ops.exp" in code and "fd.add_output" in code
-    assert preview["regions"][0]["source_lines"][0]["file"] == os.path.abspath(__file__)
+    assert preview.regions[0].source_lines[0].file == os.path.abspath(__file__)
 
 
 def test_versions_look_up_only_the_packages_they_report(tmp_path, monkeypatch):

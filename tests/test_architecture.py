@@ -14,7 +14,7 @@ REPO = Path(__file__).resolve().parents[1]
 # Bottom to top. A module may import its own layer's modules and any layer below; a
 # package stands for every module in it. Within a layer, the module graph must be acyclic.
 LAYERS = [
-    ["compiler.report", "compiler.discovery"],  # contracts: the report schema, target discovery
+    ["compiler.report", "compiler.discovery", "compiler.options"],  # contracts: the report, discovery, options
     ["compiler.roofline"],  # the GPU peaks table and roofline arithmetic: no torch, like the contracts
     ["compiler.provenance"],
     ["compiler.ir"],
@@ -24,7 +24,9 @@ LAYERS = [
     ["compiler.passes"],
     ["compiler.autograd"],
     ["compiler.cost"],
+    ["compiler.contract"],  # FusionGroup, Decline, BoundaryCode: what fusion hands an executor
     ["compiler.fusion"],
+    ["compiler.verify"],  # the checks between stages: reads traces and FusionGroups
     ["compiler.executors"],
     ["compiler.lowering", "compiler.profiling"],
     ["compiler.pipeline"],
@@ -148,11 +150,58 @@ def test_server_reads_reports_and_discovery_only(name):
     assert not bad, f"{name} imports {bad}: the server never imports torch or compiles (its worker does)"
 
 
+def _sources(*patterns: str) -> list:
+    return [p for pattern in patterns for p in sorted(REPO.glob(pattern)) if "node_modules" not in p.parts]
+
+
 def test_no_source_file_is_too_long():
     long = [f"{p.relative_to(REPO)}: {n} lines"
-            for p in list(REPO.glob("compiler/**/*.py")) + list(REPO.glob("lsp_server/**/*.py"))
+            for p in _sources("compiler/**/*.py", "lsp_server/**/*.py", "benchmarks/*.py", "vscode-extension/src/**/*.ts")
             if (n := len(p.read_text().splitlines())) > 600]
     assert not long, long
+
+
+def test_no_function_is_too_long():
+    """Functions are split at their seams: none in compiler/ or lsp_server/ over 80 lines."""
+    long = []
+    for p in _sources("compiler/**/*.py", "lsp_server/**/*.py"):
+        for node in ast.walk(ast.parse(p.read_text(), str(p))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > 80:
+                long.append(f"{p.relative_to(REPO)}:{node.lineno} {node.name}: {node.end_lineno - node.lineno + 1} lines")
+    assert not long, long
+
+
+def test_only_the_executors_import_a_backend():
+    """Triton and nvFuser are the executors' business: everything else asks their contract."""
+    bad = []
+    for name, path in modules().items():
+        if name.startswith("compiler.executors"):
+            continue
+        for imported, line in imports_of(name, path):
+            root = imported.split(".")[0]
+            backend = (resolve(imported, modules()) or "").startswith(("compiler.executors.triton",
+                                                                       "compiler.executors.nvfuser"))
+            if root in ("triton", "nvfuser", "nvfuser_direct") or backend:
+                bad.append(f"{name}:{line} imports {imported}")
+    assert not bad, bad
+
+
+def test_no_module_writes_the_environment():
+    """Settings are CompileOptions, read from the environment only at the entry points."""
+    writes = []
+    for name, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            target = None
+            if isinstance(node, (ast.Assign, ast.AugAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                target = next((t for t in targets if isinstance(t, ast.Subscript)
+                               and ast.unparse(t.value) == "os.environ"), None)
+            elif isinstance(node, ast.Call) and ast.unparse(node.func) in (
+                    "os.environ.setdefault", "os.environ.update", "os.environ.pop", "os.putenv", "os.unsetenv"):
+                target = node
+            if target is not None:
+                writes.append(f"{name}:{node.lineno}")
+    assert not writes, writes
 
 
 def test_docs_link_only_inside_the_repository():

@@ -45,21 +45,21 @@ def test_the_backward_frees_each_saved_activation_after_its_last_use():
     model = nn.Sequential(nn.Linear(8, 32), nn.GELU(), nn.Linear(32, 32), nn.Tanh(), nn.Linear(32, 4))
     x = torch.randn(16, 8)
     c = pipeline.compile_program(model, (x,), {})
-    b = c.backward
+    d = c.differentiated
     inputs = frontend.user_tensors(model, (x,), {}) + c.constants
     with torch.no_grad():
-        outs = b.forward_fn(*inputs)
-    saved = list(outs[b.differentiated.n_results:])
+        outs = c.forward.fn(*inputs)
+    saved = list(outs[d.n_results:])
     del outs
     log: list = []
     activations = [i for i, t in enumerate(saved) if not any(t is u for u in inputs)]
-    assert len(activations) >= 3, [v.name for v in b.differentiated.saved]
+    assert len(activations) >= 3, [v.name for v in d.saved]
     for i in activations:
         weakref.finalize(saved[i], log.append, ("freed", i))
     cotangent = torch.randn(16, 4)
     with _Log(log):
-        grads = b.backward_fn(saved, cotangent)
-    assert saved == [] and len(grads) == len(b.differentiated.grad_inputs)
+        grads = c.program("backward").fn(saved, cotangent)
+    assert saved == [] and len(grads) == len(d.grad_inputs)
     # the program's own ops (not the grad-mode switch around it)
     ops = [k for k, (kind, what) in enumerate(log) if kind == "op" and what != "_set_grad_enabled"]
     freed = {what: k for k, (kind, what) in enumerate(log) if kind == "freed"}
@@ -83,13 +83,13 @@ def test_a_stem_convolution_computes_no_input_gradient():
     model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 4, 3, stride=2))
     images = torch.randn(2, 3, 9, 9)
     report = grads_match_eager(model, (images,), list(model.parameters()))
-    code = report.backward.traces["execution"]
+    code = report.program("backward").traces["execution"]
     # the second conv's input (the first's output) needs its gradient, the images do not
     assert code.count("convolution_backward_input(") == 1, code
     assert code.count("convolution_backward_weight(") == 2, code
     x = torch.randn(2, 3, 9, 9, requires_grad=True)
     report = grads_match_eager(model, (x,), [x, *model.parameters()])
-    assert report.backward.traces["execution"].count("convolution_backward_input(") == 2
+    assert report.program("backward").traces["execution"].count("convolution_backward_input(") == 2
 
 
 def test_the_gradient_of_a_split_is_one_cat():
@@ -101,7 +101,7 @@ def test_the_gradient_of_a_split_is_one_cat():
 
     x = torch.randn(2, 5, 16, requires_grad=True)
     report = grads_match_eager(attention_inputs, (x,), [x, *proj.parameters()])
-    code = report.backward.traces["execution"]
+    code = report.program("backward").traces["execution"]
     assert "prims.cat(" in code and "prims.pad(" not in code, code
 
 
@@ -111,7 +111,7 @@ def test_pieces_that_do_not_tile_the_dim_keep_their_pads():
         return a.sum(0) * c.exp().sum(0)
 
     x = torch.randn(8, 4, requires_grad=True)
-    code = grads_match_eager(two_of_three, (x,), [x]).backward.traces["execution"]
+    code = grads_match_eager(two_of_three, (x,), [x]).program("backward").traces["execution"]
     assert "prims.pad(" in code and "prims.cat(" not in code, code
 
 

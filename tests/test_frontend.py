@@ -338,9 +338,9 @@ def test_every_stage_runs_on_its_own(path, name):
         expected = fn(*args, **kwargs)
         c = pipeline.compile_program(fn, args, kwargs, CompileOptions(executors=("torch",)))
     inputs = frontend.user_tensors(fn, args, kwargs) + c.constants
-    stages = dict(c.traces)
+    stages = dict(c.forward.traces)
     assert list(stages) == ["acquired", "decomposed", "optimised", "fusion", "execution"]
-    stages["flat prims"] = _flat(c.traces["decomposed"])
+    stages["flat prims"] = _flat(c.forward.traces["decomposed"])
     ran = set()
     for stage, trace in stages.items():
         body = trace.python().split("\n", 1)[1]
@@ -400,7 +400,7 @@ def test_report_ops_carry_provenance_and_prims():
             assert op.prims and all(n.startswith("prims.") for n in op.prims), op
         if op.name == "torch.nn.functional.linear":
             assert op.prims == []
-    assert {(s.file, s.line) for r in report.regions for s in r.source_lines} >= {
+    assert {(s.file, s.line) for r in report.forward.regions for s in r.source_lines} >= {
         (str(FIXTURES / "helper_ops.py"), line) for line in marked_lines(FIXTURES / "helper_ops.py", "# OP:")}
 
 

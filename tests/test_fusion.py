@@ -27,7 +27,7 @@ def fuser():
 
 
 def fused(report):
-    return [r for r in report.regions if r.executor == "testfuser"]
+    return [r for r in report.forward.regions if r.executor == "testfuser"]
 
 
 def compile_fused(fn, *args):
@@ -43,16 +43,16 @@ def example(path, name):
 
 def test_softmax_is_one_region(fuser):
     r = compile_fused(lambda x: torch.softmax(x, -1), torch.randn(8, 33))
-    assert len(r.regions) == 1 and r.regions[0].executor == "testfuser"
-    assert {"prims.amax", "prims.sum", "prims.exp", "prims.div"} <= set(r.regions[0].ops)
+    assert len(r.forward.regions) == 1 and r.forward.regions[0].executor == "testfuser"
+    assert {"prims.amax", "prims.sum", "prims.exp", "prims.div"} <= set(r.forward.regions[0].ops)
     assert fuser.groups[0].reduction_dims == (1,)
 
 
 def test_layernorm_with_residual_is_one_region(fuser):
     ln = torch.nn.LayerNorm(64)
     r = compile_fused(lambda x, y: ln(x + y), torch.randn(4, 64), torch.randn(4, 64))
-    assert len(r.regions) == 1
-    assert "prims.var_mean" in r.regions[0].ops and "prims.add" in r.regions[0].ops
+    assert len(r.forward.regions) == 1
+    assert "prims.var_mean" in r.forward.regions[0].ops and "prims.add" in r.forward.regions[0].ops
 
 
 def test_library_call_ends_region_with_reason(fuser):
@@ -62,9 +62,9 @@ def test_library_call_ends_region_with_reason(fuser):
         return F.linear(torch.relu(x), w) * 2
 
     r = compile_fused(f, torch.randn(4, 16))
-    kinds = [reg.executor for reg in r.regions]
+    kinds = [reg.executor for reg in r.forward.regions]
     assert kinds == ["testfuser", "torch", "testfuser"]
-    first = r.regions[0]
+    first = r.forward.regions[0]
     assert first.boundary.reason == "library call"
     assert "linear" in first.boundary.detail
     assert first.boundary.line is not None
@@ -88,8 +88,8 @@ def test_unsupported_op_ends_region(fuser):
         return z * 3
 
     r = compile_fused(f, torch.randn(5, 7))
-    assert [x.executor for x in r.regions] == ["testfuser", "torch", "testfuser"]
-    assert r.regions[0].boundary.reason == "unsupported op"
+    assert [x.executor for x in r.forward.regions] == ["testfuser", "torch", "testfuser"]
+    assert r.forward.regions[0].boundary.reason == "unsupported op"
     assert r.fallbacks and r.fallbacks[0].op == "torch.gradient"
 
 
@@ -103,7 +103,7 @@ def test_no_cycle_through_library_call(fuser):
 
     x = torch.randn(8, 16)
     r = compile_fused(f, x)
-    first = next(reg for reg in r.regions if "prims.sigmoid" in reg.ops)
+    first = next(reg for reg in r.forward.regions if "prims.sigmoid" in reg.ops)
     assert "prims.add" not in first.ops
     jf = compiler.jit(f, executors=["testfuser", "torch"])
     x2 = torch.randn(8, 16)
@@ -115,7 +115,7 @@ def test_independent_chains_on_one_input_merge(fuser):
         return (x * 0.5) * torch.tanh(x * 0.7)  # two chains from x, joined at the end
 
     r = compile_fused(f, torch.randn(4, 8))
-    assert len(r.regions) == 1
+    assert len(r.forward.regions) == 1
 
 
 def test_causal_mask_compare_fuses_into_softmax_region(fuser):
@@ -138,7 +138,7 @@ def test_example_region_counts(fuser, path, name, expected_fused):
     r = example(path, name)
     assert r.status == "ok", r.error
     assert len(fused(r)) == expected_fused, [reg.ops for reg in fused(r)]
-    for reg in r.regions:
+    for reg in r.forward.regions:
         assert reg.source_lines, reg
         assert reg.boundary is None or reg.boundary.reason in {
             "library call", "unsupported op", "reduction over another axis", "shape the executor refuses",
@@ -150,7 +150,7 @@ def test_gpt_block_boundaries(fuser):
     reasons = [reg.boundary.reason for reg in fused(r)]
     assert reasons[:4] == ["library call"] * 4  # each fused region ends at a linear or matmul
     assert reasons[-1] == "end of the program"
-    views = [reg for reg in r.regions if reg.boundary and reg.boundary.reason == "view or layout op"]
+    views = [reg for reg in r.forward.regions if reg.boundary and reg.boundary.reason == "view or layout op"]
     assert any("transpose" in reg.ops[0] for reg in views)
 
 
@@ -167,7 +167,7 @@ def test_every_example_fused_matches_eager(fuser, path):
 
 def test_unavailable_executor_falls_back_and_says_why():
     r = compiler.compile(lambda x: torch.relu(x) + 1, torch.randn(3, 3), executors=["nvfuser", "torch"])
-    assert all(reg.executor == "torch" for reg in r.regions)
+    assert all(reg.executor == "torch" for reg in r.forward.regions)
     assert any("nvfuser" in d.message and "not usable" in d.message for d in r.diagnostics)
 
 
@@ -177,12 +177,12 @@ def test_fused_region_eager_baseline_is_the_users_torch_calls(fuser):
 
     ln = torch.nn.LayerNorm(32)
     c = pipeline.compile_program(lambda x: ln(x), (torch.randn(4, 32),), {}, CompileOptions(executors=("testfuser", "torch")))
-    (region,) = [r for r in c.plan.regions if r.executor == "testfuser"]
-    assert [b.sym.name for b in benchmark._source_ops(c.traces["optimised"], region)] == [
+    (region,) = [r for r in c.forward.plan.regions if r.executor == "testfuser"]
+    assert [b.sym.name for b in benchmark._source_ops(c.forward.traces["optimised"], region)] == [
         "torch.nn.functional.layer_norm"]
     rep = compiler.compile(lambda x: ln(x), torch.randn(4, 32), executors=["testfuser", "torch"],
                            benchmark=True, repeats=3)
-    assert rep.regions[0].timing.eager_median_ms > 0
+    assert rep.forward.regions[0].timing.eager_median_ms > 0
 
 
 def test_each_fused_region_times_against_its_own_torch_ops(fuser):
@@ -193,7 +193,7 @@ def test_each_fused_region_times_against_its_own_torch_ops(fuser):
         return torch.cumsum(y, 0) * y  # cumsum (no symbol) splits the fusible ops in two regions
 
     c = pipeline.compile_program(f, (torch.randn(5, 3),), {}, CompileOptions(executors=("testfuser", "torch")))
-    first, second = [r for r in c.plan.regions if r.executor == "testfuser"]
-    opt = c.traces["optimised"]
+    first, second = [r for r in c.forward.plan.regions if r.executor == "testfuser"]
+    opt = c.forward.traces["optimised"]
     assert [b.sym.name for b in benchmark._source_ops(opt, first)] == ["torch.exp"]
     assert [b.sym.name for b in benchmark._source_ops(opt, second)] == ["torch.mul"]

@@ -107,9 +107,9 @@ def test_last_report_and_last_traces():
     assert list(traces) == ["acquired", "decomposed", "optimised", "fusion", "execution"]
     for stage, trace in traces.items():
         assert trace.stage == stage
-        assert trace.python() == report.traces[stage] or stage == "decomposed"
-    assert traces["decomposed"].python(nested=True) == report.traces["decomposed"]
-    assert compiler.CompileReport.from_json(report.to_json()).traces == report.traces
+        assert trace.python() == report.forward.traces[stage] or stage == "decomposed"
+    assert traces["decomposed"].python(nested=True) == report.forward.traces["decomposed"]
+    assert compiler.CompileReport.from_json(report.to_json()).forward.traces == report.forward.traces
     jfn.reset()
     assert jfn.cache_info()["entries"] == 0
 
@@ -285,7 +285,7 @@ def test_grad_mode_picks_a_training_or_an_inference_program_and_is_restored():
     assert jfn.cache_info()["misses"] == 2  # one program per grad mode, reused
     with torch.inference_mode():
         assert not jfn(x).requires_grad
-    assert "@no_grad" in compiler.last_report(jfn).traces["execution"]
+    assert "@no_grad" in compiler.last_report(jfn).forward.traces["execution"]
 
     @ir.no_grad  # what the printed program is decorated with: grad mode restored however it ends
     def failing():

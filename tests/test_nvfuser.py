@@ -28,11 +28,11 @@ import torch
 import torch.nn.functional as F
 
 import compiler
+from compiler.contract import Decline, Layout
 from compiler.executors import nvfuser as nx
 from compiler.executors.nvfuser import backend as nvb
 from compiler.executors.nvfuser import runtime, support
 from compiler.executors.nvfuser.backend import Backend
-from compiler.fusion import Decline
 
 import nvfuser_reference as ref
 from nvfuser_testing import (  # noqa: F401 - runner is a fixture
@@ -108,7 +108,7 @@ def test_unavailable_path_through_compile(monkeypatch):
     expected = nvb.NOT_INSTALLED if nvb.installed_api() is None else "nvFuser needs a CUDA device; this tensor is on cpu"
     messages = [d.message for d in rep.diagnostics]
     assert f"executor nvfuser is not usable here: {expected}; its work goes to the next executor" in messages
-    assert all(r.executor == "torch" for r in rep.regions)
+    assert all(r.executor == "torch" for r in rep.forward.regions)
 
 
 # --- the real package (only where it imports and CUDA is there) --------------------------------
@@ -175,9 +175,9 @@ def test_example_through_fusion_pass(runner, stem, target):
     if errors:
         _xfail_if_torch_alone_fails(fn, args, kwargs, errors)
     assert not errors, errors
-    nv = [r for r in rep.regions if r.executor == "nvfuser"]
+    nv = [r for r in rep.forward.regions if r.executor == "nvfuser"]
     mapped = names(support.UNARY, support.BINARY, support.REDUCTIONS) | {"where", "var_mean"}
-    fusible_on_torch = [r for r in rep.regions if r.executor == "torch" and r.note == ""
+    fusible_on_torch = [r for r in rep.forward.regions if r.executor == "torch" and r.note == ""
                         and any(op.removeprefix("prims.") in mapped for op in r.ops)]
     assert nv or not fusible_on_torch, [(r.id, r.ops) for r in fusible_on_torch]
     for r in nv:
@@ -274,10 +274,27 @@ def test_jit_reuses_the_region_and_its_definitions(runner):
     for _ in range(3):
         assert_close((jfn(x, w),), (fn(x, w),), "jit")
     assert jfn.cache_info()["misses"] == 1 and jfn.cache_info()["hits"] == 2
-    regions = [r for r in jfn.last.compiled.plan.regions if r.executor == "nvfuser"]
+    regions = [r for r in jfn.last.compiled.forward.plan.regions if r.executor == "nvfuser"]
     assert len(regions) == 1
     xt = runner.to(f32(32, 8)).t()  # a new signature: a new compile
     assert_close((jfn(xt, w),), (fn(xt, w),), "jit transposed")
+
+
+def test_source_for_layouts_is_the_definition_that_ran_for_them(runner):
+    # the executor contract's source_for: what compiler/repro.py writes, with no nvFuser internals
+    group, tensors, _ = function_group(lambda x, w: torch.softmax(x, -1) * w, f32(32, 8).t(), f32(32))
+    gen, _, _ = run_generated(runner, group, tensors)
+    ((key, ran),) = gen.definitions.items()
+    layouts = [Layout.of_tensor(runner.to(t)) for t in tensors]
+    assert runner.executor.source_for(group, layouts, runner.device.type) == ran
+    assert f"from {runner.api} import FusionDefinition" in ran and "stride_order=[0, 1]" in ran
+    contiguous = [Layout.contiguous(v) for v in group.inputs]
+    assert "stride_order=[1, 0]" in runner.executor.source_for(group, contiguous, runner.device.type)
+    # a 0-dim CPU tensor is a CPU scalar to a CUDA definition, an ordinary tensor on a CPU one
+    scalar, _, _ = function_group(lambda x, s: x * s, f32(4), torch.tensor(2.0))
+    cpu = [Layout.of_tensor(t) for t in (f32(4), torch.tensor(2.0))]
+    assert runner.executor.source_for(scalar, cpu, "cuda").count("is_cpu=True") == 1
+    assert "is_cpu=True" not in runner.executor.source_for(scalar, cpu, "cpu")
 
 
 def test_cpu_tensor_inputs_on_a_cuda_device_are_declined(monkeypatch):

@@ -29,8 +29,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from compiler.contract import Decline
 from compiler.executors.nvfuser import definition, support
-from compiler.fusion import Decline
 from compiler.ops import prims
 
 import nvfuser_reference as ref

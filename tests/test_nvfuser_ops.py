@@ -68,6 +68,6 @@ def test_op_sample_through_nvfuser(device, s, dtype):
         if torch_errors:
             pytest.xfail(f"not an nvFuser problem: executors=['torch'] fails too: {torch_errors[0]}")
     assert not errors, errors
-    for r in rep.regions:
+    for r in rep.forward.regions:
         if r.executor == "nvfuser":  # a definition, with its status line
             assert "fd.define_tensor(" in r.code and "fd.add_output(" in r.code, r.code

@@ -53,14 +53,14 @@ def test_structures_types_and_passed_through_objects_are_kept():
         assert type(out[2][1]) is Output and out[2][1].note == "done"
         assert out[2][0] is x  # an input returned as it is stays that very tensor
         assert out[3] is CONFIG  # and so does any object passed through
-    source = compiler.last_report(jfn).traces["execution"]
+    source = compiler.last_report(jfn).forward.traces["execution"]
     assert "return fusionlens_output(" in source and "# tuple(Pair(" in source
     assert not [d for d in compiler.last_report(jfn).diagnostics if d.severity != "information"]
 
 
 def test_plain_containers_still_print_as_literals():
     rep = compiler.compile(lambda x: (x.sin(), [x.cos()], {"a": x.exp()}), torch.randn(2), executors=["torch"])
-    last = rep.traces["execution"].rstrip().splitlines()[-1]
+    last = rep.forward.traces["execution"].rstrip().splitlines()[-1]
     assert last.startswith("  return (") and "fusionlens_output" not in last
 
 
@@ -82,7 +82,7 @@ def test_objects_holding_computed_tensors_are_rebuilt_with_the_programs_tensors(
     assert boxes[0] is not boxes[1]  # a fresh object each call, as eager makes one
     rep = compiler.last_report(jfn)
     assert not [d for d in rep.diagnostics if "eagerly" in d.message]
-    assert "# tuple(t0, Holder(" in rep.traces["execution"]
+    assert "# tuple(t0, Holder(" in rep.forward.traces["execution"]
 
 
 class Cache:

@@ -202,7 +202,7 @@ def test_printer_dtype_and_shape_types():
 def test_decomposed_stage_prints_nested_ops():
     x, w = torch.randn(4, 8), torch.randn(8, 16)
     report = compiler.compile(_fn_for_printing, x, w, executors=["torch"])
-    dec = report.traces["decomposed"]
+    dec = report.forward.traces["decomposed"]
     lines = dec.splitlines()
     relu = next(i for i, line in enumerate(lines) if line.startswith("  t") and "relu" in line)
     nested = []
@@ -215,13 +215,13 @@ def test_decomposed_stage_prints_nested_ops():
     assert all(re.search(r"# t\d+: \w+\[.*\] cpu$", line) for line in nested)
     # the other stages print flat, runnable calls only
     for stage in ("acquired", "optimised", "execution"):
-        assert "    # t" not in report.traces[stage], stage
+        assert "    # t" not in report.forward.traces[stage], stage
 
 
 def test_every_report_stage_is_valid_python():
     report = compiler.compile(_fn_for_printing, torch.randn(4, 8), torch.randn(8, 16), executors=["torch"])
-    assert set(report.traces) >= {"acquired", "decomposed", "optimised", "execution"}
-    for stage, src in report.traces.items():
+    assert set(report.forward.traces) >= {"acquired", "decomposed", "optimised", "execution"}
+    for stage, src in report.forward.traces.items():
         compile(src, stage, "exec")
         assert f"stage: {stage}" in src.splitlines()[0]
 

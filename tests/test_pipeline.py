@@ -19,8 +19,8 @@ def _inputs():
 
 def test_report_holds_every_stage_in_pipeline_order():
     rep = compiler.compile(_mlp, *_inputs(), executors=["torch"])
-    assert list(rep.traces) == list(TRACE_STAGES)
-    for stage, source in rep.traces.items():
+    assert list(rep.forward.traces) == list(TRACE_STAGES)
+    for stage, source in rep.forward.traces.items():
         assert f"# FusionLens trace · stage: {stage}" in source
 
 
@@ -31,8 +31,8 @@ def test_fusion_stage_is_the_trace_the_partitioner_reads(monkeypatch):
         c = pipeline.compile_program(_mlp, _inputs(), {}, CompileOptions(executors=("testfuser", "torch")))
     finally:
         executors.unregister("testfuser")
-    flat = c.traces["fusion"]
-    assert [t.stage for t in c.traces.values()] == list(TRACE_STAGES)
+    flat = c.forward.traces["fusion"]
+    assert [t.stage for t in c.forward.traces.values()] == list(TRACE_STAGES)
     # fusible torch ops are flattened into prims; the matmul stays whole
     names = [b.sym.name for b in flat.bound_symbols]
     assert names[0] == "torch.matmul" and all(n.startswith("prims.") for n in names[1:])
@@ -44,7 +44,7 @@ def test_fusion_stage_is_the_trace_the_partitioner_reads(monkeypatch):
 
 def test_without_a_fusion_executor_the_fusion_stage_changes_nothing():
     c = pipeline.compile_program(_mlp, _inputs(), {}, CompileOptions(executors=("torch",)))
-    assert c.traces["fusion"].bound_symbols == c.traces["optimised"].bound_symbols
+    assert c.forward.traces["fusion"].bound_symbols == c.forward.traces["optimised"].bound_symbols
 
 
 def test_debug_levels_print_each_stage_as_it_is_made(monkeypatch, capsys):

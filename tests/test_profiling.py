@@ -29,10 +29,10 @@ def _compiled(tmp_path, executors=None):
 def test_regions_show_in_torch_profiler_with_their_user_lines(tmp_path, monkeypatch):
     monkeypatch.setenv("FUSIONLENS_PROFILE", "1")
     c = _compiled(tmp_path)
-    names = set(c.plan.trace.ranges.values())
-    assert len(names) == len(c.plan.regions) and "R0 tiny_model.py:5" in names, names
-    matmul = next(r.id for r in c.plan.regions if any(b.sym.name == "torch.matmul" for b in r.bsyms))
-    assert f"with {PROFILE_RANGE}('{matmul} tiny_model.py:6'):" in c.plan.trace.python()
+    names = set(c.forward.plan.trace.ranges.values())
+    assert len(names) == len(c.forward.plan.regions) and "R0 tiny_model.py:5" in names, names
+    matmul = next(r.id for r in c.forward.plan.regions if any(b.sym.name == "torch.matmul" for b in r.bsyms))
+    assert f"with {PROFILE_RANGE}('{matmul} tiny_model.py:6'):" in c.forward.plan.trace.python()
     x, w = torch.randn(8, 16), torch.randn(16, 4)
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         out = c.fn(x, w)
@@ -44,8 +44,8 @@ def test_regions_show_in_torch_profiler_with_their_user_lines(tmp_path, monkeypa
 def test_without_the_flag_the_program_has_no_range(tmp_path, monkeypatch):
     monkeypatch.delenv("FUSIONLENS_PROFILE", raising=False)
     c = _compiled(tmp_path)
-    assert c.plan.trace.ranges == {} and PROFILE_RANGE not in c.plan.trace.python()
-    assert PROFILE_RANGE not in c.plan.trace.extra_globals
+    assert c.forward.plan.trace.ranges == {} and PROFILE_RANGE not in c.forward.plan.trace.python()
+    assert PROFILE_RANGE not in c.forward.plan.trace.extra_globals
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         c.fn(torch.randn(8, 16), torch.randn(16, 4))
     assert not any(e.key.startswith("R0 ") for e in prof.key_averages())

@@ -80,6 +80,6 @@ def test_torch_own_module_points_at_the_users_line_not_at_fusionlens():
     source = open(path).read().splitlines()
     for op in rep.ops:
         assert op.file == path and "return model" in source[op.line - 1], (op.file, op.line)
-    for r in rep.regions:
+    for r in rep.forward.regions:
         assert all(s.file == path for s in r.source_lines)
-    assert "bin/fusionlens" not in rep.traces["acquired"] and "compiler/" not in rep.traces["acquired"]
+    assert "bin/fusionlens" not in rep.forward.traces["acquired"] and "compiler/" not in rep.forward.traces["acquired"]

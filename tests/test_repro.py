@@ -27,6 +27,7 @@ CUDA = torch.cuda.is_available()
 # tests/conftest.py imported triton for the interpreter (where no GPU is) before any test module
 
 from compiler import repro  # noqa: E402
+from compiler.options import CompileOptions  # noqa: E402
 from compiler.discovery import find_targets  # noqa: E402
 from compiler.executors.triton import support  # noqa: E402
 from compiler.ops import prims  # noqa: E402
@@ -113,14 +114,15 @@ def test_region_ids_are_the_reports(target, executors):
     prepared = repro.prepare(str(FIXTURE), target, executors=executors)
     report = compile_target(str(FIXTURE), target, executors=executors, benchmark=False)
     assert report.status == "ok", report.error
-    assert [(r.id, r.executor, r.ops) for r in report.regions] == [
-        (r.id, r.executor, [b.sym.name for b in r.bsyms]) for r in prepared.compiled.plan.regions]
-    assert [(p["executor"], [(r["id"], r["ops"]) for r in p["regions"]]) for p in report.previews] == [
-        (p["executor"], [(r["id"], r["ops"]) for r in p["regions"]]) for p in prepared.compiled.previews]
-    if report.backward is not None:  # the backward's regions and previews are the report's too
-        assert [(r.id, r.executor, r.ops) for r in report.backward.regions] == [
-            (r.id, r.executor, [b.sym.name for b in r.bsyms]) for r in prepared.compiled.backward.plan.regions]
-        torch_region = next(r.id for r in report.backward.regions if r.executor == "torch")
+    assert [(r.id, r.executor, r.ops) for r in report.forward.regions] == [
+        (r.id, r.executor, [b.sym.name for b in r.bsyms]) for r in prepared.compiled.forward.plan.regions]
+    for shown, program in zip(report.programs, prepared.compiled.programs):  # the backward's too
+        assert [(r.id, r.executor, r.ops) for r in shown.regions] == [
+            (r.id, r.executor, [b.sym.name for b in r.bsyms]) for r in program.plan.regions]
+        assert [(p.executor, [(r.id, r.ops) for r in p.regions]) for p in shown.previews] == [
+            (p.executor, [(r.id, [b.sym.name for b in r.bsyms]) for r in p.plan.regions]) for p in program.previews]
+    if report.training is not None:
+        torch_region = next(r.id for r in report.program("backward").regions if r.executor == "torch")
         with pytest.raises(repro.ReproError, match="generated no kernel"):
             prepared.script(torch_region)
     else:
@@ -177,7 +179,7 @@ def test_preview_with_the_default_executors_on_a_cpu(tmp_path, monkeypatch):
         pytest.skip("previews are of executors that cannot run here")
     monkeypatch.delenv("TRITON_INTERPRET")  # Triton cannot run: it previews
     prepared = repro.prepare(str(FIXTURE), "softmax_small")
-    assert all(r.executor == "torch" for r in prepared.compiled.plan.regions)
+    assert all(r.executor == "torch" for r in prepared.compiled.forward.plan.regions)
     choices = prepared.choices()
     assert "triton:P0 (triton preview)" in choices and "nvfuser:P0 (nvfuser preview)" in choices, choices
     r = prepared.script("P0")  # Triton's first
@@ -190,7 +192,7 @@ def test_preview_with_the_default_executors_on_a_cpu(tmp_path, monkeypatch):
 
 def test_nvfuser_preview_runs_on_a_stand_in_and_says_when_nvfuser_is_missing(tmp_path):
     prepared = repro.prepare(str(FIXTURE), "norms_small", executors=["nvfuser", "torch"])
-    if any(r.executor == "nvfuser" for r in prepared.compiled.plan.regions):
+    if any(r.executor == "nvfuser" for r in prepared.compiled.forward.plan.regions):
         pytest.skip("nvFuser runs here: no preview")
     r = prepared.script("nvfuser:P0")
     assert r.executor == "nvfuser" and "FusionDefinition" in r.text and "@triton.jit" not in r.text
@@ -234,7 +236,7 @@ def importlib_missing(name: str) -> bool:
 
 def test_torch_regions_and_unknown_ids_are_refused_with_the_ids_that_work():
     prepared = repro.prepare(str(FIXTURE), "mlp_small", executors=["triton", "torch"])
-    torch_region = next(r.id for r in prepared.compiled.plan.regions if r.executor == "torch")
+    torch_region = next(r.id for r in prepared.compiled.forward.plan.regions if r.executor == "torch")
     with pytest.raises(repro.ReproError, match=rf"region {torch_region} runs through torch .*R1 \(triton\)"):
         prepared.script(torch_region)
     with pytest.raises(repro.ReproError, match="no region R99"):

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 
 import compiler
 from compiler import roofline
+from compiler.options import CompileOptions
 from compiler.report import CompileReport
 
 REPO = Path(__file__).resolve().parents[1]
@@ -26,7 +27,7 @@ def _report(fn, *args, **kw):
 
 
 def _region_of(report, op_name):
-    return next(r for r in report.regions if op_name in r.ops)
+    return next(r for r in report.forward.regions if op_name in r.ops)
 
 
 # --- cost: hand counts ----------------------------------------------------------------------
@@ -37,12 +38,12 @@ def test_pointwise_cost_counts_each_element_with_transcendental_weights():
 
     x, y = torch.randn(4, 8), torch.randn(4, 8)
     rep = compiler.compile(f, x, y)  # default executors: a Triton preview on a CPU
-    assert sum(r.cost.flops for r in rep.regions) == 32 * (2 + 1 + 1)
+    assert sum(r.cost.flops for r in rep.forward.regions) == 32 * (2 + 1 + 1)
     exp = _region_of(rep, "torch.exp")
     assert (exp.cost.bytes, exp.cost.flops, exp.cost.math) == (2 * 32 * F32, 64, "fp32")
-    p0, = next(p for p in rep.previews if p["executor"] == "triton")["regions"]
+    p0, = next(p for p in rep.forward.previews if p.executor == "triton").regions
     # fused: x and y read once, the result written once; nothing in between touches memory
-    assert p0["cost"] == {"bytes": 3 * 32 * F32, "flops": 128, "math": "fp32"}
+    assert (p0.cost.bytes, p0.cost.flops, p0.cost.math) == (3 * 32 * F32, 128, "fp32")
 
 
 def test_reduction_cost_counts_each_input_element():
@@ -154,20 +155,19 @@ def test_a_cpu_report_estimates_every_region_and_preview_for_the_target_gpu(monk
     rep = CompileReport.from_json(compiler.compile(f, *args, benchmark=True, repeats=3).to_json())
     assert rep.peaks.device == "H100" and rep.peaks.estimate and rep.peaks.copy_device == "cpu"
     assert rep.peaks.copy_gbs > 0
-    for r in rep.regions:
+    for r in rep.forward.regions:
         assert r.roofline.estimate and r.roofline.pct_of_peak is None and r.roofline.device == "H100"
         assert r.roofline.min_ms == pytest.approx(max(r.cost.bytes / 3350e9, r.cost.flops / 67e12) * 1e3, rel=1e-3)
-    assert rep.previews
-    for p in rep.previews:
-        for region in p["regions"]:
-            assert {"inputs", "outputs", "cost", "roofline"} <= set(region)
-            assert region["roofline"]["estimate"] and region["roofline"]["device"] == "H100"
-            assert region["inputs"][0]["shape"] and region["outputs"][0]["dtype"] == "float32"
+    assert rep.forward.previews
+    for p in rep.forward.previews:
+        for region in p.regions:
+            assert region.cost is not None and region.timing is None and region.executor == p.executor
+            assert region.roofline.estimate and region.roofline.device == "H100"
+            assert region.inputs[0].shape and region.outputs[0].dtype == "float32"
 
-    with roofline.targeting("L4"):
-        on_l4 = compiler.compile(f, *args)
+    on_l4 = compiler.compile(f, *args, options=CompileOptions(gpu="L4"))
     assert on_l4.peaks.device == "L4" and on_l4.peaks.copy_gbs is None  # not benchmarked
-    assert on_l4.regions[0].roofline.min_ms > rep.regions[0].roofline.min_ms  # an L4 is slower
+    assert on_l4.forward.regions[0].roofline.min_ms > rep.forward.regions[0].roofline.min_ms  # an L4 is slower
     monkeypatch.setenv("FUSIONLENS_GPU", "no such gpu")
     unknown = compiler.compile(f, *args)
     assert unknown.peaks.device == "H100"

@@ -33,13 +33,13 @@ def test_an_unsaved_buffer_compiles_what_the_user_sees(tmp_path):
     sigmoid = next(op for op in rep.ops if op.name.endswith("sigmoid"))
     assert sigmoid.file == str(path) and sigmoid.line == buffer.splitlines().index(
         "    return (lambda x: scale(torch.sigmoid(x))), (torch.randn(4, 4),)") + 1
-    assert "torch.sigmoid(x)" in rep.traces["acquired"]  # the source comment is the buffer's line
+    assert "torch.sigmoid(x)" in rep.forward.traces["acquired"]  # the source comment is the buffer's line
     mul = next(op for op in rep.ops if op.name == "torch.mul")  # from the imported module, on disk
     assert mul.file == str(tmp_path / "helper_mod.py") and mul.line == 2
     # and the file on disk compiles as saved again afterwards
     saved = compile_target(str(path), "target", benchmark=False)
     assert "relu" in [op.name.rsplit(".", 1)[-1] for op in saved.ops]
-    assert "torch.relu(x)" in saved.traces["acquired"] and "sigmoid" not in saved.traces["acquired"]
+    assert "torch.relu(x)" in saved.forward.traces["acquired"] and "sigmoid" not in saved.forward.traces["acquired"]
 
 
 def test_an_untitled_buffer_compiles_without_a_file(tmp_path):
@@ -63,6 +63,6 @@ def test_a_callable_that_returns_no_tensor_is_reported_as_such(tmp_path):
     path.write_text("import torch\nimport compiler\n\n\n@compiler.example\ndef sizes():\n"
                     "    return (lambda x: x.shape[0] + 1), (torch.randn(2, 5),)\n")
     rep = compile_target(str(path), "sizes", benchmark=False)
-    assert rep.status == "ok" and not rep.regions
+    assert rep.status == "ok" and not rep.forward.regions
     assert [d.message for d in rep.diagnostics if d.severity == "warning"] == [
         "sizes returned int and no tensor: there is nothing to compile"]

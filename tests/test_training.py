@@ -54,11 +54,11 @@ def test_gradients_match_eager_and_the_backward_is_compiled():
     wrt = [x, *model.parameters()]
     grads_close(torch.autograd.grad(out, wrt, cot), torch.autograd.grad(model(x), wrt, cot))
     report = compiler.last_report(jfn)
-    assert report.backward is not None and report.backward.regions
-    assert sorted(report.backward.grad_inputs) == sorted(["x", "p_fc_weight", "p_fc_bias", "p_proj_weight",
+    assert report.training is not None and report.program("backward").regions
+    assert sorted(report.training.grad_inputs) == sorted(["x", "p_fc_weight", "p_fc_bias", "p_proj_weight",
                                                           "p_proj_bias", "p_norm_weight", "p_norm_bias"])
     # backward regions differentiate this file's lines
-    assert all(s.file == __file__ for r in report.backward.regions for s in r.source_lines)
+    assert all(s.file == __file__ for r in report.program("backward").regions for s in r.source_lines)
     # fresh inputs of the same signature reuse the program and still match
     y = torch.randn(3, 5, 16, requires_grad=True)
     grads_close(torch.autograd.grad(jfn(y), [y], cot), torch.autograd.grad(model(y), [y], cot))
@@ -96,7 +96,7 @@ def test_no_grad_and_frozen_parameters():
     jfn(x).sum().backward()
     assert model.fc.weight.grad is None and model.fc.bias.grad is not None
     report = compiler.last_report(jfn)
-    assert "p_fc_weight" not in report.backward.grad_inputs and "p_fc_bias" in report.backward.grad_inputs
+    assert "p_fc_weight" not in report.training.grad_inputs and "p_fc_bias" in report.training.grad_inputs
     model.fc.weight.requires_grad_(True)
     jfn(x).sum().backward()
     assert model.fc.weight.grad is not None
@@ -132,7 +132,7 @@ def test_dropout_takes_eagers_masks_in_training_mode():
         e = torch.autograd.grad(ref, [x, model[0].weight], cot)
         assert checking.mismatch(got.detach(), ref.detach()) is None
         grads_close(g, e)
-    assert "bernoulli" in compiler.last_report(jfn).backward.traces["forward"]
+    assert "bernoulli" in compiler.last_report(jfn).forward.traces["forward"]
 
 
 def test_attention_dropout_takes_eagers_masks_and_is_differentiated_natively():
@@ -156,10 +156,10 @@ def test_attention_dropout_takes_eagers_masks_and_is_differentiated_natively():
         grads_close(g, torch.autograd.grad(ref, [q, k, v], cot))
     assert not jfn.last.eager_fallback
     report = compiler.last_report(jfn)
-    assert "bernoulli" in report.backward.traces["forward"] and "vjp_" not in report.backward.traces["backward"]
+    assert "bernoulli" in report.forward.traces["forward"] and "vjp_" not in report.program("backward").traces["backward"]
     with torch.no_grad():  # inference keeps the one fused call
         jfn(q, k, v, mask)
-    assert "scaled_dot_product_attention(" in compiler.last_report(jfn).traces["execution"]
+    assert "scaled_dot_product_attention(" in compiler.last_report(jfn).forward.traces["execution"]
 
 
 def test_multihead_attention_with_dropout_runs_eagerly_and_says_why():
@@ -292,22 +292,25 @@ def test_training_examples_compile_with_their_backward_section():
         report = compile_target(str(EXAMPLES / file), name, benchmark=True, repeats=2)
         assert report.status == "ok", report.error
         assert not [d for d in report.diagnostics if d.severity == "error" or "runs eagerly" in d.message]
-        b = report.backward
-        assert b is not None and set(b.traces) == {"joint", "forward", "backward", "fusion", "execution"}
+        b, t = report.program("backward"), report.training
+        assert b is not None and list(b.traces) == ["backward", "fusion", "execution"]
+        assert list(report.forward.traces) == ["acquired", "decomposed", "optimised", "joint", "forward", "fusion",
+                                               "execution"]
         assert all(r.id.startswith("B") for r in b.regions)
-        acts = [s for s in b.saved if s.kind == "activation"]
-        assert acts and b.saved_bytes == sum(s.bytes for s in acts)
-        assert all(s.bytes == torch.Size(s.shape).numel() * getattr(torch, s.dtype).itemsize for s in b.saved)
+        acts = [s for s in t.saved if s.kind == "activation"]
+        assert acts and t.saved_bytes == sum(s.bytes for s in acts)
+        assert all(s.bytes == torch.Size(s.shape).numel() * getattr(torch, s.dtype).itemsize for s in t.saved)
         assert all(s.line and os.path.basename(s.file) in (file, "gpt_block.py") for s in acts)
-        assert b.timings.compiled.median_ms > 0 and b.timings.eager.median_ms > 0
+        assert t.step.compiled.median_ms > 0 and t.step.eager.median_ms > 0
         again = type(report).from_json(report.to_json())
-        assert again.backward.saved[0] == b.saved[0] and again.backward.regions[0].id == b.regions[0].id
-    assert b.recomputed  # GELU's elementwise intermediates are recomputed, not saved
+        assert again.training.saved[0] == t.saved[0] and again.program("backward").regions[0].id == b.regions[0].id
+        assert again == report
+    assert t.recomputed  # GELU's elementwise intermediates are recomputed, not saved
 
 
 def test_inference_targets_compile_without_a_backward():
     report = compile_target(str(EXAMPLES / "mlp.py"), "mlp_example", benchmark=False)
-    assert report.status == "ok" and report.backward is None
+    assert report.status == "ok" and report.training is None
 
 
 def _example_targets():
@@ -323,4 +326,4 @@ def test_every_example_compiles_for_training_and_its_gradients_match_eager(path,
     assert report.status == "ok", report.error
     problems = [d.message for d in report.diagnostics if d.severity == "error" or "runs eagerly" in d.message]
     assert not problems, problems[0]
-    assert report.backward is not None and report.backward.grad_inputs
+    assert report.training is not None and report.training.grad_inputs

@@ -33,9 +33,9 @@ from torch.utils import _pytree as pytree
 
 from compiler import checking
 from fusion_groups import group_from_fn
+from compiler.contract import Decline, FusionGroup, Layout
 from compiler.executors import triton as tx
 from compiler.executors.triton import support, tuning
-from compiler.fusion import Decline, FusionGroup
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import test_triton_cases as C  # noqa: E402
@@ -271,8 +271,8 @@ def test_compile_end_to_end_residual_norm_gelu():
 
     model = Block(48).to(DEVICE).eval()
     rep = _compile(model, torch.randn(6, 48, device=DEVICE), torch.randn(6, 48, device=DEVICE))
-    triton_regions = [r for r in rep.regions if r.executor == "triton"]
-    assert len(triton_regions) >= 2, [(r.id, r.executor, r.note) for r in rep.regions]
+    triton_regions = [r for r in rep.forward.regions if r.executor == "triton"]
+    assert len(triton_regions) >= 2, [(r.id, r.executor, r.note) for r in rep.forward.regions]
     for r in triton_regions:
         assert "@triton.jit" in r.code and r.kernels == 1
 
@@ -286,9 +286,9 @@ def test_compile_end_to_end_examples():
 
     for model, x in [(norms.RMSNorm(64), torch.randn(4, 64)), (norms.LayerNorm(64), torch.randn(4, 64))]:
         rep = _compile(model.to(DEVICE).eval(), x.to(DEVICE))
-        assert any(r.executor == "triton" for r in rep.regions)
+        assert any(r.executor == "triton" for r in rep.forward.regions)
     rep = _compile(lambda x: torch.softmax(x, -1), torch.randn(5, 70, device=DEVICE))
-    assert [r.executor for r in rep.regions] == ["triton"]
+    assert [r.executor for r in rep.forward.regions] == ["triton"]
 
 
 def test_helper_functions_across_magnitudes_and_special_values():
@@ -324,6 +324,26 @@ def test_report_code_shows_the_variant_that_ran():
     assert "strides (1, 6)" in gen.report_code()
     assert "non-contiguous" in gen.status()
     assert ("interpreter" in gen.status()) == (not CUDA)
+
+
+def test_source_for_layouts_is_the_module_generate_runs_for_them():
+    # the executor contract's source_for: what compiler/repro.py writes, with no triton internals
+    case = C.by_name("softmax_transposed")
+    x = torch.randn(53, 6, device=DEVICE).t()
+    group, ins = group_from_fn(case.fn, x)
+    gen = tx.generate(group, DEVICE)
+    gen.fn(*ins)
+    layouts = [Layout.of_tensor(t) for t in ins]
+    assert tx.EXECUTOR.source_for(group, layouts) == gen.report_code()
+    contiguous = [Layout.contiguous(v) for v in group.inputs]
+    assert tx.EXECUTOR.source_for(group, contiguous) == gen.source == tx.EXECUTOR.definition_source(group)
+    with pytest.raises(ValueError, match="takes 1 inputs, got 2 layouts"):
+        tx.EXECUTOR.source_for(group, layouts * 2)
+    with pytest.raises(ValueError, match="the layout given is torch.float16"):
+        tx.EXECUTOR.source_for(group, [Layout((6, 53), (1, 6), torch.float16, "cpu")])
+    empty, _ = group_from_fn(C.softmax, torch.randn(0, 40))
+    with pytest.raises(Decline, match="empty"):  # where generate declines, so does source_for
+        tx.EXECUTOR.source_for(empty, [Layout.contiguous(v) for v in empty.inputs])
 
 
 def test_declines_mixed_devices():

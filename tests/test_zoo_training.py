@@ -142,8 +142,8 @@ def assert_training_native(jfn) -> None:
     report = compiler.last_report(jfn)
     assert_native(report)
     assert not jfn.last.eager_fallback
-    assert report.backward is not None, "not compiled for training"
-    assert report.backward.grad_inputs, "the backward computes no gradient"
+    assert report.training is not None, "not compiled for training"
+    assert report.training.grad_inputs, "the backward computes no gradient"
 
 
 def assert_gradients_as_accurate_as_eager(model, args, kwargs, state=False) -> None:

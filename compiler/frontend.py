@@ -20,7 +20,8 @@ from torch.overrides import TorchFunctionMode
 from torch.utils import _pytree as pytree
 
 from compiler import objects, provenance
-from compiler.ir import OUTPUT_BUILDER, BoundSymbol, NameGen, Symbol, Trace, Value, dtype_name, printable
+from compiler.ir import (OUTPUT_BUILDER, BoundSymbol, NameGen, Symbol, SymbolKind, Trace, Value, dtype_name,
+                         printable)
 from compiler.ops import torch_ops
 from compiler.report import DiagnosticCode
 
@@ -233,9 +234,9 @@ class Tracer:
                 if args[0]._base is not None:
                     self.view_mutation(name, where)
             if entry is None and not hasattr(torch.Tensor, name):  # a function such as nn.init.constant_
-                return self.opaque(_inplace_function_wrapper(func), name, args, kwargs, where)
+                return self.opaque(_inplace_function_wrapper(func), name, args, kwargs, where, called=func)
             if entry is None:
-                return self.opaque(_inplace_wrapper(name), f"Tensor.{name}", args, kwargs, where)
+                return self.opaque(_inplace_wrapper(name), f"Tensor.{name}", args, kwargs, where, called=func)
         if entry is None:
             return self.opaque(func, name, args, kwargs, where)
         sym, adapter = entry
@@ -266,14 +267,17 @@ class Tracer:
         decomposition = None
         if sym.decomposition is not None:
             decomposition = functools.wraps(sym.decomposition)(lambda *a, **k: only(sym.decomposition(*a, **k)))
-        return Symbol(printed, impl, kind=sym.kind, decomposition=decomposition, tags=sym.tags)
+        return Symbol(printed, impl, kind=sym.kind, decomposition=decomposition, tags=sym.tags, flops=sym.flops)
 
-    def opaque(self, func, label, args, kwargs, where, why=None):
+    def opaque(self, func, label, args, kwargs, where, why=None, called=None):
+        """A call with no FusionLens symbol, run as one torch call; `called` is the torch
+        callable the user called when `func` wraps it (an in-place method's functional form):
+        what its tags (random or not) are declared for."""
         printed = torch_ops.qualified_name(func)
         if printed is None:
             printed = self._unique(f"op_{_sanitize(label)}")
             self.extra_globals[printed] = func
-        sym = Symbol(printed, func, kind="opaque", tags=(torch_ops.LIBRARY,))
+        sym = Symbol(printed, func, kind=SymbolKind.OPAQUE, tags=torch_ops.fallback_tags(called or func))
         reason = f"{why or f'FusionLens has no symbol for {printed}'}; it runs as one torch call"
         return sym, args, kwargs, reason
 

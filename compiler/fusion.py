@@ -5,56 +5,24 @@ take; `clusters` partitions that trace into regions one kernel can run (Clusters
 made into a FusionGroup for its executor. Code generation is not done here: the lowering
 stage hands each FusionGroup to its executor.
 
-A FusionGroup is what a fusion executor (triton, nvfuser) turns into code. Its contract:
-
-- `bsyms` are prims in SSA, topological order, each one of: an elementwise prim (tag
-  "elementwise": unary/binary ops, where, convert_element_type), `prims.broadcast_in_dim`,
-  or a reduction prim (`sum`, `amax`, `amin`, `prod`, `var_mean`) over exactly
-  `reduction_dims` of a value whose shape is `domain`.
-- `domain` is the iteration shape: every value in the group has shape `domain` ("full")
-  or, when `reduction_dims` is not empty, `reduced_shape` (domain without the reduced dims).
-  A reduced value is brought back to the full shape only by a broadcast_in_dim whose
-  broadcast_dims are the kept dims (after inserting size-1 dims, possibly through a
-  broadcast to the keepdim shape first). Inputs (`inputs`) may have any shape that a
-  broadcast_in_dim inside the group maps to the domain; they may have any strides.
-- `outputs` are the values used outside the group, in a fixed order; the generated
-  callable takes `inputs` (tensors, in order) and returns a tuple of `outputs`, freshly
-  allocated and contiguous.
+The contract between the partitioner and the executors (FusionGroup, Decline, and the
+BoundaryCode of each region's end) is compiler/contract.py.
 """
 
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass, field
-from typing import Optional
+from collections.abc import Callable
+from typing import NamedTuple, Optional, Union
 
 from compiler import passes
-from compiler.ir import BoundSymbol, NameGen, Trace, Value, distinct_lines, external_inputs
+from compiler.contract import BoundaryCode, Decline, FusionGroup, boundary, source_comments
+from compiler.ir import BoundSymbol, NameGen, Trace, Value, external_inputs
 from compiler.ops import prims as P
 from compiler.report import Boundary
 
-
-@dataclass
-class FusionGroup:
-    id: str
-    bsyms: list
-    inputs: list
-    outputs: list
-    domain: tuple
-    reduction_dims: tuple = ()
-    source_lines: list = field(default_factory=list)  # ["file.py:12  source text", ...] for comments
-
-    @property
-    def reduced_shape(self) -> tuple:
-        return tuple(s for i, s in enumerate(self.domain) if i not in self.reduction_dims)
-
-    @property
-    def kind(self) -> str:
-        return "reduction" if self.reduction_dims else "pointwise"
-
-
-class Decline(Exception):
-    """A fusion executor refuses a group (a shape or dtype it cannot run); says why."""
+__all__ = ["Cluster", "Decline", "FusionGroup", "clusters", "partition", "prepare", "sink_broadcasts",
+           "source_comments", "unfused"]  # Decline, FusionGroup, source_comments: from compiler.contract
 
 
 # --- the partitioner ----------------------------------------------------------------------
@@ -79,35 +47,41 @@ def _claims(b, fusers) -> tuple:
     return None, "; ".join(reasons)
 
 
-def _blocking_reason(b, why_not: str) -> Boundary:
+def _blocking_reason(b: BoundSymbol, why_not: str) -> Boundary:
     """Why op `b`, which reads a region's value, is not part of that region."""
-    p = b.provenance
-    loc = dict(file=p.file if p else None, line=p.line if p else None)
-    name = b.sym.name
+    name, where = b.sym.name, b.provenance
     if b.note:
-        return Boundary("unsupported op", b.note, **loc)
+        return boundary(BoundaryCode.UNSUPPORTED_OP, b.note, where)
     if b.sym.kind == "opaque":
-        return Boundary("unsupported op", f"{name} has no FusionLens symbol", **loc)
+        return boundary(BoundaryCode.UNSUPPORTED_OP, f"{name} has no FusionLens symbol", where)
     if b.sym.kind == "torch" and b.subsymbols and all(
             leaf.sym.tags & {P.SHAPE, P.CAT} for leaf in passes.flatten([b])):
-        return Boundary("view or layout op", f"{name} changes the layout; torch runs it (a view where it can)", **loc)
+        return boundary(BoundaryCode.VIEW_OR_LAYOUT, f"{name} changes the layout; torch runs it (a view where it can)",
+                        where)
     if b.sym.kind == "torch":
-        return Boundary("library call", f"{name} runs as a library call", **loc)
+        return boundary(BoundaryCode.LIBRARY_CALL, f"{name} runs as a library call", where)
     if b.sym.tags & {P.SHAPE, P.CAT}:
-        return Boundary("view or layout op", f"{name} of an intermediate value is not fused", **loc)
+        return boundary(BoundaryCode.VIEW_OR_LAYOUT, f"{name} of an intermediate value is not fused", where)
     if why_not:
-        return Boundary("unsupported op", f"{name}: {why_not}", **loc)
-    return Boundary("unsupported op", f"{name} is not fused", **loc)
+        return boundary(BoundaryCode.UNSUPPORTED_OP, f"{name}: {why_not}", where)
+    return boundary(BoundaryCode.UNSUPPORTED_OP, f"{name} is not fused", where)
+
+
+class Refusal(NamedTuple):
+    """Why an op does not join a region: the kind of boundary it makes, and the words."""
+
+    code: BoundaryCode
+    reason: str
 
 
 class Cluster:
     """A region the partitioner is growing: ops one executor takes over one iteration space."""
 
-    def __init__(self, gid: int, ex, domain: tuple, rdims: Optional[tuple]):
+    def __init__(self, gid: int, ex, domain: tuple[int, ...], rdims: Optional[tuple[int, ...]]):
         self.gid, self.ex, self.domain, self.rdims = gid, ex, domain, rdims
-        self.ops: list = []
-        self.produced: set = set()
-        self.deps: set = set()  # groups this one depends on, transitively
+        self.ops: list[BoundSymbol] = []
+        self.produced: set[str] = set()
+        self.deps: set[int] = set()  # groups this one depends on, transitively
         self.boundary: Optional[Boundary] = None
 
     def space(self, shape) -> Optional[str]:
@@ -121,46 +95,171 @@ class Cluster:
                 return "reduced"
         return None
 
-    def refuse(self, b) -> Optional[str]:
-        """None if op `b` fits this group's iteration space; else the reason it does not."""
+    def refuse(self, b: BoundSymbol) -> Optional[Refusal]:
+        """None if op `b` fits this group's iteration space; else why it does not."""
         if b.sym.tags & {P.REDUCTION}:
             x = b.args[0]
             dims = tuple(b.args[1]) if b.sym is not P.argmax else None
             if dims is None:
-                return "argmax is not fused"
+                return Refusal(BoundaryCode.UNSUPPORTED_OP, "argmax is not fused")
             if tuple(x.shape) != self.domain:
-                return "reduction over another axis"
+                return Refusal(BoundaryCode.REDUCTION_AXIS, "reduction over another axis")
             if self.rdims is not None and tuple(sorted(dims)) != self.rdims:
-                return "reduction over another axis"
+                return Refusal(BoundaryCode.REDUCTION_AXIS, "reduction over another axis")
             return None
         for o in b.outputs:
             if self.space(o.shape) is None:
-                return f"iteration shape {list(o.shape)} differs from the region's {list(self.domain)}"
+                return Refusal(BoundaryCode.SHAPE_REFUSED,
+                               f"iteration shape {list(o.shape)} differs from the region's {list(self.domain)}")
         for v in b.inputs():
             if v.name in self.produced and self.space(v.shape) is None:
-                return "iteration shape differs"
+                return Refusal(BoundaryCode.SHAPE_REFUSED, "iteration shape differs")
         return None
 
     def has_work(self) -> bool:
         """False for a cluster of broadcasts only: index arithmetic, not a kernel."""
         return any(b.sym.tags & _FUSIBLE_TAGS for b in self.ops)
 
-    def add(self, b):
+    def add(self, b: BoundSymbol):
         if b.sym.tags & {P.REDUCTION} and self.rdims is None:
             self.rdims = tuple(sorted(b.args[1]))
         self.ops.append(b)
         self.produced.update(o.name for o in b.outputs)
 
 
-def _new_group_for(gid, ex, b) -> Cluster:
+def _new_group_for(gid: int, ex, b: BoundSymbol) -> Cluster:
     if b.sym.tags & {P.REDUCTION} and b.sym is not P.argmax:
-        g = Cluster(gid, ex, tuple(b.args[0].shape), None)
-    else:
-        g = Cluster(gid, ex, tuple(b.outputs[0].shape), None)
-    return g
+        return Cluster(gid, ex, tuple(b.args[0].shape), None)
+    return Cluster(gid, ex, tuple(b.outputs[0].shape), None)
 
 
-def partition(leaves: list, fusers: list):
+Node = Union[Cluster, BoundSymbol]  # what the partition orders: a region, or one op left to torch
+
+
+class _Partitioner:
+    """The state of one greedy pass over the ops (see `partition`)."""
+
+    def __init__(self, fusers: list):
+        self.fusers = fusers
+        self.producer: dict[str, Node] = {}  # value name -> the node making it
+        self.deps_of: dict[int, set[int]] = {}  # id(node) -> group ids it depends on (transitively)
+        self.floating: dict[str, BoundSymbol] = {}  # value name -> broadcast_in_dim op not yet placed
+        self.groups: list[Cluster] = []
+        self.order: list[tuple[int, Node]] = []  # (first index, node) for the final sort
+        self.alive: set[int] = set()  # ids of groups not merged away
+
+    def deps_through(self, v_name: str) -> set[int]:
+        p = self.producer.get(v_name)
+        if p is None:
+            f = self.floating.get(v_name)
+            return self.deps_through(f.args[0].name) if f is not None else set()
+        own = {p.gid} if isinstance(p, Cluster) else set()
+        return own | self.deps_of[id(p)]
+
+    def place_floating(self, name: str, position: int):
+        """A floating broadcast read by an op no group takes: it runs as a torch view."""
+        b = self.floating.pop(name)
+        self.deps_of[id(b)] = self.deps_through(b.args[0].name)
+        self.producer[name] = b
+        self.order.append((position, b))
+
+    def merge(self, into: Cluster, other: Cluster):
+        for b in other.ops:
+            into.ops.append(b)
+        into.produced |= other.produced
+        into.rdims = into.rdims or other.rdims
+        self.deps_of[id(into)] |= self.deps_of[id(other)]
+        for name in other.produced:
+            self.producer[name] = into
+        self.alive.discard(id(other))
+        for node_deps in self.deps_of.values():
+            if other.gid in node_deps:
+                node_deps.add(into.gid)
+
+    @staticmethod
+    def note_boundary(g: Cluster, code: BoundaryCode, detail: str, b: BoundSymbol):
+        if g.boundary is None:
+            g.boundary = boundary(code, detail, b.provenance)
+
+    def step(self, i: int, b: BoundSymbol):
+        """Place op `b`, the i-th: it floats, runs alone, or joins (or starts) a group."""
+        ex, why_not = _claims(b, self.fusers)
+        inputs = [v.name for v in b.inputs()]
+        if ex is not None and _is_broadcast(b) and not isinstance(self.producer.get(inputs[0]), Cluster) \
+                and inputs[0] not in self.floating:
+            self.floating[b.outputs[0].name] = b
+        elif ex is None:
+            self.unclaimed(i, b, inputs, why_not)
+        else:
+            self.claimed(i, b, ex, inputs)
+
+    def unclaimed(self, i: int, b: BoundSymbol, inputs: list[str], why_not: str):
+        """An op no fusion executor takes: a node of its own, ending the groups it reads."""
+        for n in inputs:
+            if n in self.floating:
+                self.place_floating(n, i)
+        self.deps_of[id(b)] = set().union(*(self.deps_through(n) for n in inputs)) if inputs else set()
+        for n in inputs:
+            p = self.producer.get(n)
+            if isinstance(p, Cluster):
+                p.boundary = p.boundary or _blocking_reason(b, why_not)
+        for o in b.outputs:
+            self.producer[o.name] = b
+        self.order.append((i, b))
+
+    def join(self, b: BoundSymbol, ex, pulled: list[BoundSymbol], reads: list[str]) -> Optional[Cluster]:
+        """The group of a producer of `b` that `b` (with the broadcasts it pulls in) can join,
+        the other such groups merged into it; None when there is none."""
+        candidates: list[Cluster] = []
+        for name in reversed(reads):
+            p = self.producer.get(name)
+            if isinstance(p, Cluster) and id(p) in self.alive and p.ex is ex and p not in candidates:
+                candidates.append(p)
+        joined = None
+        for g in candidates:
+            refusal = g.refuse(b) or next((g.refuse(f) for f in pulled if g.refuse(f)), None)
+            if refusal is None and g.gid in set().union(set(), *(self.deps_through(n) for n in reads
+                                                                 if n not in g.produced)):
+                refusal = Refusal(BoundaryCode.OUTPUT_NEEDED, "joining would make a cycle through another op")
+            if refusal is not None:
+                self.note_boundary(g, refusal.code, f"{b.sym.name}: {refusal.reason}", b)
+                continue
+            if joined is None:
+                joined = g
+            elif (joined.domain == g.domain and (joined.rdims is None or g.rdims is None or joined.rdims == g.rdims)
+                  and g.gid not in self.deps_of[id(joined)] and joined.gid not in self.deps_of[id(g)]):
+                self.merge(joined, g)  # e.g. two chains reading one input, combined here
+        return joined
+
+    def claimed(self, i: int, b: BoundSymbol, ex, inputs: list[str]):
+        """An op executor `ex` takes: into a producer's group, or the first of a new one."""
+        pulled = [self.floating[n] for n in inputs if n in self.floating]  # broadcasts this op takes in
+        reads = [n for n in inputs if n not in self.floating] + [f.args[0].name for f in pulled]
+        joined = self.join(b, ex, pulled, reads)
+        if joined is None:
+            joined = _new_group_for(len(self.groups), ex, b)
+            self.groups.append(joined)
+            self.alive.add(id(joined))
+            self.deps_of[id(joined)] = set()
+            self.order.append((i, joined))
+        for f in pulled:
+            self.floating.pop(f.outputs[0].name, None)
+            if f.outputs[0].name not in joined.produced:
+                joined.add(f)
+                self.producer[f.outputs[0].name] = joined
+        for n in reads:
+            if n not in joined.produced:
+                self.deps_of[id(joined)] |= self.deps_through(n)
+        joined.add(b)
+        for o in b.outputs:
+            self.producer[o.name] = joined
+        for n in reads:  # a value from another group: that group's value flows out here
+            p = self.producer.get(n)
+            if isinstance(p, Cluster) and p is not joined and id(p) in self.alive:
+                self.note_boundary(p, BoundaryCode.OUTPUT_NEEDED, f"{n} feeds another region", b)
+
+
+def partition(leaves: list[BoundSymbol], fusers: list) -> tuple[list[Node], list[Cluster]]:
     """Greedy, dataflow-aware partition. Returns (nodes in a valid order, groups).
 
     A node is a Cluster or a single BoundSymbol. An op joins the group(s) of its producers
@@ -168,114 +267,13 @@ def partition(leaves: list, fusers: list):
     and comes back); producer groups that fit are merged. Broadcasts of values from outside
     any group float until a consumer takes them in: they are index arithmetic, not work.
     """
-    producer: dict = {}  # value name -> Cluster or BoundSymbol
-    deps_of: dict = {}  # id(node) -> set of group ids it depends on (transitively)
-    floating: dict = {}  # value name -> broadcast_in_dim op not yet placed
-    groups: list = []
-    order: list = []  # (first index, node) for the final sort
-    alive: set = set()  # ids of groups not merged away
-
-    def deps_through(v_name):
-        p = producer.get(v_name)
-        if p is None:
-            f = floating.get(v_name)
-            return deps_through(f.args[0].name) if f is not None else set()
-        own = {p.gid} if isinstance(p, Cluster) else set()
-        return own | deps_of[id(p)]
-
-    def place_floating(name, position):
-        """A floating broadcast read by an op no group takes: it runs as a torch view."""
-        b = floating.pop(name)
-        deps_of[id(b)] = deps_through(b.args[0].name)
-        producer[name] = b
-        order.append((position, b))
-
-    def merge(into: Cluster, other: Cluster):
-        for b in other.ops:
-            into.ops.append(b)
-        into.produced |= other.produced
-        into.rdims = into.rdims or other.rdims
-        deps_of[id(into)] |= deps_of[id(other)]
-        for name in other.produced:
-            producer[name] = into
-        alive.discard(id(other))
-        for node_deps in deps_of.values():
-            if other.gid in node_deps:
-                node_deps.add(into.gid)
-
-    def note_boundary(g: Cluster, kind, detail, b):
-        if g.boundary is None:
-            p = b.provenance
-            g.boundary = Boundary(kind, detail, p.file if p else None, p.line if p else None)
-
+    state = _Partitioner(fusers)
     for i, b in enumerate(leaves):
-        ex, why_not = _claims(b, fusers)
-        inputs = [v.name for v in b.inputs()]
-        if ex is not None and _is_broadcast(b) and not isinstance(producer.get(inputs[0]), Cluster) \
-                and inputs[0] not in floating:
-            floating[b.outputs[0].name] = b
-            continue
-        if ex is None:
-            for n in inputs:
-                if n in floating:
-                    place_floating(n, i)
-            deps_of[id(b)] = set().union(*(deps_through(n) for n in inputs)) if inputs else set()
-            for n in inputs:
-                p = producer.get(n)
-                if isinstance(p, Cluster):
-                    p.boundary = p.boundary or _blocking_reason(b, why_not)
-            for o in b.outputs:
-                producer[o.name] = b
-            order.append((i, b))
-            continue
-        pulled = [floating[n] for n in inputs if n in floating]  # broadcasts this op takes in
-        reads = [n for n in inputs if n not in floating] + [f.args[0].name for f in pulled]
-        candidates = []
-        for name in reversed(reads):
-            p = producer.get(name)
-            if isinstance(p, Cluster) and id(p) in alive and p.ex is ex and p not in candidates:
-                candidates.append(p)
-        joined = None
-        for g in candidates:
-            reason = g.refuse(b) or next((g.refuse(f) for f in pulled if g.refuse(f)), None)
-            if reason is None and g.gid in set().union(set(), *(deps_through(n) for n in reads
-                                                                 if n not in g.produced)):
-                reason = "joining would make a cycle through another op"
-            if reason is not None:
-                kind = ("reduction over another axis" if "reduction" in reason else
-                        "shape the executor refuses" if "shape" in reason else "output needed elsewhere")
-                note_boundary(g, kind, f"{b.sym.name}: {reason}", b)
-                continue
-            if joined is None:
-                joined = g
-            elif (joined.domain == g.domain and (joined.rdims is None or g.rdims is None or joined.rdims == g.rdims)
-                  and g.gid not in deps_of[id(joined)] and joined.gid not in deps_of[id(g)]):
-                merge(joined, g)  # e.g. two chains reading one input, combined here
-        if joined is None:
-            joined = _new_group_for(len(groups), ex, b)
-            groups.append(joined)
-            alive.add(id(joined))
-            deps_of[id(joined)] = set()
-            order.append((i, joined))
-        for f in pulled:
-            floating.pop(f.outputs[0].name, None)
-            if f.outputs[0].name not in joined.produced:
-                joined.add(f)
-                producer[f.outputs[0].name] = joined
-        for n in reads:
-            if n not in joined.produced:
-                deps_of[id(joined)] |= deps_through(n)
-        joined.add(b)
-        for o in b.outputs:
-            producer[o.name] = joined
-        for n in reads:  # a value from another group: that group's value flows out here
-            p = producer.get(n)
-            if isinstance(p, Cluster) and p is not joined and id(p) in alive:
-                note_boundary(p, "output needed elsewhere", f"{n} feeds another region", b)
-    for name in list(floating):
-        place_floating(name, len(leaves))
-    order = [(i, n) for i, n in order if not isinstance(n, Cluster) or id(n) in alive]
-    return _toposort(order, producer), [g for g in groups if id(g) in alive]
+        state.step(i, b)
+    for name in list(state.floating):
+        state.place_floating(name, len(leaves))
+    order = [(i, n) for i, n in state.order if not isinstance(n, Cluster) or id(n) in state.alive]
+    return _toposort(order, state.producer), [g for g in state.groups if id(g) in state.alive]
 
 
 def _toposort(order, producer):
@@ -372,17 +370,12 @@ def sink_broadcasts(trace: Trace, fusers) -> list:
     return bsyms
 
 
-def source_comments(bsyms) -> list:
-    """One `path:line  source` comment per distinct user line of `bsyms` (FusionGroup.source_lines)."""
-    return [p.source_comment() for p in distinct_lines(bsyms)]
-
-
-def clusters(flat: Trace, fusers: list) -> tuple:
+def clusters(flat: Trace, fusers: list) -> tuple[list[Node], Callable[[Cluster, str], FusionGroup]]:
     """Partition the fusion-stage trace: (nodes in a valid order, a function making the
     FusionGroup of a Cluster node, given its region id). A node is a Cluster or one op."""
     output_names = {v.name for v in flat.results()}
     nodes, _ = partition(flat.bound_symbols, fusers)
-    used_by: dict = {}  # value name -> ids of the nodes reading it
+    used_by: dict[str, set[int]] = {}  # value name -> ids of the nodes reading it
     for n in nodes:
         for b in (n.ops if isinstance(n, Cluster) else [n]):
             for v in b.inputs():
@@ -398,7 +391,7 @@ def clusters(flat: Trace, fusers: list) -> tuple:
     return nodes, make_group
 
 
-def unfused(b, fusers: list) -> tuple:
+def unfused(b: BoundSymbol, fusers: list) -> tuple[Optional[Boundary], str]:
     """(Boundary or None, why no fusion executor took op `b`) for an op left to torch."""
     why = _claims(b, fusers)[1]
     needs_boundary = b.sym.kind != "prim" or b.note or why or b.sym.tags & {P.SHAPE, P.CAT}

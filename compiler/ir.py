@@ -9,12 +9,13 @@ printed at the torch level with its prims nested beneath. The printer emits runn
 from __future__ import annotations
 
 import contextlib
+import enum
 import functools
 import inspect
 import math
 import operator
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterable, Optional, Union
 
 import torch
 from torch.utils import _pytree as pytree
@@ -89,18 +90,45 @@ def values_in(tree) -> list:
     return [leaf for leaf in pytree.tree_leaves(tree) if isinstance(leaf, Value)]
 
 
+class SymbolKind(enum.StrEnum):
+    """A prim, a torch-level op (the registry's, a rule's backward), a torch call with no symbol,
+    a lowered region's callable. A str enum, as OpTag: comparing with the old strings works."""
+
+    PRIM, TORCH, OPAQUE, REGION = "prim", "torch", "opaque", "region"
+
+
+class OpTag(enum.StrEnum):
+    """What an op means, declared where its Symbol is made, never inferred from its name (the
+    values are the strings tags were before)."""
+
+    # the prims': one shape in and out, reduced dims dropped, views, from nothing, indexing, cat
+    ELEMENTWISE, REDUCTION, SHAPE = "elementwise", "reduction", "shape"
+    FACTORY, GATHER, CAT = "factory", "gather", "cat"
+    LIBRARY_CALL = "library"  # runs whole (no decomposition, or one only fusion uses)
+    RANDOM = "random"  # draws random numbers: its values differ from eager's run to run
+    NON_DIFFERENTIABLE = "nondifferentiable"  # no gradient flows through it
+    PROGRAM_GLOBAL = "program global"  # the printed program names its callable as a global
+    MATMUL = "matmul"  # on tensor cores; float32 uses TF32 per torch's matmul precision
+    CONVOLUTION = "convolution"  # on tensor cores through cuDNN (TF32 per cudnn.allow_tf32)
+
+
 class Symbol:
     """An operation. `impl` runs it on real tensors; `decomposition`, when present, expresses
-    it in simpler symbols (ultimately prims) by being called on Values inside a trace."""
+    it in simpler symbols (ultimately prims) by being called on Values inside a trace. Whoever
+    makes it declares its kind and tags; `flops` counts a library call's FLOPs."""
 
-    def __init__(self, name: str, impl: Callable, *, kind: str = "torch",
-                 decomposition: Optional[Callable] = None, tags=(), meta: Optional[Callable] = None):
+    def __init__(self, name: str, impl: Callable, *, kind: Union[SymbolKind, str] = SymbolKind.TORCH,
+                 decomposition: Optional[Callable] = None, tags: Iterable[OpTag] = (),
+                 meta: Optional[Callable] = None, flops: Optional[Callable[[tuple, dict, list], float]] = None):
         self.name = name
         self.impl = impl
-        self.kind = kind  # "prim", "torch", "opaque" or "region"
+        self.kind = SymbolKind(kind)  # a misspelt kind raises here
         self.decomposition = decomposition
-        self.tags = frozenset(tags)
+        self.tags: frozenset[OpTag] = frozenset(tags)  # (lowering labels a region's with its executor)
+        if self.kind is not SymbolKind.REGION and not all(isinstance(t, OpTag) for t in self.tags):
+            raise TypeError(f"{name}: a symbol's tags are OpTag members, not {sorted(map(repr, self.tags))}")
         self.meta = meta  # (args, kwargs) -> meta tensors; default: impl on meta tensors
+        self.flops = flops  # (args, kwargs, outputs) -> FLOPs of a library call (ops/torch_ops/flops.py)
 
     def __call__(self, *args, **kwargs):
         ctx = _current()

@@ -5,19 +5,26 @@ Each Cluster the partitioner made goes to its fusion executor, which generates i
 through the torch executor as one torch call, which is its own region. The execution trace
 calls region kernels and torch ops in order; it is printed like every other trace and
 compiled once into a Python function.
+
+In its source-only mode (`lower(..., source_only=True)`), for an executor that cannot run
+here but can write its code (a preview), each Cluster's executor writes its code without
+building a kernel (`definition_source`): the Plan's regions are only the fused ones, named
+P0, P1, ... (PB0 for a backward program's), each with its code in `generated` and no `fn`;
+their ops in the execution trace run the prims through torch.
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Callable, Optional
 
 from torch.utils import _pytree as pytree
 
-from compiler import cost, fusion, profiling
-from compiler.executors.base import Generated
-from compiler.ir import PROFILE_RANGE, BoundSymbol, Symbol, Trace, distinct_lines, run_ops
+from compiler import fusion, profiling
+from compiler.contract import BoundaryCode, Decline, FusionGroup, boundary
+from compiler.executors.base import FusionExecutor, Generated
+from compiler.ir import PROFILE_RANGE, BoundSymbol, Symbol, Trace, Value, distinct_lines, ops_callable, run_ops
 from compiler.report import Boundary
 
 
@@ -25,84 +32,125 @@ from compiler.report import Boundary
 class Region:
     id: str
     executor: str
-    bsyms: list  # the ops it runs (prims for fusion regions, torch-level ops for torch)
-    inputs: list  # Values read from outside
-    outputs: list  # Values used outside
+    bsyms: list[BoundSymbol]  # the ops it runs (prims for fusion regions, torch-level ops for torch)
+    inputs: list[Value]  # Values read from outside
+    outputs: list[Value]  # Values used outside
     bound: BoundSymbol  # its op in the execution trace
     boundary: Optional[Boundary] = None
     note: str = ""  # why it is not fused (torch regions)
     generated: Optional[Generated] = None  # fusion regions: the executor's code and callable
+    group: Optional[FusionGroup] = None  # fusion regions: what the executor was given
 
     @property
-    def fn(self):
+    def fn(self) -> Optional[Callable]:
         return self.generated.fn if self.generated is not None else None
 
 
 @dataclass
 class Plan:
     trace: Trace  # the execution trace
-    regions: list
+    regions: list[Region]
     notes: list = field(default_factory=list)  # (severity, message, provenance)
-    previews: list = field(default_factory=list)  # code of executors that cannot run here
 
 
 def torch_region(rid: str, b: BoundSymbol) -> Region:
     return Region(rid, "torch", [b], b.inputs(), list(b.outputs), b, note=b.note)
 
 
-def lower(flat: Trace, fusers: list, device, notes: list, prefix: str = "R") -> Plan:
-    """The Plan of the fusion-stage trace `flat` for these fusion executors (maybe none);
-    its regions are named `prefix` and a number (R0, R1; B0 for a backward program's)."""
-    if not fusers:
-        regions = [torch_region(f"{prefix}{i}", b) for i, b in enumerate(flat.bound_symbols)]
-        return Plan(_profiled(flat.with_("execution", list(flat.bound_symbols)), regions, device), regions, notes)
-    nodes, make_group = fusion.clusters(flat, fusers)
-    regions, exec_bsyms, extra = [], [], {}
-    for n in nodes:
-        rid = f"{prefix}{len(regions)}"
-        if not isinstance(n, fusion.Cluster):
-            r = torch_region(rid, n)
-            r.boundary, why = fusion.unfused(n, fusers)
-            if why and not n.note:
+class _Lowering:
+    """The regions and execution-trace ops of one `lower` call, as they are made."""
+
+    def __init__(self, fusers: list[FusionExecutor], device, prefix: str, source_only: bool):
+        self.fusers, self.device, self.prefix, self.source_only = fusers, device, prefix, source_only
+        self.regions: list[Region] = []
+        self.exec_bsyms: list[BoundSymbol] = []
+        self.extra: dict[str, Callable] = {}  # region callables the execution trace names
+
+    def next_id(self) -> str:
+        return f"{self.prefix}{len(self.regions)}"
+
+    def unfused(self, b: BoundSymbol):
+        """An op no fusion executor took: a torch region of its own (none in source-only mode)."""
+        self.exec_bsyms.append(b)
+        if not self.source_only:
+            r = torch_region(self.next_id(), b)
+            r.boundary, why = fusion.unfused(b, self.fusers)
+            if why and not b.note:
                 r.note = why
-            regions.append(r)
-            exec_bsyms.append(n)
-            continue
+            self.regions.append(r)
+
+    def one_by_one(self, ops: list[BoundSymbol], decline: str):
+        """A Cluster without a kernel (declined, or broadcasts only): its prims through torch."""
+        for b in ops:
+            self.exec_bsyms.append(b)
+            if self.source_only:
+                continue
+            r = torch_region(self.next_id(), b)
+            if decline:
+                r.note = decline
+                r.boundary = boundary(BoundaryCode.SHAPE_REFUSED, decline, b.provenance)
+            self.regions.append(r)
+
+    def cluster(self, n: fusion.Cluster, make_group: Callable[[fusion.Cluster, str], FusionGroup]):
+        """A Cluster: its executor's region, or its prims one by one when there is no kernel."""
+        rid = self.next_id()
         group = make_group(n, rid)
         generated, decline = None, ""
         if n.has_work():
             try:
-                generated = n.ex.generate(group, device)
-            except fusion.Decline as e:
+                generated = self.code_of(n.ex, group)
+            except Decline as e:
                 decline = f"{n.ex.name} declined: {e}"
         if generated is None:
-            for b in n.ops:  # run the group's prims one by one through torch
-                r = torch_region(f"{prefix}{len(regions)}", b)
-                if decline:
-                    r.note = decline
-                    r.boundary = Boundary("shape the executor refuses", decline,
-                                          b.provenance.file if b.provenance else None,
-                                          b.provenance.line if b.provenance else None)
-                regions.append(r)
-                exec_bsyms.append(b)
-            continue
+            self.one_by_one(n.ops, decline)
+            return
         call_name = f"{n.ex.name}_{rid}"
-        sym = Symbol(call_name, generated.fn, kind="region", tags=(n.ex.name,))
+        fn = generated.fn if generated.fn is not None else generated.eager_fn  # eager_fn: source-only
+        if fn is None:
+            raise RuntimeError(f"{n.ex.name} gave region {rid} nothing to call (a FusionLens bug)")
+        sym = Symbol(call_name, fn, kind="region", tags=(n.ex.name,))
         lines = sorted({(b.provenance.file, b.provenance.line) for b in n.ops if b.provenance})
         where = ", ".join(f"{os.path.basename(f)}:{ln}" for f, ln in lines)
         bound = BoundSymbol(sym, tuple(group.inputs), {}, list(group.outputs), _tuple_spec(len(group.outputs)),
                             n.ops[0].provenance, note=f"{len(n.ops)} ops from {where}")
-        extra[call_name] = generated.fn
-        regions.append(Region(rid, n.ex.name, list(n.ops), group.inputs, list(group.outputs), bound,
-                              boundary=n.boundary or Boundary("end of the program", "no later op reads it"),
-                              generated=generated))
-        exec_bsyms.append(bound)
-    trace = flat.with_("execution", exec_bsyms)
-    trace.extra_globals.update(extra)
-    return Plan(_profiled(trace, regions, device), regions, notes)
+        self.extra[call_name] = fn
+        ends = n.boundary or boundary(BoundaryCode.END_OF_PROGRAM, "no later op reads it")
+        self.regions.append(Region(rid, n.ex.name, list(n.ops), group.inputs, list(group.outputs), bound,
+                                   boundary=ends, generated=generated, group=group))
+        self.exec_bsyms.append(bound)
+
+    def code_of(self, ex: FusionExecutor, group: FusionGroup) -> Generated:
+        """The executor's kernel of `group`; in source-only mode its code only, whose region
+        op runs the prims through torch."""
+        if not self.source_only:
+            return ex.generate(group, self.device)
+        eager = ops_callable(group.bsyms, group.inputs, group.outputs)
+        return Generated(ex.definition_source(group), None, 1, eager)
 
 
-def _profiled(trace: Trace, regions: list, device) -> Trace:
+def lower(flat: Trace, fusers: list[FusionExecutor], device, notes: list, prefix: str = "R",
+          source_only: bool = False) -> Plan:
+    """The Plan of the fusion-stage trace `flat` for these fusion executors (maybe none);
+    its regions are named `prefix` and a number (R0, R1; B0 for a backward program's).
+    `source_only`: the executors write their code and build nothing (a preview, named P0 or
+    PB0): only fused regions, each with its code and no `fn` (see the module's docstring)."""
+    if not fusers:
+        regions = [] if source_only else [torch_region(f"{prefix}{i}", b) for i, b in enumerate(flat.bound_symbols)]
+        trace = flat.with_("execution", list(flat.bound_symbols))
+        return Plan(trace if source_only else _profiled(trace, regions, device), regions, notes)
+    nodes, make_group = fusion.clusters(flat, fusers)
+    state = _Lowering(fusers, device, prefix, source_only)
+    for n in nodes:
+        if isinstance(n, fusion.Cluster):
+            state.cluster(n, make_group)
+        else:
+            state.unfused(n)
+    trace = flat.with_("execution", state.exec_bsyms)
+    trace.extra_globals.update(state.extra)
+    return Plan(trace if source_only else _profiled(trace, state.regions, device), state.regions, notes)
+
+
+def _profiled(trace: Trace, regions: list[Region], device) -> Trace:
     """Under FUSIONLENS_PROFILE=1, each region's op in the execution trace runs inside a
     profiler range named after the region and its first user line (compiler/profiling.py);
     otherwise the trace is left as it is, and costs nothing more."""
@@ -115,39 +163,13 @@ def _profiled(trace: Trace, regions: list, device) -> Trace:
     return trace
 
 
-def preview(optimised: Trace, ex, prefix: str = "P") -> list:
-    """For a fusion executor that cannot run here but can still write its code (nvFuser
-    without a GPU): the regions it would take and the code it would run, as plain dicts
-    (named P0, P1, ...; PB0 for a backward program's)."""
-    return [_preview_region(group, ex) for group in preview_groups(optimised, ex, prefix)[1]]
-
-
-def _preview_region(group, ex) -> dict:
-    """A preview region with a report Region's fields; its roofline is the report's to fill
-    (compiler/reporting.py: it depends on the target GPU)."""
-    c = cost.region_cost(group.bsyms, group.inputs, group.outputs)
-    return {"id": group.id, "ops": [b.sym.name for b in group.bsyms],
-            "source_lines": [{"file": p.file, "line": p.line} for p in distinct_lines(group.bsyms)],
-            "code": ex.definition_source(group),
-            "inputs": [_tensor_info(v) for v in group.inputs], "outputs": [_tensor_info(v) for v in group.outputs],
-            "cost": {"bytes": c.bytes, "flops": c.flops, "math": c.math}, "roofline": None}
-
-
-def _tensor_info(v) -> dict:
-    return {"name": v.name, "shape": list(v.shape), "dtype": str(v.dtype).removeprefix("torch."),
-            "device": str(v.device)}
-
-
-def preview_groups(optimised: Trace, ex, prefix: str = "P") -> tuple:
-    """(the fusion-stage trace for `ex` alone, the FusionGroups P0, P1, ... it would take):
-    what `preview` describes (compiler/repro.py writes a script of one)."""
+def preview_groups(optimised: Trace, ex: FusionExecutor, prefix: str = "P") -> tuple[Trace, list[FusionGroup]]:
+    """Deprecated: only compiler/pipeline.py's fallback for a lowering without its source-only
+    mode calls it; remove both. The fusion-stage trace for `ex` alone and the FusionGroups of
+    its preview regions, from `lower(..., source_only=True)`."""
     flat = fusion.prepare(optimised, [ex])
-    nodes, make_group = fusion.clusters(flat, [ex])
-    groups = []
-    for n in nodes:
-        if isinstance(n, fusion.Cluster) and n.has_work():
-            groups.append(make_group(n, f"{prefix}{len(groups)}"))
-    return flat, groups
+    plan = lower(flat, [ex], None, [], prefix, source_only=True)
+    return flat, [r.group for r in plan.regions if r.group is not None]
 
 
 def _tuple_spec(n: int):

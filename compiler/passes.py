@@ -6,7 +6,7 @@ import re
 
 from torch.utils import _pytree as pytree
 
-from compiler.ir import BoundSymbol, NameGen, Trace, TraceContext, Value, format_arg, tracing
+from compiler.ir import BoundSymbol, NameGen, OpTag, SymbolKind, Trace, TraceContext, Value, format_arg, tracing
 from compiler.ops.torch_ops import NoDecomposition
 
 
@@ -104,7 +104,7 @@ def dce(trace: Trace) -> Trace:
 
 
 def _cse_key(b: BoundSymbol):
-    if b.sym.kind == "opaque" or "random" in b.sym.tags:
+    if b.sym.kind is SymbolKind.OPAQUE or OpTag.RANDOM in b.sym.tags:
         return None
     args, kwargs = b.args, b.kwargs
     if b.sym.decomposition is not None:  # softmax(x, -1) and softmax(x, dim=-1) are one op

@@ -62,10 +62,6 @@ class Program:
         stages = list(self.traces)
         return self.traces[stages[stages.index("fusion") - 1]]
 
-    @property
-    def region_prefix(self) -> str:
-        return self.plan.regions[0].id.rstrip("0123456789") if self.plan.regions else ""
-
 
 @dataclass
 class Compiled:
@@ -104,13 +100,15 @@ class _StageLog:
         self.traces: dict[str, Trace] = {}
         self.last = time.perf_counter()
 
-    def __call__(self, trace: Trace, plan: Optional[lowering.Plan] = None) -> Trace:
+    def __call__(self, trace: Trace, plan: Optional[lowering.Plan] = None, fusers: Optional[list] = None) -> Trace:
+        """Record `trace`; `fusers`: the fusion executors its stage was prepared for (the
+        verifier checks that no op left whole holds a prim one of them takes)."""
         assert trace.stage in PROGRAM_STAGES[self.kind] and trace.stage not in self.traces, trace.stage
         self.traces[trace.stage] = trace
         if self.options.verifying:
             from compiler import verify  # only when asked: it walks every op
 
-            verify.verify(trace, trace.stage)
+            verify.verify(trace, trace.stage, fusers)
         now, level = time.perf_counter(), self.options.debug
         if level >= 1:
             extra = f", {len(plan.regions)} regions" if plan is not None else ""
@@ -178,7 +176,7 @@ def compile_program(fn, args, kwargs, options: Optional[CompileOptions] = None,
 def _lower(stage: _StageLog, trace: Trace, chosen, device, prefix: str, preview_prefix: str) -> Program:
     """A program from the trace fusion starts at: fused, lowered, compiled to a function; and
     the same lowering in source-only mode for each executor that can only preview."""
-    flat = stage(fusion.prepare(trace, chosen.fusers))
+    flat = stage(fusion.prepare(trace, chosen.fusers), fusers=chosen.fusers)
     plan = lowering.lower(flat, chosen.fusers, device, [], prefix=prefix)
     stage(plan.trace, plan)
     previews = [PreviewPlan(ex.name, why, _preview_plan(trace, ex, device, preview_prefix))

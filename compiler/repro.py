@@ -34,7 +34,8 @@ from typing import Optional
 import torch
 from torch.utils import _pytree as pytree
 
-from compiler import checking, executors as executor_registry, frontend, fusion, lowering, pipeline, targets
+from compiler import checking, executors as executor_registry, frontend, lowering, pipeline, targets
+from compiler.contract import Decline, Layout
 from compiler.ir import Value, format_arg, run_ops
 from compiler.ops import prims
 from compiler.options import CompileOptions
@@ -116,51 +117,42 @@ def _material(c: pipeline.Compiled, spec: str, inputs: list) -> _Material:
 
 
 def _ran(c, plan, r, inputs: list) -> _Material:
-    """A region that ran: its inputs as the program gives them (run up to it), and the
-    variant of its code generated for their strides."""
-    bsyms = plan.trace.bound_symbols
-    k = next(i for i, b in enumerate(bsyms) if b is r.bound)
-    env = run_ops(bsyms[:k], {v.name: x for v, x in zip(plan.trace.inputs, inputs)})
-    tensors = [env[v.name] for v in r.inputs]
-    g = r.generated
-    with torch.no_grad():
-        g.fn(*tensors)  # generates (or finds) the variant, or definition, of these strides
-    if r.executor == "triton":
-        kernel = g.report_code()
-    else:
-        from compiler.executors.nvfuser.support import InputSpec
-
-        key = tuple(InputSpec.of_tensor(t, c.device.type) for t in tensors)
-        body = g.source.split("\n", 1)[1] if g.source.startswith("# status:") else g.source
-        kernel = g.definitions.get(key) or body
+    """A region that ran: its inputs as the program gives them (run up to it), and its code
+    for their strides (the variant, or definition, that ran for them)."""
+    tensors = _inputs_of(plan, r, inputs)
+    kernel = _code_for(r, tensors, c.device.type)
     return _Material(r.id, r.executor, False, list(r.bsyms), list(r.inputs), list(r.outputs), tensors, kernel,
                      c.device)
 
 
 def _previewed(program: pipeline.Program, executor: str, rid: str, inputs: list) -> _Material:
-    """A preview: the program's values computed with torch, and the code written for the
-    strides they have (the report's preview shows the variant for contiguous inputs)."""
-    ex = executor_registry.get(executor)
-    flat, groups = lowering.preview_groups(program.source, ex, rid.rstrip("0123456789"))
-    group = next(g for g in groups if g.id == rid)
-    env = run_ops(flat.bound_symbols, {v.name: x for v, x in zip(flat.inputs, inputs)})
-    tensors = [env[v.name] for v in group.inputs]
+    """A preview: the program's values computed with torch (its preview plan's ops run them),
+    and the code written for the strides they have (the report's preview shows the variant
+    for contiguous inputs)."""
+    plan = next(p.plan for p in program.previews if p.executor == executor)
+    r = next(r for r in plan.regions if r.id == rid)
+    tensors = _inputs_of(plan, r, inputs)
     try:
-        if executor == "triton":
-            from compiler.executors.triton import runtime
-
-            kernel = runtime.source_for(group, [(t.shape, t.stride()) for t in tensors])
-        else:
-            from compiler.executors.nvfuser.backend import installed_api
-            from compiler.executors.nvfuser.definition import write_source
-            from compiler.executors.nvfuser.support import InputSpec
-
-            specs = [InputSpec.of_tensor(t, "cuda") for t in tensors]
-            kernel = write_source(group, specs, installed_api() or "nvfuser_direct")[0]
-    except fusion.Decline as e:
+        kernel = _code_for(r, tensors, "cuda")
+    except Decline as e:
         raise ReproError(f"{executor} would decline {rid} for the strides of its inputs here: {e}") from e
-    return _Material(f"{executor}:{rid}", executor, True, list(group.bsyms), list(group.inputs),
-                     list(group.outputs), tensors, kernel, torch.device("cuda"))
+    return _Material(f"{executor}:{rid}", executor, True, list(r.bsyms), list(r.inputs), list(r.outputs), tensors,
+                     kernel, torch.device("cuda"))
+
+
+def _inputs_of(plan: lowering.Plan, r: lowering.Region, inputs: list) -> list[torch.Tensor]:
+    """The tensors region `r` reads when the plan's execution trace runs on `inputs`, up to it."""
+    bsyms = plan.trace.bound_symbols
+    k = next(i for i, b in enumerate(bsyms) if b is r.bound)
+    env = run_ops(bsyms[:k], {v.name: x for v, x in zip(plan.trace.inputs, inputs)})
+    return [env[v.name] for v in r.inputs]
+
+
+def _code_for(r: lowering.Region, tensors: list[torch.Tensor], device: str) -> str:
+    """Region `r`'s code for inputs laid out as `tensors` on a `device` device, as its executor
+    (found by name) writes it: the executor contract's source_for."""
+    layouts = [Layout.of_tensor(t) for t in tensors]
+    return executor_registry.get(r.executor).source_for(r.group, layouts, device)
 
 
 # --- the eager reference: prims as plain torch ----------------------------------------------

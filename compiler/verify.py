@@ -1,7 +1,7 @@
 """The verifier: the IR's invariants, checked between stages.
 
 `verify(trace, stage)` checks one trace; `verify_group(group)` one FusionGroup against the
-contract in compiler/fusion.py. Each rule is a function of its own, linear in the ops (and
+contract in compiler/contract.py. Each rule is a function of its own, linear in the ops (and
 their decompositions), so it can run after every stage. A broken rule raises `VerifyError`
 naming the op and the user line it came from:
 
@@ -24,22 +24,32 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Iterable, Sequence
-from typing import Optional
+from typing import Protocol
 
-from compiler.executors.base import FusionExecutor
-from compiler.fusion import FusionGroup
-from compiler.ir import BoundSymbol, Trace, Value, format_call, values_in
+import torch
+
+from compiler.contract import FusionGroup
+from compiler.ir import PROFILE_RANGE, BoundSymbol, OpTag, SymbolKind, Trace, Value, format_call, values_in
 from compiler.ops import prims as P
 from compiler.provenance import Provenance
 from compiler.report import ALL_STAGES
+
+
+class Fuser(Protocol):
+    """What the fusion-stage rule asks of an executor (compiler/executors/base.py, which sits
+    above this module): its name, and whether it takes a prim."""
+
+    name: str
+
+    def can_take(self, bsym: BoundSymbol) -> str | None: ...
 
 
 class VerifyError(Exception):
     """A broken invariant: `message`, the offending `op` (None for the trace as a whole) and
     `where`, the op's user line."""
 
-    def __init__(self, stage: str, message: str, op: Optional[BoundSymbol] = None,
-                 where: Optional[Provenance] = None):
+    def __init__(self, stage: str, message: str, op: BoundSymbol | None = None,
+                 where: Provenance | None = None):
         self.stage, self.message, self.op = stage, message, op
         self.where = where if where is not None else (op.provenance if op is not None else None)
         super().__init__(self._text())
@@ -58,7 +68,7 @@ class VerifyError(Exception):
         return self._text()
 
 
-def verify(trace: Trace, stage: str, fusers: Optional[Sequence[FusionExecutor]] = None) -> None:
+def verify(trace: Trace, stage: str, fusers: Sequence[Fuser] | None = None) -> None:
     """Raise VerifyError where `trace`, made by `stage`, breaks an invariant. `fusers`: the
     fusion executors the fusion stage was prepared for (then no op it left whole may hold a
     prim one of them fuses); None skips that check."""
@@ -66,14 +76,37 @@ def verify(trace: Trace, stage: str, fusers: Optional[Sequence[FusionExecutor]] 
         raise ValueError(f"unknown stage {stage!r}; stages: {', '.join(ALL_STAGES)}")
     if trace.stage != stage:
         raise VerifyError(stage, f"the trace {trace.name} says it is at stage {trace.stage!r}")
+    check_names_unique(trace, stage)  # first: a name defined twice misleads every later rule
     check_defined_before_use(trace, stage)
-    check_names_unique(trace, stage)
     check_results_defined(trace, stage)
     check_stage_ops(trace, stage, fusers)
 
 
 def _shape(v: Value) -> list[int]:
     return list(v.shape)
+
+
+_PLAIN = (int, float, bool, str, type(None), slice, type(Ellipsis), torch.dtype, torch.device, torch.memory_format)
+
+
+def _reads(b: BoundSymbol) -> list[Value]:
+    """The Values among an op's arguments, as `BoundSymbol.inputs` finds them (with repeats):
+    plain tuples, lists and dicts walked here, anything else through pytree (values_in).
+    Walking pytree for every op was nine tenths of a verify."""
+    out: list[Value] = []
+    todo: list[object] = [b.kwargs, b.args]
+    while todo:
+        x = todo.pop()
+        t = type(x)
+        if t is Value:
+            out.append(x)  # type: ignore[arg-type]
+        elif t is tuple or t is list:
+            todo.extend(reversed(x))  # type: ignore[call-overload]
+        elif t is dict:
+            todo.extend(reversed(list(x.values())))  # type: ignore[attr-defined]
+        elif t not in _PLAIN:
+            out.extend(values_in(x))
+    return out
 
 
 # --- defined before use -------------------------------------------------------------------
@@ -83,7 +116,7 @@ def check_defined_before_use(trace: Trace, stage: str) -> None:
     made_anywhere = {o.name for b in trace.bound_symbols for o in b.outputs}
     defined: dict[str, Value] = {v.name: v for v in trace.inputs}
     for b in trace.bound_symbols:
-        for v in b.inputs():
+        for v in _reads(b):
             if v.name not in defined:
                 why = "is used before it is defined" if v.name in made_anywhere else (
                     "is not defined (no trace input or op makes it)")
@@ -105,9 +138,9 @@ def _check_decomposition_reads(parent: BoundSymbol, stage: str) -> None:
     """The subsymbols read the op's arguments and earlier subsymbols' outputs only (passes
     such as DCE see an op's reads through its arguments), and make the op's outputs (which
     flattening the op into its prims relies on)."""
-    scope: dict[str, Value] = {v.name: v for v in parent.inputs()}
+    scope: dict[str, Value] = {v.name: v for v in _reads(parent)}
     for s in parent.subsymbols:
-        for v in s.inputs():
+        for v in _reads(s):
             if v.name not in scope:
                 raise VerifyError(stage, f"inside {parent.sym.name} ({_outs(parent)}): {v.name} is neither an "
                                          "argument of the op nor made by an earlier op of its decomposition", s)
@@ -147,35 +180,30 @@ def check_names_unique(trace: Trace, stage: str) -> None:
                 raise VerifyError(stage, f"{o.name} is also the name of a value inside an earlier op's "
                                          "decomposition", b)
             first[o.name] = b
-        for s in b.subsymbols:
-            _check_decomposition_names(b, s, inputs, first, fresh, stage)
+        if b.subsymbols:
+            _check_decomposition_names(b, inputs, first, fresh, stage)
 
 
-def _check_decomposition_names(parent: BoundSymbol, s: BoundSymbol, inputs: set[str],
-                               first: dict[str, BoundSymbol], fresh: set[str], stage: str) -> None:
-    """A subsymbol's output is one of its op's outputs (the decomposition makes it) or a name
-    used nowhere else: flattening the op must keep the trace in SSA."""
+def _check_decomposition_names(parent: BoundSymbol, inputs: set[str], first: dict[str, BoundSymbol],
+                               fresh: set[str], stage: str) -> None:
+    """A subsymbol's output is one of its op's outputs, made once by the decomposition, or a
+    name used nowhere else: flattening the op into its prims must keep the trace in SSA."""
     own = {o.name for o in parent.outputs}
-    for o in s.outputs:
-        if o.name in own:
-            continue  # the op's own output, defined by the decomposition
-        if o.name in inputs or o.name in first or o.name in fresh:
-            raise VerifyError(stage, f"inside {parent.sym.name} ({_outs(parent)}): {o.name} is defined "
-                                     "again (names inside a decomposition must be fresh)", s)
-        fresh.add(o.name)
-    for inner in s.subsymbols:
-        _check_decomposition_names(s, inner, inputs, first, fresh, stage)
-    _check_made_once(s, stage)
-
-
-def _check_made_once(s: BoundSymbol, stage: str) -> None:
-    """Within one decomposition an output of the op is made once."""
-    seen: set[str] = set()
-    for inner in s.subsymbols:
-        for o in inner.outputs:
-            if o.name in seen:
-                raise VerifyError(stage, f"inside {s.sym.name}: {o.name} is made twice by its decomposition", inner)
-            seen.add(o.name)
+    made: set[str] = set()
+    for s in parent.subsymbols:
+        for o in s.outputs:
+            if o.name in own:
+                if o.name in made:
+                    raise VerifyError(stage, f"inside {parent.sym.name}: {o.name} is made twice by its "
+                                             "decomposition", s)
+                made.add(o.name)
+            elif o.name in inputs or o.name in first or o.name in fresh:
+                raise VerifyError(stage, f"inside {parent.sym.name} ({_outs(parent)}): {o.name} is defined "
+                                         "again (names inside a decomposition must be fresh)", s)
+            else:
+                fresh.add(o.name)
+        if s.subsymbols:
+            _check_decomposition_names(s, inputs, first, fresh, stage)
 
 
 # --- results and write-backs --------------------------------------------------------------
@@ -212,30 +240,30 @@ def check_results_defined(trace: Trace, stage: str) -> None:
 
 # --- the stage's vocabulary ---------------------------------------------------------------
 
-_PROGRAM_NAMES = frozenset({"torch", "operator", "math", "prims", "inf", "nan"})  # ir.program_globals, prims
+_PROGRAM_NAMES = frozenset({"torch", "operator", "math", "prims"})  # ir.program_globals and the printed imports
 
 
-def check_stage_ops(trace: Trace, stage: str, fusers: Optional[Sequence[FusionExecutor]] = None) -> None:
+def check_stage_ops(trace: Trace, stage: str, fusers: Sequence[Fuser] | None = None) -> None:
     """The ops a stage may hold (see the module docstring)."""
     if stage == "execution":
         _check_execution_ops(trace, stage)
         return
     for b in trace.bound_symbols:
-        if b.sym.kind == "region":
+        if b.sym.kind is SymbolKind.REGION:
             raise VerifyError(stage, "a region call before lowering", b)
     if stage == "fusion":
         _check_fusion_ops(trace, stage, fusers)
 
 
-def _check_fusion_ops(trace: Trace, stage: str, fusers: Optional[Sequence[FusionExecutor]]) -> None:
+def _check_fusion_ops(trace: Trace, stage: str, fusers: Sequence[Fuser] | None) -> None:
     """Prims (leaves) and the ops fusion.prepare leaves whole: library calls, opaque ops and
     torch-level ops none of whose prims an executor fuses (prepare flattens the others)."""
     for b in trace.bound_symbols:
-        if b.sym.kind == "prim":
+        if b.sym.kind is SymbolKind.PRIM:
             if b.subsymbols:
                 raise VerifyError(stage, "a prim with a decomposition", b)
             continue
-        if b.sym.kind not in ("torch", "opaque"):
+        if b.sym.kind not in (SymbolKind.TORCH, SymbolKind.OPAQUE):
             raise VerifyError(stage, f"{b.sym.name} is of kind {b.sym.kind!r}, neither a prim nor a torch op", b)
         if fusers and b.subsymbols:
             taken = _fused_prim(b.subsymbols, fusers)
@@ -246,7 +274,7 @@ def _check_fusion_ops(trace: Trace, stage: str, fusers: Optional[Sequence[Fusion
 
 
 def _fused_prim(bsyms: Iterable[BoundSymbol],
-                fusers: Sequence[FusionExecutor]) -> Optional[tuple[BoundSymbol, FusionExecutor]]:
+                fusers: Sequence[Fuser]) -> tuple[BoundSymbol, Fuser] | None:
     """The first leaf of a decomposition that does work a fusion executor takes, and that
     executor (the question fusion.prepare asks of an op before flattening it)."""
     for b in bsyms:
@@ -254,7 +282,7 @@ def _fused_prim(bsyms: Iterable[BoundSymbol],
             found = _fused_prim(b.subsymbols, fusers)
             if found is not None:
                 return found
-        elif b.sym.kind == "prim" and b.sym.tags & {P.ELEMENTWISE, P.REDUCTION}:
+        elif b.sym.kind is SymbolKind.PRIM and b.sym.tags & {OpTag.ELEMENTWISE, OpTag.REDUCTION}:
             for ex in fusers:
                 if ex.can_take(b) is None:
                     return b, ex
@@ -265,15 +293,17 @@ def _check_execution_ops(trace: Trace, stage: str) -> None:
     """Region calls (their kernel a program global) and ops the torch executor runs by their
     torch call; every name the printed program calls must resolve there."""
     names: dict[str, object] = trace.extra_globals
+    if trace.ranges and PROFILE_RANGE not in names:
+        raise VerifyError(stage, f"ops run in profiler ranges, but {PROFILE_RANGE} is no program global")
     for b in trace.bound_symbols:
         name = b.sym.name
-        if b.sym.kind == "region":
+        if b.sym.kind is SymbolKind.REGION:
             if names.get(name) is not b.sym.impl:
                 raise VerifyError(stage, f"the region's kernel {name} is not the program global of that name", b)
             if b.subsymbols:
                 raise VerifyError(stage, "a region call with a decomposition", b)
             continue
-        if b.sym.kind not in ("prim", "torch", "opaque"):
+        if b.sym.kind not in (SymbolKind.PRIM, SymbolKind.TORCH, SymbolKind.OPAQUE):
             raise VerifyError(stage, f"{name} is of kind {b.sym.kind!r}, neither a region call nor a torch op", b)
         root = name.split(".", 1)[0]
         if not (name in names or root in names or root in _PROGRAM_NAMES or hasattr(builtins, root)):
@@ -286,7 +316,7 @@ _GROUP_REDUCTIONS = (P.sum, P.amax, P.amin, P.prod, P.var_mean)
 
 
 def verify_group(group: FusionGroup) -> None:
-    """Raise VerifyError where `group` breaks the FusionGroup contract (compiler/fusion.py)."""
+    """Raise VerifyError where `group` breaks the FusionGroup contract (compiler/contract.py)."""
     label = f"group {group.id}"
     check_group_ops(group, label)
     check_group_dataflow(group, label)
@@ -296,8 +326,8 @@ def verify_group(group: FusionGroup) -> None:
 def check_group_ops(group: FusionGroup, label: str) -> None:
     """Elementwise prims, broadcast_in_dim and the reductions a kernel writes, nothing else."""
     for b in group.bsyms:
-        ok = b.sym.kind == "prim" and (P.ELEMENTWISE in b.sym.tags or b.sym is P.broadcast_in_dim
-                                       or b.sym in _GROUP_REDUCTIONS)
+        kernel_op = OpTag.ELEMENTWISE in b.sym.tags or b.sym is P.broadcast_in_dim or b.sym in _GROUP_REDUCTIONS
+        ok = b.sym.kind is SymbolKind.PRIM and kernel_op
         if not ok or b.subsymbols:
             raise VerifyError(label, f"{b.sym.name} may not be in a fusion group (elementwise prims, "
                                      "broadcast_in_dim, sum, amax, amin, prod, var_mean)", b)
@@ -313,7 +343,7 @@ def check_group_dataflow(group: FusionGroup, label: str) -> None:
         if name in made:
             raise VerifyError(label, f"{name} is an input of the group but made inside it", made[name])
     for b in group.bsyms:
-        for v in b.inputs():
+        for v in _reads(b):
             unread.pop(v.name, None)
             if v.name not in defined:
                 why = "is read before the op that makes it (not in topological order)" if v.name in made else (
@@ -340,7 +370,7 @@ def _unique(values: Sequence[Value], label: str, what: str) -> dict[str, Value]:
 
 
 def check_group_shapes(group: FusionGroup, label: str) -> None:
-    """Every value made has shape `domain` or (with reductions) `reduced_shape`, or the
+    """Every value computed has shape `domain` or (with reductions) `reduced_shape`, or the
     keepdim shape between them that the contract lets a broadcast go through; reductions
     run over `domain` and exactly `reduction_dims`; what an op other than a broadcast reads
     has one of those shapes too."""
@@ -350,20 +380,26 @@ def check_group_shapes(group: FusionGroup, label: str) -> None:
     keep = tuple(1 if i in rdims else s for i, s in enumerate(domain))
     allowed = {domain, tuple(group.reduced_shape), keep} if rdims else {domain}
     spaces = f"the domain {list(domain)}" + (f" or the reduced shape {list(group.reduced_shape)}" if rdims else "")
-    made: set[str] = set()
+    # Broadcasts of an input, one after another (x[4, 8] -> [1, 4, 8] -> [2, 4, 8]), are one
+    # index map from the input into the domain: the partitioner pulls such a chain in whole
+    # and the executors compose it (triton's emitter, nvFuser's broadcast_in_dim), so its
+    # steps may have any shape. What reads them as data (_check_operands) may not.
+    views = {v.name for v in group.inputs}
+    computed: set[str] = set()
     reduces = False
     for b in group.bsyms:
-        for o in b.outputs:
-            if o.shape not in allowed:
-                raise VerifyError(label, f"{o.name} has shape {_shape(o)}, not {spaces}", b)
-        if b.sym is P.broadcast_in_dim:
-            _check_broadcast(b, made, domain, rdims, label)
-        else:
-            _check_operands(b, allowed, spaces, label)
-        if b.sym in _GROUP_REDUCTIONS:
+        is_view = b.sym is P.broadcast_in_dim and b.args[0].name in views
+        if b.sym in _GROUP_REDUCTIONS:  # first: a reduction over other dims makes another shape
             reduces = True
             _check_reduction(b, domain, rdims, label)
-        made.update(o.name for o in b.outputs)
+        for o in b.outputs:
+            if o.shape not in allowed and not is_view:
+                raise VerifyError(label, f"{o.name} has shape {_shape(o)}, not {spaces}", b)
+        if b.sym is P.broadcast_in_dim:
+            _check_broadcast(b, computed, domain, rdims, label)
+        else:
+            _check_operands(b, allowed, spaces, label)
+        (views if is_view else computed).update(o.name for o in b.outputs)
     if rdims and not reduces:
         raise VerifyError(label, f"reduction_dims {list(rdims)}, but no op of the group reduces")
 
@@ -373,7 +409,7 @@ def _check_operands(b: BoundSymbol, allowed: set[tuple[int, ...]], spaces: str, 
     through broadcast_in_dim); a reduction reads the domain (checked in _check_reduction)."""
     if b.sym in _GROUP_REDUCTIONS:
         return
-    for v in values_in(b.args):
+    for v in _reads(b):
         if v.shape not in allowed:
             raise VerifyError(label, f"it reads {v.name} of shape {_shape(v)}, not {spaces}", b)
         if v.shape != b.outputs[0].shape:
@@ -389,18 +425,21 @@ def _check_reduction(b: BoundSymbol, domain: tuple[int, ...], rdims: tuple[int, 
         raise VerifyError(label, f"it reduces over dims {list(dims)}, not the group's reduction_dims {list(rdims)}", b)
 
 
-def _check_broadcast(b: BoundSymbol, made: set[str], domain: tuple[int, ...], rdims: tuple[int, ...],
+def _check_broadcast(b: BoundSymbol, computed: set[str], domain: tuple[int, ...], rdims: tuple[int, ...],
                      label: str) -> None:
     """broadcast_in_dim places x's dims at increasing `broadcast_dims` of a size they match or
-    broadcast from 1; a reduced value made in the group goes back to the domain by its kept dims."""
+    broadcast from 1; a reduced value computed in the group goes back to the domain by its kept
+    dims."""
     x, shape, dims = b.args[0], tuple(b.args[1]), tuple(b.args[2])
     ok = len(dims) == x.ndim and list(dims) == sorted(set(dims)) and all(0 <= d < len(shape) for d in dims)
     if not ok or any(x.shape[i] not in (1, shape[d]) for i, d in enumerate(dims)):
         raise VerifyError(label, f"broadcast_dims {list(dims)} do not map {x.name} {_shape(x)} into {list(shape)}", b)
-    if not rdims or x.name not in made:
+    if b.outputs[0].shape != shape:
+        raise VerifyError(label, f"it broadcasts to {list(shape)} but makes {_shape(b.outputs[0])}", b)
+    if not rdims or x.name not in computed:
         return
     kept = tuple(i for i in range(len(domain)) if i not in rdims)
-    expected: Optional[tuple[int, ...]] = None
+    expected: tuple[int, ...] | None = None
     if x.ndim == len(kept):  # the reduced shape
         expected = kept
     elif x.ndim == len(domain):  # the keepdim shape (or the domain itself)

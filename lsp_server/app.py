@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from typing import Optional
 
 from lsp_server import __version__
 from lsp_server.commands import register_commands
@@ -27,7 +26,7 @@ def build_server() -> FusionLensServer:
 
 # --- entry point --------------------------------------------------------------------------
 
-def main(argv: Optional[list] = None) -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="fusionlens-lsp", description="FusionLens language server")
     parser.add_argument("--stdio", action="store_true", help="talk LSP over stdin/stdout (the default)")
     parser.add_argument("--tcp", metavar="HOST:PORT", help="listen on TCP instead of stdio")

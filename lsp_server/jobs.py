@@ -1,9 +1,9 @@
 """Compile jobs: debounced scheduling, the one-at-a-time queue, cancelling, running a job in
-the worker process and keeping its result (the cache and the results shown in the editor).
+the worker process, and keeping its result (lsp_server.results).
 
-CompileJobsMixin is part of FusionLensServer (lsp_server.server); its state (`queue`,
-`running`, `active`, `cache`, `latest`, `generation`, ...) is set up in the server's __init__.
-"""
+`Jobs` owns the queue and the running job; the documents, results and worker it uses are
+the server's, and it tells the user through the server's `Ui` (messages, status, progress,
+refreshing what the editor shows)."""
 
 from __future__ import annotations
 
@@ -12,18 +12,41 @@ import dataclasses
 import hashlib
 import logging
 import os
-import uuid
-from typing import Any, Optional
+from typing import Any, Protocol
+from collections.abc import Callable
 
 from lsprotocol import types as T
 
-from lsp_server.documents import DocState
-from lsp_server.views import Result, load_report, report_summary
-from lsp_server.worker_client import WorkerError
+from lsp_server.annotations import Result, ResultKey, load_report
+from lsp_server.documents import Documents, DocState
+from lsp_server.protocol import CompileAnswer, CompileRequest, Failure, Where
+from lsp_server.results import Results
+from lsp_server.settings import Settings
+from lsp_server.views import report_summary
+from lsp_server.worker_client import Worker, WorkerError
 
 logger = logging.getLogger("fusionlens.lsp")
 
 EXECUTION_DISABLED = "not compiled: running user code is disabled (fusionlens.allowExecution is false)"
+CompileAnswerDict = dict[str, Any]  # fusionlens.compile's answer: {"targets", "ok", "message"?}
+
+
+class Ui(Protocol):
+    """How jobs reach the user (FusionLensServer implements it)."""
+
+    def tell(self, kind: T.MessageType, message: str) -> None: ...
+
+    def log(self, kind: T.MessageType, message: str) -> None: ...
+
+    def notify_status(self, state: str, message: str, uri: str | None, speedup: float | None = None) -> None: ...
+
+    def refresh(self, uri: str | None = None) -> None: ...
+
+    async def progress_begin(self, token: Any, title: str, message: str) -> T.ProgressToken | None: ...
+
+    def progress_report(self, token: T.ProgressToken, message: str, percentage: int | None = None) -> None: ...
+
+    def progress_end(self, token: T.ProgressToken, message: str) -> None: ...
 
 
 @dataclasses.dataclass
@@ -32,21 +55,41 @@ class Job:
     path: str  # normalised
     fs_path: str
     target: str
-    key: tuple
-    version: Optional[int]
+    key: ResultKey
+    version: int | None
     snapshot: str
-    target_line: Optional[int]
-    options: tuple
-    future: asyncio.Future
-    source: Optional[str] = None  # the buffer's text when it differs from the saved file
+    target_line: int | None
+    future: asyncio.Future[Result | None]
+    source: str | None = None  # the buffer's text when it differs from the saved file
     command: bool = False  # the user asked for it (tell them how it ended)
-    task: Optional[asyncio.Task] = None
+    task: asyncio.Task[Result] | None = None
     started: bool = False
-    on_start: list = dataclasses.field(default_factory=list)  # callables, run when user code starts
+    on_start: list[Callable[[], None]] = dataclasses.field(default_factory=list)  # run when user code starts
+
+    def mark_started(self) -> None:
+        self.started = True
+        for callback in self.on_start:
+            try:
+                callback()
+            except Exception:  # noqa: BLE001
+                pass
 
 
-class CompileJobsMixin:
-    """Scheduling, running and finishing compile jobs (methods of FusionLensServer)."""
+class Jobs:
+    def __init__(self, settings: Settings, documents: Documents, results: Results, worker: Worker, ui: Ui):
+        self._settings = settings
+        self._docs = documents
+        self._results = results
+        self._worker = worker
+        self._ui = ui
+        self.queue: list[Job] = []  # pending
+        self.running: Job | None = None
+        self.active: dict[tuple[str, str], Job] = {}  # (path, target) -> its pending or running Job
+        self._runner: asyncio.Task[None] | None = None
+        self._timers: dict[str, asyncio.TimerHandle] = {}  # uri -> debounce
+        self.last_device = "unknown"  # the device name the worker or a report last gave
+
+    # --- scheduling and cancelling ------------------------------------------------------------
 
     def schedule(self, uri: str, reason: str) -> None:
         """Debounced automatic compile of every target in the document."""
@@ -55,13 +98,13 @@ class CompileJobsMixin:
             old.cancel()
         loop = asyncio.get_running_loop()
 
-        def fire():
+        def fire() -> None:
             self._timers.pop(uri, None)
             loop.create_task(self.compile_targets(uri, None, reason=reason, force=False))
 
-        self._timers[uri] = loop.call_later(self.settings.debounceMs / 1000.0, fire)
+        self._timers[uri] = loop.call_later(self._settings.debounceMs / 1000.0, fire)
 
-    def cancel(self, uri: str, reason: str, older_than: Optional[int] = None) -> list:
+    def cancel(self, uri: str, reason: str, older_than: int | None = None) -> list[Job]:
         """Cancel the pending debounce, queued jobs and the running job of a document."""
         timer = self._timers.pop(uri, None)
         if timer is not None:
@@ -72,60 +115,116 @@ class CompileJobsMixin:
                 self.queue.remove(job)
                 cancelled.append(job)
                 self._finish(job, None, reason)
-        job = self.running
-        if job is not None and job.uri == uri and job.task is not None and (
-                older_than is None or job.version is None or job.version < older_than):
-            job.task.cancel(reason)
-            cancelled.append(job)
+        running = self.running
+        if running is not None and running.uri == uri and running.task is not None and (
+                older_than is None or running.version is None or running.version < older_than):
+            running.task.cancel(reason)
+            cancelled.append(running)
         return cancelled
 
-    async def compile_targets(self, uri: str, names: Optional[list], reason: str = "command",
-                              force: bool = True, token: Any = None) -> dict:
+    def cancel_job(self, job: Job, reason: str) -> None:
+        if job in self.queue:
+            self.queue.remove(job)
+            self._finish(job, None, reason)
+        elif job is self.running and job.task is not None:
+            job.task.cancel(reason)
+
+    def target_state(self, state: DocState, name: str) -> tuple[str, str]:
+        """(status, message) of a target (docs/lsp.md, fusionlens/regions): compiling; not
+        compiled when its latest run was cancelled (the message says so); not allowed
+        (execution off: its results, if any, are stale); ok or error (its latest result)."""
+        job = self.active.get((state.path, name))
+        if job is not None:
+            return "compiling", ("running" if job.started else "queued")
+        if name in state.cancelled:
+            return "not compiled", state.notes.get(name, "compile cancelled")
+        res = self._results.shown(state.path, name)
+        if not self._settings.allowExecution:
+            stale = " (the results shown are stale)" if res is not None else ""
+            return "not allowed", EXECUTION_DISABLED + stale
+        if res is not None:
+            return res.status, res.message
+        return "not compiled", state.notes.get(name, "")
+
+    # --- a compile request --------------------------------------------------------------------
+
+    async def compile_targets(self, uri: str, names: list[str] | None, reason: str = "command",
+                              force: bool = True, token: Any = None) -> CompileAnswerDict:
         """Compile the document's targets (all when `names` is None) as the buffer holds them:
         an edited or untitled buffer compiles its own text. A request the user made (a
         command) that is refused or fails says so with window/showMessage as well as in the
         lens and the return value."""
-        state = self.doc(uri)
+        state = self._docs.doc(uri)
         command = reason == "command"
         all_names = [t.name for t in state.targets]
-        if names is None:
-            names = all_names
-        unknown = [n for n in names if n not in all_names]
-        names = [n for n in names if n in all_names]
+        wanted = all_names if names is None else names
+        unknown = [n for n in wanted if n not in all_names]
+        wanted = [n for n in wanted if n in all_names]
+        refused = self._refusal(state, wanted, unknown, command)
+        if refused is not None:
+            return refused
+        futures = self._enqueue(state, wanted, force, command)
+        if self._runner is None or self._runner.done():
+            self._runner = asyncio.get_running_loop().create_task(self._run_queue())
+        self._ui.refresh(uri)
+        results = await self._results_of(state, wanted, futures, token)
+        ok = all(r is not None and r.status == "ok" for r in results) and not unknown
+        return {"targets": wanted, "ok": ok}
+
+    def _refusal(self, state: DocState, names: list[str], unknown: list[str],
+                 command: bool) -> CompileAnswerDict | None:
+        """The answer when nothing is to be compiled (a syntax error, execution off, no such
+        target); None when `names` can be."""
         if state.syntax_error is not None:
             line, _, msg = state.syntax_error
             return self._refuse(state, names, f"not compiled: {msg} (line {line + 1})", command)
-        if not self.settings.allowExecution:
+        if not self._settings.allowExecution:
             return self._refuse(state, names, EXECUTION_DISABLED, command)
         if unknown:
+            found = ", ".join(t.name for t in state.targets) or "none"
             msg = (f"no @compiler.example target named {', '.join(unknown)} in "
-                   f"{os.path.basename(state.fs_path)} (found: {', '.join(all_names) or 'none'})")
+                   f"{os.path.basename(state.fs_path)} (found: {found})")
             if command:
-                self.tell(T.MessageType.Warning, msg)
+                self._ui.tell(T.MessageType.Warning, msg)
             if not names:
                 return {"targets": [], "ok": False, "message": msg}
         if not names:
             msg = "no @compiler.example targets in this file"
             if command:
-                self.tell(T.MessageType.Info, msg)
+                self._ui.tell(T.MessageType.Info, msg)
             return {"targets": [], "ok": True, "message": msg}
+        return None
+
+    def _refuse(self, state: DocState, names: list[str], msg: str, command: bool) -> CompileAnswerDict:
+        """Nothing is compiled: the lens of each target says why, and so does a message when
+        the user asked."""
+        for n in names:
+            state.notes[n] = msg
+        if command:
+            self._ui.tell(T.MessageType.Warning, msg)
+        self._ui.refresh(state.uri)
+        return {"targets": names, "ok": False, "message": msg}
+
+    def _enqueue(self, state: DocState, names: list[str], force: bool,
+                 command: bool) -> list[asyncio.Future[Result | None]]:
+        """A future of each target's result: a cached one (unless `force`), the job already
+        queued for the same text, or a new job (which supersedes an older one)."""
         text = state.parsed_text or ""
         try:
             with open(state.fs_path, encoding="utf-8") as f:
-                saved = f.read()
+                saved: str | None = f.read()
         except (OSError, UnicodeDecodeError):
             saved = None  # untitled, or not on disk (yet)
-        source = None if saved == text else text  # the worker compiles the buffer, not the file
         digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
         infos = {t.name: t for t in state.targets}
-        opts = self.settings.options_key()
-        version = self.workspace.get_text_document(uri).version
+        settings = self._settings.options_key()
+        version = self._docs.text_document(state.uri).version
         futures = []
         for name in names:
-            key = (digest, state.path, name, opts)
-            cached = self.cache.get(key)
+            key = ResultKey(digest, state.path, name, settings)
+            cached = self._results.cached(key)
             if cached is not None and not force:
-                self._set_latest(cached)
+                self._results.show(cached)
                 futures.append(_done(cached))
                 continue
             job = self.active.get((state.path, name))
@@ -135,81 +234,44 @@ class CompileJobsMixin:
             if job is not None:  # an older version of this target is queued or running
                 self.cancel_job(job, "superseded by a newer compile")
             info = infos.get(name)
-            job = Job(uri=uri, path=state.path, fs_path=state.fs_path, target=name, key=key, version=version,
-                      snapshot=text, target_line=(info.line - 1) if info else None, options=opts,
-                      future=asyncio.get_running_loop().create_future(), source=source, command=command)
+            job = Job(uri=state.uri, path=state.path, fs_path=state.fs_path, target=name, key=key, version=version,
+                      snapshot=text, target_line=(info.line - 1) if info else None,
+                      future=asyncio.get_running_loop().create_future(),
+                      source=None if saved == text else text,  # the worker compiles the buffer, not the file
+                      command=command)
             state.notes.pop(name, None)
             state.cancelled.discard(name)
             self.queue.append(job)
             self.active[(state.path, name)] = job
             futures.append(job.future)
-        if self._runner is None or self._runner.done():
-            self._runner = asyncio.get_running_loop().create_task(self._run_queue())
-        self.refresh(uri)
+        return futures
 
-        progress = await self._progress_begin(token, f"FusionLens: compiling {os.path.basename(state.fs_path)}",
-                                              f"compiling and benchmarking {len(names)} target(s)")
+    async def _results_of(self, state: DocState, names: list[str], futures: list[asyncio.Future[Result | None]],
+                          token: Any) -> list[Result | None]:
+        """Wait for every future, reporting progress where the client shows it."""
+        progress = await self._ui.progress_begin(token, f"FusionLens: compiling {os.path.basename(state.fs_path)}",
+                                                 f"compiling and benchmarking {len(names)} target(s)")
         if progress is not None:
-
-            def reporter(target):
-                def report():
-                    self.work_done_progress.report(progress, T.WorkDoneProgressReport(
-                        message=f"running, tracing and benchmarking {target}"))
-                return report
-
             for name in names:
                 job = self.active.get((state.path, name))
                 if job is not None and not job.future.done():
+                    report = _reporter(self._ui, progress, f"running, tracing and benchmarking {name}")
                     if job.started:
-                        reporter(name)()
-                    job.on_start.append(reporter(name))
+                        report()
+                    job.on_start.append(report)
         results = []
-        done = 0
         for fut in asyncio.as_completed(futures):
             res = await fut
-            done += 1
             results.append(res)
             if progress is not None:
                 label = "cancelled" if res is None else f"{res.target}: {res.status}"
-                self.work_done_progress.report(progress, T.WorkDoneProgressReport(
-                    message=f"{label} ({done}/{len(futures)})", percentage=int(100 * done / len(futures))))
+                self._ui.progress_report(progress, f"{label} ({len(results)}/{len(futures)})",
+                                         int(100 * len(results) / len(futures)))
         if progress is not None:
-            self.work_done_progress.end(progress, T.WorkDoneProgressEnd(message="done"))
-        ok = all(r is not None and r.status == "ok" for r in results) and not unknown
-        return {"targets": names, "ok": ok}
+            self._ui.progress_end(progress, "done")
+        return results
 
-    def _refuse(self, state: DocState, names: list, msg: str, command: bool) -> dict:
-        """Nothing is compiled: the lens of each target says why, and so does a message when
-        the user asked."""
-        for n in names:
-            state.notes[n] = msg
-        if command:
-            self.tell(T.MessageType.Warning, msg)
-        self.refresh(state.uri)
-        return {"targets": names, "ok": False, "message": msg}
-
-    def cancel_job(self, job: Job, reason: str) -> None:
-        if job in self.queue:
-            self.queue.remove(job)
-            self._finish(job, None, reason)
-        elif job is self.running and job.task is not None:
-            job.task.cancel(reason)
-
-    async def _progress_begin(self, token: Any, title: str, message: str):
-        if token is None:
-            if not self.caps("window", "work_done_progress"):
-                return None
-            token = f"fusionlens-{uuid.uuid4().hex[:12]}"
-            try:
-                await asyncio.wait_for(self.work_done_progress.create_async(token), 10)
-            except Exception:  # noqa: BLE001 - no progress then
-                return None
-        try:
-            self.work_done_progress.begin(token, T.WorkDoneProgressBegin(title=title, message=message,
-                                                                         percentage=0, cancellable=False))
-        except Exception:  # noqa: BLE001
-            return None
-        return token
+    # --- running ------------------------------------------------------------------------------
 
     async def _run_queue(self) -> None:
         while self.queue:
@@ -222,7 +284,8 @@ class CompileJobsMixin:
                 result = await job.task
             except asyncio.CancelledError as e:
                 reason = str(e.args[0]) if e.args else "cancelled"
-                if asyncio.current_task().cancelling():  # the runner itself is going down
+                current = asyncio.current_task()
+                if current is not None and current.cancelling():  # the runner itself is going down
                     self.running = None
                     self._finish(job, None, reason)
                     raise
@@ -234,95 +297,77 @@ class CompileJobsMixin:
 
     async def _execute(self, job: Job) -> Result:
         name = f"{job.target} ({os.path.basename(job.fs_path)})"
-        self._output_lines = 0
-        self.notify_status("compiling", f"compiling and benchmarking {name}", job.uri)
-        root = self.workspace_root(self.docs.get(job.uri) or DocState(job.uri))
-        self.worker.cwd = root
-        executors, repeats, device, gpu = job.options
-        payload = {"cmd": "compile", "path": job.fs_path, "target": job.target,
-                   "executors": list(executors) if executors is not None else None,
-                   "repeats": repeats, "device": device, "gpu": gpu, "benchmark": True,
-                   "sys_path": [root], "cwd": root, "source": job.source}
-
-        def on_started():
-            job.started = True
-            for callback in job.on_start:
-                try:
-                    callback()
-                except Exception:  # noqa: BLE001
-                    pass
-
+        self._ui.notify_status("compiling", f"compiling and benchmarking {name}", job.uri)
+        root = self._docs.workspace_root(self._docs.get(job.uri) or DocState(job.uri))
+        self._worker.cwd = root
+        s = job.key.settings
+        request = CompileRequest(job.fs_path, job.target, list(s.executors) if s.executors is not None else None,
+                                 s.device, job.source, [root], root, repeats=s.repeats, gpu=s.gpu, benchmark=True)
         try:
-            msg = await self.worker.request(payload, self.settings.timeoutSeconds, on_started)
+            answer = await self._worker.request(request, self._settings.timeoutSeconds, job.mark_started)
         except WorkerError as e:
-            self.last_device = self.worker.device_name if self.worker.device_name != "unknown" else self.last_device
+            self._note_device(self._worker.device_name)
             return self._failure(job, e.kind, e.message, e.where)
-        if self.worker.device_name != "unknown":
-            self.last_device = self.worker.device_name
-        if not msg.get("ok"):
-            tb = msg.get("traceback") or ""
-            if tb:
-                self.window_log_message(T.LogMessageParams(type=T.MessageType.Error,
-                                                           message=f"compiling {name} raised:\n{tb}"))
-            return self._failure(job, "internal", f"the compiler raised {msg.get('error')}")
+        self._note_device(self._worker.device_name)
+        if isinstance(answer, Failure):
+            if answer.traceback:
+                self._ui.log(T.MessageType.Error, f"compiling {name} raised:\n{answer.traceback}")
+            return self._failure(job, "internal", f"the compiler raised {answer.error}")
+        if not isinstance(answer, CompileAnswer):
+            return self._failure(job, "internal", f"the worker answered a compile with {type(answer).__name__}")
         try:
-            report = load_report(msg["report"])
+            report = load_report(answer.report)
         except Exception as e:  # noqa: BLE001
             return self._failure(job, "internal", f"unreadable compile report: {e}")
-        if report.device_name:
-            self.last_device = report.device_name
-        status = "ok" if report.status == "ok" else "error"
-        message = report_summary(report) if status == "ok" else (
+        self._note_device(report.device_name)
+        ok = report.status == "ok"
+        message = report_summary(report) if ok else (
             report.error.message if report.error is not None else "compile failed")
-        self._seq += 1
-        res = Result(job.target, job.path, job.key, status, message, report, {job.path: job.snapshot},
-                     job.target_line, "report", self._seq)
+        res = Result(job.target, job.path, job.key, "ok" if ok else "error", message, report,
+                     {job.path: job.snapshot}, job.target_line, "report", self._results.next_seq())
         return _with_snapshots(res)
 
-    def _failure(self, job: Job, kind: str, message: str, where: Optional[dict] = None) -> Result:
+    def _note_device(self, name: str | None) -> None:
+        if name and name != "unknown":
+            self.last_device = name
+
+    def _failure(self, job: Job, kind: str, message: str, where: Where | None = None) -> Result:
         """A compile without a report; `where`: the user's position when the worker timed
         out or died (its file, if another, gets a diagnostic too)."""
-        self._seq += 1
         res = Result(job.target, job.path, job.key, "error", message, None, {job.path: job.snapshot},
-                     job.target_line, kind, self._seq, where=where)
+                     job.target_line, kind, self._results.next_seq(), where=where)
         return _with_snapshots(res)
 
-    def _finish(self, job: Job, result: Optional[Result], reason: str) -> None:
+    def _finish(self, job: Job, result: Result | None, reason: str) -> None:
         if self.active.get((job.path, job.target)) is job:
             del self.active[(job.path, job.target)]
-        state = self.docs.get(job.uri)
         if result is None:
+            state = self._docs.get(job.uri)
             if state is not None:
                 state.notes[job.target] = f"compile cancelled: {reason}"
                 state.cancelled.add(job.target)
-            self.notify_status("idle", f"cancelled {job.target}: {reason}", job.uri)
+            self._ui.notify_status("idle", f"cancelled {job.target}: {reason}", job.uri)
             if job.command:
-                self.tell(T.MessageType.Info, f"compiling {job.target} was cancelled: {reason}")
+                self._ui.tell(T.MessageType.Info, f"compiling {job.target} was cancelled: {reason}")
         else:
-            if result.kind == "report":
-                self.cache[job.key] = result  # failures of the machinery are retried, not cached
-            self._set_latest(result)
-            speedup = None
-            if result.report is not None and result.report.timings is not None:
-                speedup = result.report.timings.speedup_vs_eager
+            self._results.keep(result)
+            self._results.show(result)
+            timings = result.report.forward.timings if result.report is not None else None
             if result.status == "ok":
-                state_name = "idle"
-                msg = f"{job.target}: {result.message}"
+                self._ui.notify_status("idle", f"{job.target}: {result.message}", job.uri,
+                                       timings.speedup_vs_eager if timings is not None else None)
             else:
-                state_name = "failed"
                 msg = f"{job.target} failed: {result.message.splitlines()[0] if result.message else 'error'}"
                 if job.command:
-                    self.tell(T.MessageType.Error, f"compiling {msg}")
-            self.notify_status(state_name, msg, job.uri, speedup)
+                    self._ui.tell(T.MessageType.Error, f"compiling {msg}")
+                self._ui.notify_status("failed", msg, job.uri, timings.speedup_vs_eager if timings else None)
         if not job.future.done():
             job.future.set_result(result)
-        self.refresh(job.uri)
+        self._ui.refresh(job.uri)
 
-    def _set_latest(self, result: Result) -> None:
-        key = (result.path, result.target)
-        if self.latest.get(key) is not result:
-            self.latest[key] = result
-            self.generation += 1
+
+def _reporter(ui: Ui, token: T.ProgressToken, message: str) -> Callable[[], None]:
+    return lambda: ui.progress_report(token, message)
 
 
 def _with_snapshots(res: Result) -> Result:
@@ -338,8 +383,7 @@ def _with_snapshots(res: Result) -> Result:
     return res
 
 
-def _done(value) -> asyncio.Future:
-    fut = asyncio.get_running_loop().create_future()
+def _done(value: Result | None) -> asyncio.Future[Result | None]:
+    fut: asyncio.Future[Result | None] = asyncio.get_running_loop().create_future()
     fut.set_result(value)
     return fut
-

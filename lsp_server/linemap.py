@@ -9,7 +9,7 @@ wrong line. The same map covers a buffer that differs from the file on disk.
 from __future__ import annotations
 
 import difflib
-from typing import Optional, Sequence
+from collections.abc import Sequence
 
 
 class LineMap:
@@ -17,7 +17,7 @@ class LineMap:
 
     def __init__(self, old_lines: Sequence[str], new_lines: Sequence[str]):
         self.identity = list(old_lines) == list(new_lines)
-        self._map: dict = {}
+        self._map: dict[int, int] = {}
         if self.identity:
             return
         matcher = difflib.SequenceMatcher(None, list(old_lines), list(new_lines), autojunk=False)
@@ -26,7 +26,7 @@ class LineMap:
                 for k in range(i2 - i1):
                     self._map[i1 + k] = j1 + k
 
-    def __call__(self, old_line: Optional[int]) -> Optional[int]:
+    def __call__(self, old_line: int | None) -> int | None:
         if old_line is None:
             return None
         if self.identity:
@@ -34,5 +34,5 @@ class LineMap:
         return self._map.get(old_line)
 
 
-def split_lines(text: str) -> list:
+def split_lines(text: str) -> list[str]:
     return text.splitlines()

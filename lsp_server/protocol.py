@@ -19,7 +19,7 @@ import dataclasses
 import json
 import logging
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Optional, Union
+from typing import Any, ClassVar
 
 logger = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ class Where:
     line: int  # 1-based
     function: str
     stack: list[UserFrame] = field(default_factory=list)  # innermost first
-    exit: Optional[int] = None  # os._exit's code, when user code is about to exit the worker
+    exit: int | None = None  # os._exit's code, when user code is about to exit the worker
     note: str = ""  # the server's words for what happened there: "timed out after 4 s here"
 
 
@@ -51,7 +51,7 @@ class Stacks:
     """What the server needs to read the worker's faulthandler dumps: the main thread's id and
     the folders that are no user code (compiler.discovery.CodeRoots' fields)."""
 
-    thread: Optional[int] = None
+    thread: int | None = None
     roots: dict[str, list[str]] = field(default_factory=dict)
 
 
@@ -63,20 +63,20 @@ class _RunsUserCode:
 
     path: str
     target: str
-    executors: Optional[list[str]] = None  # fusionlens.executors; None: the compiler's default
+    executors: list[str] | None = None  # fusionlens.executors; None: the compiler's default
     device: str = "auto"
-    source: Optional[str] = None  # the buffer's text where it differs from the saved file
+    source: str | None = None  # the buffer's text where it differs from the saved file
     sys_path: list[str] = field(default_factory=list)  # put first on sys.path
-    cwd: Optional[str] = None
+    cwd: str | None = None
     id: int = 0  # set by Worker.request
-    timeout: Optional[float] = None  # seconds; the worker dumps its stacks shortly before
+    timeout: float | None = None  # seconds; the worker dumps its stacks shortly before
 
 
 @dataclass
 class CompileRequest(_RunsUserCode):
     TYPE: ClassVar[str] = "compile"
     repeats: int = 20
-    gpu: Optional[str] = None  # the target GPU of estimated rooflines (fusionlens.targetGpu)
+    gpu: str | None = None  # the target GPU of estimated rooflines (fusionlens.targetGpu)
     benchmark: bool = True
 
 
@@ -106,8 +106,8 @@ class Ready:
     pid: int
     device: str  # "cuda" | "cpu"
     device_name: str
-    error: Optional[str] = None  # the compiler or torch failed to import: compiles will say so
-    stacks: Optional[Stacks] = None  # None: no crash dumps
+    error: str | None = None  # the compiler or torch failed to import: compiles will say so
+    stacks: Stacks | None = None  # None: no crash dumps
 
 
 @dataclass
@@ -143,7 +143,7 @@ class ReproScript:
 class ReproAnswer:
     TYPE: ClassVar[str] = "repro-script"
     id: int
-    script: Optional[ReproScript] = None
+    script: ReproScript | None = None
     problem: str = ""  # why there is no script, when `script` is None
 
 
@@ -165,10 +165,10 @@ class Failure:
     traceback: str = ""
 
 
-Request = Union[CompileRequest, ReproRequest, PingRequest, ExitRequest]
-Answer = Union[CompileAnswer, ReproAnswer, PingAnswer, Failure]
-Event = Union[Ready, Started, WhereEvent]
-Message = Union[Request, Answer, Event]
+Request = CompileRequest | ReproRequest | PingRequest | ExitRequest
+Answer = CompileAnswer | ReproAnswer | PingAnswer | Failure
+Event = Ready | Started | WhereEvent
+Message = Request | Answer | Event
 
 _TYPES: dict[str, type] = {cls.TYPE: cls for cls in (
     CompileRequest, ReproRequest, PingRequest, ExitRequest, Ready, Started, WhereEvent,
@@ -185,7 +185,7 @@ def encode(message: Message) -> str:
     return json.dumps({"type": message.TYPE, **_plain(message)}, default=str)
 
 
-def decode(line: Union[str, bytes]) -> Optional[Message]:
+def decode(line: str | bytes) -> Message | None:
     """The message on a line; None (logged) for a line that is no message of this protocol."""
     try:
         data = json.loads(line)

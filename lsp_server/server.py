@@ -1,11 +1,13 @@
-"""The FusionLens language server object (pygls 2.x): its state and the services handlers use.
+"""The FusionLens language server object (pygls 2.x): the parts it is made of, and the ways
+they reach the user.
 
 This process imports neither torch nor user code: targets come from
 `compiler.discovery.find_targets` (pure ast) and compiling happens in the worker process
-(lsp_server.worker) driven by lsp_server.worker_client. The server is assembled from
-settings (Settings), documents (DocumentsMixin: parsing, views, publishing) and jobs
-(CompileJobsMixin: the compile queue and result cache); lsp_server.app attaches the
-handlers (features, commands) and runs it. Importing this module creates nothing.
+(lsp_server.worker) driven by lsp_server.worker_client. The server composes objects that
+own their state: `settings` (Settings), `results` (the cache and the results shown),
+`documents` (the open documents and their views), `worker` (the worker process) and `jobs`
+(the compile queue); it is itself their `Ui`. lsp_server.app attaches the handlers
+(features, commands) and runs it. Importing this module creates nothing.
 """
 
 from __future__ import annotations
@@ -14,90 +16,91 @@ import asyncio
 import atexit
 import os
 import re
-import tempfile
-from typing import Any, Optional
+import uuid
+from typing import Any
 
 from lsprotocol import types as T
 from pygls.lsp.server import LanguageServer
 from pygls.uris import from_fs_path
 
 from lsp_server import __version__
-from lsp_server.documents import DocumentsMixin
-from lsp_server.jobs import CompileJobsMixin, Job
+from lsp_server.documents import Documents, capability
+from lsp_server.jobs import Jobs
+from lsp_server.results import Results
 from lsp_server.settings import Settings
 from lsp_server.worker_client import Worker
 
 STATUS_NOTIFICATION = "fusionlens/status"
-MAX_WORKER_LOG_LINES = 200
 
 
-class FusionLensServer(DocumentsMixin, CompileJobsMixin, LanguageServer):
-    def __init__(self):
+class FusionLensServer(LanguageServer):
+    def __init__(self) -> None:
         super().__init__("fusionlens-lsp", __version__)
         self.settings = Settings()
-        self.docs: dict = {}
-        self.cache: dict = {}  # (hash, path, target, options) -> Result
-        self.latest: dict = {}  # (path, target) -> Result shown in the editor
-        self.generation = 0  # bumps whenever `latest` changes
-        self._seq = 0
-        self.queue: list = []  # pending Jobs
-        self.running: Optional[Job] = None
-        self.active: dict = {}  # (path, target) -> Job (pending or running)
-        self._runner: Optional[asyncio.Task] = None
-        self._timers: dict = {}  # uri -> asyncio.TimerHandle (debounce)
-        self._output_lines = 0
+        self.results = Results()
+        self.documents = Documents(self, self.settings, self.results)
         self.worker = Worker(on_stderr=self._worker_output)
         atexit.register(self.worker.kill_now)
-        self.last_device = "unknown"
-
-    # --- helpers -------------------------------------------------------------------------
-
-    def _worker_output(self, line: str) -> None:
-        self._output_lines += 1
-        if self._output_lines > MAX_WORKER_LOG_LINES:
-            if self._output_lines == MAX_WORKER_LOG_LINES + 1:
-                line = f"(more worker output dropped; at most {MAX_WORKER_LOG_LINES} lines per compile)"
-            else:
-                return
-        try:
-            self.window_log_message(T.LogMessageParams(type=T.MessageType.Log, message=f"[worker] {line}"))
-        except Exception:  # noqa: BLE001
-            pass
+        self.jobs = Jobs(self.settings, self.documents, self.results, self.worker, self)
 
     def caps(self, *path: str) -> Any:
-        obj: Any = self.client_capabilities
-        for p in path:
-            obj = getattr(obj, p, None) if obj is not None else None
-        return obj
+        return capability(self, *path)
 
-    def cache_root(self) -> str:
-        """fusionlens.cacheFolder, else a folder of this user's under the temporary directory."""
-        return self.settings.cacheFolder or os.path.join(
-            tempfile.gettempdir(), f"fusionlens-lsp-{os.getuid() if hasattr(os, 'getuid') else 'user'}")
+    def _worker_output(self, line: str) -> None:
+        self.log(T.MessageType.Log, f"[worker] {line}")
 
-    def cache_folder(self) -> str:
-        folder = os.path.join(self.cache_root(), "generated")
-        os.makedirs(folder, exist_ok=True)
-        return folder
+    # --- Ui: how the parts reach the user ------------------------------------------------------
 
     def tell(self, kind: T.MessageType, message: str) -> None:
         """window/showMessage: how a request the user made ended, when it is not what they asked."""
         self.window_show_message(T.ShowMessageParams(type=kind, message=f"FusionLens: {message}"))
 
-    def untitled_path(self, uri: str) -> str:
-        """Where an untitled buffer is said to live (its report's file): never written."""
-        name = re.sub(r"[^A-Za-z0-9_.-]+", "_", uri.split(":", 1)[-1]).strip("_") or "untitled"
-        return os.path.join(self.cache_root(), "untitled", name if name.endswith(".py") else name + ".py")
+    def log(self, kind: T.MessageType, message: str) -> None:
+        try:
+            self.window_log_message(T.LogMessageParams(type=kind, message=message))
+        except Exception:  # noqa: BLE001 - no client to log to (shutting down)
+            pass
 
-    def notify_status(self, state: str, message: str, uri: Optional[str], speedup: Optional[float] = None):
+    def notify_status(self, state: str, message: str, uri: str | None, speedup: float | None = None) -> None:
         self.protocol.notify(STATUS_NOTIFICATION, {
-            "state": state, "device": self.last_device, "message": message,
+            "state": state, "device": self.jobs.last_device, "message": message,
             "speedup": speedup, "uri": uri})
 
+    def refresh(self, uri: str | None = None) -> None:
+        self.documents.refresh(uri)
 
-    # --- generated documents -------------------------------------------------------------
+    async def progress_begin(self, token: Any, title: str, message: str) -> T.ProgressToken | None:
+        """Begin a $/progress sequence on `token` (the request's), else on one the server
+        creates where the client supports it; None where there is none."""
+        if token is None:
+            if not self.caps("window", "work_done_progress"):
+                return None
+            token = f"fusionlens-{uuid.uuid4().hex[:12]}"
+            try:
+                await asyncio.wait_for(self.work_done_progress.create_async(token), 10)
+            except Exception:  # noqa: BLE001 - no progress then
+                return None
+        try:
+            self.work_done_progress.begin(token, T.WorkDoneProgressBegin(title=title, message=message,
+                                                                         percentage=0, cancellable=False))
+        except Exception:  # noqa: BLE001
+            return None
+        return token
 
-    async def show_generated(self, text: str, name: str) -> dict:
+    def progress_report(self, token: T.ProgressToken, message: str, percentage: int | None = None) -> None:
+        self.work_done_progress.report(token, T.WorkDoneProgressReport(message=message, percentage=percentage))
+
+    def progress_end(self, token: T.ProgressToken, message: str) -> None:
+        self.work_done_progress.end(token, T.WorkDoneProgressEnd(message=message))
+
+    # --- generated documents ------------------------------------------------------------------
+
+    def cache_folder(self) -> str:
+        folder = os.path.join(self.settings.cache_root(), "generated")
+        os.makedirs(folder, exist_ok=True)
+        return folder
+
+    async def show_generated(self, text: str, name: str) -> dict[str, Any]:
         safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
         path = os.path.join(self.cache_folder(), safe)
         if os.path.exists(path):
@@ -107,7 +110,7 @@ class FusionLensServer(DocumentsMixin, CompileJobsMixin, LanguageServer):
         os.chmod(path, 0o444)  # a hint to editors that it is read-only
         return await self.show_path(path)
 
-    async def show_path(self, path: str) -> dict:
+    async def show_path(self, path: str) -> dict[str, Any]:
         """Ask the client to open a file (window/showDocument, where it can): {uri, shown}."""
         uri = from_fs_path(path)
         shown = False

@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
-from typing import Any, Callable, Optional
+import tempfile
+from typing import Any, NamedTuple
+from collections.abc import Callable
 
 from compiler import roofline
 
@@ -20,18 +23,27 @@ TRIGGERS = ("onOpen", "onSave", "manual")
 _DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
 
 
+class CompileSettings(NamedTuple):
+    """The settings a compile result depends on (part of its cache key)."""
+
+    executors: tuple[str, ...] | None
+    repeats: int
+    device: str
+    gpu: str  # the target GPU of estimated rooflines
+
+
 class Invalid(ValueError):
     """A setting's value is refused; the text says what was expected."""
 
 
-def _bool(v):
+def _bool(v: Any) -> bool:
     if not isinstance(v, bool):
         raise Invalid("expected true or false")
     return v
 
 
-def _int(lo: int, hi: int) -> Callable:
-    def check(v):
+def _int(lo: int, hi: int) -> Callable[[Any], int]:
+    def check(v: Any) -> int:
         if isinstance(v, bool) or not isinstance(v, (int, float)) or v != int(v):
             raise Invalid(f"expected a whole number from {lo} to {hi}")
         if not lo <= v <= hi:
@@ -40,19 +52,19 @@ def _int(lo: int, hi: int) -> Callable:
     return check
 
 
-def _seconds(v):
+def _seconds(v: Any) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0.1 <= v <= 86400:
         raise Invalid("expected a number of seconds from 0.1 to 86400")
     return float(v)
 
 
-def _trigger(v):
+def _trigger(v: Any) -> str:
     if v not in TRIGGERS:
         raise Invalid("expected one of " + ", ".join(f'"{t}"' for t in TRIGGERS))
     return v
 
 
-def _executors(v):
+def _executors(v: Any) -> list[str] | None:
     if v is None:
         return None
     if not isinstance(v, list) or not v or not all(isinstance(e, str) and re.fullmatch(r"\w+", e) for e in v):
@@ -60,20 +72,20 @@ def _executors(v):
     return list(v)
 
 
-def _device(v):
+def _device(v: Any) -> str:
     if not isinstance(v, str) or not _DEVICE.fullmatch(v):
         raise Invalid('expected "auto", "cpu", "cuda" or "cuda:N"')
     return v
 
 
-def _gpu(v):
+def _gpu(v: Any) -> str:
     gpu = roofline.find(v) if isinstance(v, str) else None
     if gpu is None:
         raise Invalid("expected one of " + ", ".join(f'"{n}"' for n in roofline.names()))
     return gpu.name
 
 
-def _folder(v):
+def _folder(v: Any) -> str | None:
     if v is None or v == "":
         return None
     if not isinstance(v, str) or "\0" in v:
@@ -81,7 +93,7 @@ def _folder(v):
     return v
 
 
-_CHECKS: dict = {
+_CHECKS: dict[str, Callable[[Any], Any]] = {
     "allowExecution": _bool, "compileTrigger": _trigger, "executors": _executors,
     "benchmarkRepeats": _int(1, 10_000), "device": _device, "timeoutSeconds": _seconds,
     "inlayHints": _bool, "debounceMs": _int(0, 60_000), "cacheFolder": _folder, "targetGpu": _gpu,
@@ -92,17 +104,17 @@ _CHECKS: dict = {
 class Settings:
     allowExecution: bool = True
     compileTrigger: str = "onOpen"  # "onOpen" | "onSave" | "manual"
-    executors: Optional[list] = None
+    executors: list[str] | None = None
     benchmarkRepeats: int = 20
     device: str = "auto"
     timeoutSeconds: float = 60.0
     inlayHints: bool = True
     debounceMs: int = 300
-    cacheFolder: Optional[str] = None
+    cacheFolder: str | None = None
     targetGpu: str = roofline.DEFAULT_TARGET  # the GPU rooflines are estimated for where none runs
     execution_locked: bool = dataclasses.field(default=False, repr=False)  # a false was seen: stays off
 
-    def update(self, data: Any) -> tuple:
+    def update(self, data: Any) -> tuple[list[str], list[str]]:
         """Apply a settings object (flat, or wrapped in {"fusionlens": {...}}); returns
         (names that changed, warnings for the values refused). Unknown keys are ignored."""
         if data is None:
@@ -111,7 +123,8 @@ class Settings:
             return [], [f"FusionLens settings must be an object, not {_show(data)}; nothing changed"]
         if isinstance(data.get("fusionlens"), dict):
             data = data["fusionlens"]
-        changed, warnings = [], []
+        changed: list[str] = []
+        warnings: list[str] = []
         for name, check in _CHECKS.items():
             if name not in data:
                 continue
@@ -139,13 +152,18 @@ class Settings:
                 changed.append(name)
         return changed, warnings
 
-    def options_key(self) -> tuple:
+    def options_key(self) -> CompileSettings:
         """The options a compile result depends on (part of the cache key)."""
-        return (tuple(self.executors) if self.executors is not None else None,
-                self.benchmarkRepeats, self.device, self.targetGpu)
+        return CompileSettings(tuple(self.executors) if self.executors is not None else None,
+                               self.benchmarkRepeats, self.device, self.targetGpu)
+
+    def cache_root(self) -> str:
+        """fusionlens.cacheFolder, else a folder of this user's under the temporary directory."""
+        user = os.getuid() if hasattr(os, "getuid") else "user"
+        return self.cacheFolder or os.path.join(tempfile.gettempdir(), f"fusionlens-lsp-{user}")
 
 
-def _show(value) -> str:
+def _show(value: Any) -> str:
     """A value as the client sent it (JSON spelling), shortened."""
     try:
         text = json.dumps(value)

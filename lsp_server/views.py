@@ -1,203 +1,33 @@
-"""From CompileReports to what an editor shows: per-line notes, hint labels, hover Markdown,
-lens titles and diagnostics. Pure functions and plain data, no LSP transport here."""
+"""What a compile looks like in an editor: hint labels, hover Markdown, tooltips, lens titles.
+Pure functions over annotations.py's notes; no LSP transport here.
+
+Any program is rendered by the same functions; its kind only chooses words (`bwd ` before a
+backward program's hint, "backward region" in its hover). What a training forward saves for
+the backward (report.training.saved) goes with the backward's hint and hover.
+"""
 
 from __future__ import annotations
 
-import dataclasses
 import os
-import pathlib
-from typing import Optional
+from collections.abc import Callable, Sequence
 
 from compiler import roofline
-from compiler.report import CompileReport, format_ms
-from lsp_server import backward_views
+from compiler.report import (Boundary, CompileReport, DiagnosticCode, ProgramReport, Region, SavedTensor,
+                             Training, format_bytes, format_ms)
+from lsp_server.annotations import LineNote, Result
 
 HINT_MAX = 40  # "P1 · triton (preview) · est 3.2 µs" fits
 HOVER_CODE_LINES = 60
+# the program whose inputs are what a training forward saves: its hint shows them
+SAVED_FOR = "backward"
+# kind -> (its hints' prefix, what its regions are called)
+_WORDS = {"forward": ("", "region"), "backward": ("bwd ", "backward region")}
 
 
-def norm_path(path: Optional[str]) -> Optional[str]:
-    if not path:
-        return None
-    return os.path.normcase(os.path.realpath(path))
+def words(kind: str) -> tuple[str, str]:
+    """(hint prefix, noun) for a program kind; a kind to come reads `<kind> R3`."""
+    return _WORDS.get(kind, (f"{kind} ", f"{kind} region"))
 
-
-@dataclasses.dataclass
-class Result:
-    """A finished compile of one target (a report, or a failure without one)."""
-
-    target: str
-    path: str  # normalised path of the file that defines the target
-    key: tuple
-    status: str  # "ok" | "error"
-    message: str
-    report: Optional[CompileReport]
-    snapshots: dict  # normalised path -> the text that was compiled
-    target_line: Optional[int]  # 0-based line of the target's `def` in that text
-    kind: str = "report"  # "report" | "timeout" | "crashed" | "internal" | "startup"
-    seq: int = 0
-    # where the user's code was when the worker timed out or died (WorkerError.where):
-    # {"file", "line" (1-based), "function", "stack": [user frames, innermost first], "note"}
-    where: Optional[dict] = None
-    _files: dict = dataclasses.field(default_factory=dict, repr=False)
-
-    def files(self) -> set:
-        if "__files__" not in self._files:
-            self._files["__files__"] = self._compute_files()
-        return self._files["__files__"]
-
-    def _compute_files(self) -> set:
-        out = {self.path}
-        if self.where and self.where.get("file"):
-            out.add(norm_path(self.where["file"]))
-        if self.report is None:
-            return out
-        for op in self.report.ops:
-            for f in [op, *op.stack]:  # every file its call stack passes through
-                if f.file:
-                    out.add(norm_path(f.file))
-        for r in self.report.regions:
-            for s in r.source_lines:
-                if s.file:
-                    out.add(norm_path(s.file))
-        for d in [self.report.error, *self.report.diagnostics, *self.report.fallbacks]:
-            if d is not None and d.file:
-                out.add(norm_path(d.file))
-        return out
-
-    def annotations(self, path: str) -> "FileAnnotations":
-        ann = self._files.get(path)
-        if ann is None:
-            ann = self._files[path] = build_annotations(self, path)
-        return ann
-
-
-@dataclasses.dataclass
-class LineNote:
-    result: Result
-    region: object  # compiler.report.Region
-    ops: list  # OpRecords of this region on this line
-
-
-@dataclasses.dataclass
-class DiagNote:
-    line: int  # 0-based, in the compiled text
-    severity: str  # "error" | "warning" | "information" | "hint"
-    message: str
-    col: Optional[int] = None
-    end_col: Optional[int] = None
-    code: Optional[str] = None
-    # LSP relatedInformation: [(normalised path, 0-based line in the compiled text, message)]
-    related: list = dataclasses.field(default_factory=list)
-
-    def related_uris(self) -> list:
-        """`related` as [(file URI, 0-based line, message)]."""
-        return [(pathlib.Path(p).as_uri(), ln, m) for p, ln, m in self.related]
-
-
-@dataclasses.dataclass
-class FileAnnotations:
-    lines: dict  # old 0-based line -> [LineNote]
-    boundaries: dict  # old 0-based line -> [(region, boundary)]
-    region_lines: dict  # region id -> sorted old 0-based lines in this file
-    diags: list  # [DiagNote]
-    backward: dict = dataclasses.field(default_factory=dict)  # old 0-based line -> BackwardNote
-
-
-def _same(path_a: Optional[str], path_b: str) -> bool:
-    return bool(path_a) and norm_path(path_a) == path_b
-
-
-def build_annotations(result: Result, path: str) -> FileAnnotations:
-    lines: dict = {}
-    boundaries: dict = {}
-    region_lines: dict = {}
-    diags: list = []
-    report = result.report
-    tl = result.target_line if path == result.path else None
-    if report is not None:
-        ops_by_region_line: dict = {}
-        calls_by_region_line: dict = {}  # lines of this file that call into another file's ops
-        for op in report.ops:
-            if op.region is None or not op.line:
-                continue
-            if _same(op.file, path):
-                ops_by_region_line.setdefault((op.region, op.line - 1), []).append(op)
-                continue
-            for f in op.stack[1:]:  # e.g. the user's `model(x)` line of ops in modeling_llama.py
-                if _same(f.file, path) and f.line:
-                    calls_by_region_line.setdefault((op.region, f.line - 1), []).append(op)
-        for region in report.regions:
-            rl = {s.line - 1 for s in region.source_lines if _same(s.file, path) and s.line}
-            rl |= {ln for (rid, ln) in ops_by_region_line if rid == region.id}
-            calls = sorted({ln for (rid, ln) in calls_by_region_line if rid == region.id} - rl)
-            for ln in calls:
-                lines.setdefault(ln, []).append(LineNote(result, region, calls_by_region_line[(region.id, ln)]))
-            if not rl:
-                continue
-            region_lines[region.id] = sorted(rl)
-            for ln in sorted(rl):
-                lines.setdefault(ln, []).append(
-                    LineNote(result, region, ops_by_region_line.get((region.id, ln), [])))
-            b = region.boundary
-            if b is not None:
-                bl = b.line - 1 if (b.line and _same(b.file, path)) else (
-                    max(rl) if (not b.file or _same(b.file, path)) else None)
-                if bl is not None:
-                    boundaries.setdefault(bl, []).append((region, b))
-        for fb in report.fallbacks:
-            if _same(fb.file, path) and fb.line:
-                diags.append(DiagNote(fb.line - 1, "information",
-                                      f"`{fb.op}` fell back to eager PyTorch: {fb.reason}",
-                                      code="fallback"))
-            elif tl is not None and not fb.file:
-                diags.append(DiagNote(tl, "information",
-                                      f"{result.target}: `{fb.op}` fell back to eager PyTorch: {fb.reason}",
-                                      code="fallback"))
-        for d in report.diagnostics:
-            if _same(d.file, path) and d.line:
-                diags.append(DiagNote(d.line - 1, d.severity or "information", d.message,
-                                      d.col, d.end_col if d.end_line in (None, d.line) else None))
-            elif tl is not None and not (d.file and d.line):
-                diags.append(DiagNote(tl, d.severity or "information", f"{result.target}: {d.message}"))
-    if result.status == "error":
-        err = report.error if report is not None else None
-        msg = (err.message if err is not None else "") or result.message or "compile failed"
-        code = result.kind if result.kind != "report" else "compile-error"
-        # the user's line where it failed: the error's (an exception in the example's call), or
-        # where the code was when the worker timed out or died
-        wh = result.where if result.where and result.where.get("file") and result.where.get("line") else None
-        at_file, at_line, at_msg = None, None, None
-        if err is not None and err.file and err.line:
-            at_file, at_line, at_msg = norm_path(err.file), err.line, f"{result.target}: {msg}"
-        elif wh is not None:
-            func = f" (in {wh['function']})" if wh.get("function") else ""
-            at_file, at_line = norm_path(wh["file"]), int(wh["line"])
-            at_msg = f"compiling {result.target} {wh.get('note') or 'failed here'}{func}"
-        at_error = None
-        if at_file == path:
-            at_error = at_line - 1
-            # the whole line: the error's column is where Python noticed it, rarely the whole cause
-            diags.append(DiagNote(at_error, "error", at_msg, code=code))
-        if tl is not None and at_error != tl:
-            where, related = "", []
-            if at_file is not None:
-                where = f" (at {os.path.basename(at_file)}:{at_line}"
-                where += f" in {wh['function']})" if wh is not None and wh.get("function") else ")"
-                related = [(at_file, at_line - 1, at_msg)]
-            diags.append(DiagNote(tl, "error", f"compiling {result.target} failed{where}: {msg}",
-                                  code=code, related=related))
-    return FileAnnotations(lines, boundaries, region_lines, diags,
-                           backward_views.annotate(report, path, _same, result.target, result.path))
-
-
-def load_report(data: dict) -> CompileReport:
-    """The worker's report dict as a CompileReport (unknown keys from a newer compiler are
-    ignored by from_dict)."""
-    return CompileReport.from_dict(data)
-
-
-# --- formatting -------------------------------------------------------------------------
 
 def shorten(text: str, limit: int = HINT_MAX) -> str:
     text = " ".join(text.split())
@@ -208,24 +38,20 @@ def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 
-def region_time(region) -> Optional[float]:
+def region_time(region: Region) -> float | None:
     t = region.timing
     return t.median_ms if t is not None else None
 
 
-# --- cost and roofline (report.Region fields, or the same keys of a preview region's dict) ----
+# --- cost and roofline ------------------------------------------------------------------------
 
-def _field(obj, name: str):
-    return obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
-
-
-def estimated_here(report: Optional[CompileReport]) -> bool:
+def estimated_here(report: CompileReport | None) -> bool:
     """Whether the report ran on a CPU, its rooflines the target GPU's: what the editor shows
     then is estimated GPU time, not the CPU's."""
     return report is not None and report.device == "cpu" and report.peaks is not None
 
 
-def _si(n, unit: str) -> str:
+def _si(n: float, unit: str) -> str:
     n = float(n or 0)
     for scale, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
         if n >= scale:
@@ -233,50 +59,37 @@ def _si(n, unit: str) -> str:
     return f"{n:.3g} {unit}"
 
 
-def roofline_text(region) -> str:
+def roofline_text(region: Region) -> str:
     """"est. 4.1 µs on H100 (memory-bound: 1.2 MB, 3.4 MFLOP)", or where it was measured on
     that GPU "45% of peak on H100 (roofline 1.2 µs, memory-bound: ...)"; "" without one."""
-    line, cost = _field(region, "roofline"), _field(region, "cost")
+    line, cost = region.roofline, region.cost
     if line is None:
         return ""
-    work = f": {_si(_field(cost, 'bytes'), 'B')}, {_si(_field(cost, 'flops'), 'FLOP')}" if cost is not None else ""
-    how = f"{_field(line, 'bound')}-bound{work}"
-    at = f"on {_field(line, 'device')}"
-    if _field(line, "estimate"):
-        return f"est. {format_ms(_field(line, 'min_ms'))} {at} ({how})"
-    pct = _field(line, "pct_of_peak")
-    if pct is None:
-        return f"roofline {format_ms(_field(line, 'min_ms'))} {at} ({how})"
-    return f"{pct:.0f}% of peak {at} (roofline {format_ms(_field(line, 'min_ms'))}, {how})"
+    work = f": {_si(cost.bytes, 'B')}, {_si(cost.flops, 'FLOP')}" if cost is not None else ""
+    how = f"{line.bound}-bound{work}"
+    at = f"on {line.device}"
+    if line.estimate:
+        return f"est. {format_ms(line.min_ms)} {at} ({how})"
+    if line.pct_of_peak is None:
+        return f"roofline {format_ms(line.min_ms)} {at} ({how})"
+    return f"{line.pct_of_peak:.0f}% of peak {at} (roofline {format_ms(line.min_ms)}, {how})"
 
 
-def headroom_ms(region) -> Optional[float]:
+def headroom_ms(region: Region) -> float | None:
     """What can be won in a region: its measured time minus its roofline minimum (None for
     an estimate: the time was measured on another device)."""
     return roofline.headroom_ms(region_time(region), region.roofline)
 
 
-def furthest_from_roofline(report: CompileReport):
+def furthest_from_roofline(regions: list[Region]) -> Region | None:
     """The measured region with the most time above its roofline, or None."""
-    won = [(headroom_ms(r), r) for r in report.regions]
-    won = [(h, r) for h, r in won if h]
+    won = [(h, r) for r in regions if (h := headroom_ms(r))]
     return max(won, key=lambda hr: hr[0])[1] if won else None
 
 
-def preview_region(report: Optional[CompileReport], ops: list):
-    """(executor, preview region dict) a line's ops would join where that executor can run
-    (Triton first), matched by the ops' lines; None when no preview holds them."""
-    if report is None or not report.previews or not ops:
-        return None
-    lines = {(norm_path(o.file), o.line) for o in ops}
-    for p in sorted(report.previews, key=lambda p: p.get("executor") != "triton"):
-        for region in p.get("regions", []):
-            if lines & {(norm_path(s["file"]), s["line"]) for s in region.get("source_lines", [])}:
-                return p["executor"], region
-    return None
+# --- inlay hints ------------------------------------------------------------------------------
 
-
-def _hint_time(region, report) -> str:
+def _hint_time(region: Region, report: CompileReport | None) -> str:
     """The time part of a region's hint: "est 4.1 µs" (on a CPU: the target GPU's roofline),
     "12.1 µs · 45% peak" (measured on a GPU of the table), else the measured time."""
     line = region.roofline
@@ -290,41 +103,55 @@ def _hint_time(region, report) -> str:
     return format_ms(t)
 
 
-def hint_label(notes: list, prefix: str = "") -> str:
-    """`R3 · triton · 0.12 ms` (`· 45% peak` when measured on a GPU) for one region;
-    `R3+R4 · torch` or `R3 +8 more · torch` when the line's ops went to several regions
-    (time only when it is one region's). On a CPU the preview region the line would join,
-    `P1 · triton (preview) · est 3.2 µs`, else `R3 · torch · est 4.1 µs` (target GPU)."""
-    report = notes[0].result.report if notes else None
-    if estimated_here(report):
-        found = preview_region(report, [o for n in notes for o in n.ops])
-        if found is not None:
-            executor, p = found
-            line = p.get("roofline")
-            est = f" · est {format_ms(line['min_ms'])}" if line else ""
-            return shorten(f"{prefix}{p['id']} · {executor} (preview){est}")
-    regions = []
+def _regions_parts(notes: list[LineNote]) -> list[str]:
+    """The parts of a hint naming regions: what, where, how fast."""
+    report = notes[0].result.report
+    preview = next((n.preview for n in notes if n.preview is not None), None)
+    if preview is not None and estimated_here(report):
+        p, region = preview
+        est = [f"est {format_ms(region.roofline.min_ms)}"] if region.roofline is not None else []
+        return [region.id, f"{p.executor} (preview)", *est]
+    regions: list[Region] = []
     for n in notes:
         if n.region not in regions:
             regions.append(n.region)
-    if len(regions) <= 2:
-        ids = "+".join(r.id for r in regions)
-    else:
-        ids = f"{regions[0].id} +{len(regions) - 1} more"
+    ids = "+".join(r.id for r in regions) if len(regions) <= 2 else f"{regions[0].id} +{len(regions) - 1} more"
     executors = {r.executor for r in regions}
-    label = f"{ids} · {executors.pop() if len(executors) == 1 else 'mixed'}"
     when = _hint_time(regions[0], report) if len(regions) == 1 else ""
-    if when:
-        label += f" · {when}"
-    return shorten(prefix + label)
+    return [ids, executors.pop() if len(executors) == 1 else "mixed", *([when] if when else [])]
 
 
-def boundary_label(items: list) -> str:
+def hint_label(notes: list[LineNote], prefix: str = "", saved: Sequence[SavedTensor] = (),
+               kind: str = SAVED_FOR) -> str:
+    """The hint of one program's regions on a line: `R3 · triton · 0.12 ms` (`· 45% peak`
+    when measured on a GPU), `R3+R4 · torch` or `R3 +8 more · torch` for several regions
+    (the time only when it is one region's). On a CPU the preview region the line would join
+    where Triton (else nvFuser) can run, `P1 · triton (preview) · est 3.2 µs`, else the
+    target GPU's estimate, `R3 · torch · est 4.1 µs`. A backward program's hints start `bwd `, and
+    the activations the line saves for it come last (`bwd B3 · torch · 512 KB saved`; alone,
+    `bwd 512 KB saved`), the time and then the executor left out where all would not fit.
+    `kind`: the program's, when `notes` is empty."""
+    head = prefix + words(notes[0].program.kind if notes else kind)[0]
+    parts = _regions_parts(notes) if notes else []
+    if saved:
+        memory = f"{format_bytes(sum(t.bytes for t in saved), compact=True)} saved"
+        while len(parts) > 1 and len(head + " · ".join([*parts, memory])) > HINT_MAX:
+            parts.pop()
+        parts.append(memory)
+    return shorten(head + " · ".join(parts))
+
+
+def boundary_label(items: list[tuple[Region, Boundary]]) -> str:
     region, b = items[0]
     return shorten(f"┆ {region.id} ends: {b.reason}")
 
 
-def timing_text(region) -> str:
+def boundary_tooltip(items: list[tuple[Region, Boundary]]) -> str:
+    return "\n\n".join(f"region `{r.id}` ends here: **{b.reason}**" + (f" — {b.detail}" if b.detail else "")
+                       for r, b in items)
+
+
+def timing_text(region: Region) -> str:
     t = region.timing
     if t is None or t.median_ms is None:
         return "not measured"
@@ -336,24 +163,33 @@ def timing_text(region) -> str:
     return text
 
 
-def region_tooltip(note: LineNote, region_lines: list) -> str:
+def region_tooltip(note: LineNote, region_lines: list[int]) -> str:
     r = note.region
     rep = note.result.report
-    parts = [f"**FusionLens** region `{r.id}` of `{note.result.target}` · executor `{r.executor}`",
+    noun = words(note.program.kind)[1]
+    parts = [f"**FusionLens** {noun} `{r.id}` of `{note.result.target}` · executor `{r.executor}`",
              f"time: {timing_text(r)} · {_plural(r.kernels, 'kernel')}"
              + (f" ({rep.device_name})" if rep is not None and rep.device_name else ""),
              "ops: " + ", ".join(f"`{o}`" for o in r.ops[:12]) + (" …" if len(r.ops) > 12 else "")]
     if roofline_text(r):
         parts.insert(2, f"roofline: {roofline_text(r)}")
-    found = preview_region(rep, note.ops) if estimated_here(rep) else None
-    if found is not None:
-        parts.append(f"where {found[0]} can run: `{found[1]['id']}` · {roofline_text(found[1])}")
+    if note.preview is not None and estimated_here(rep):
+        p, region = note.preview
+        parts.append(f"where {p.executor} can run: `{region.id}` · {roofline_text(region)}")
     if region_lines:
         parts.append("lines: " + ", ".join(str(ln + 1) for ln in region_lines))
     if r.note:
         parts.append(f"note: {r.note}")
     return "\n\n".join(parts)
 
+
+def hint_tooltip(notes: list[LineNote], region_lines_of: Callable[[Result, str], list[int]],
+                 saved: Sequence[SavedTensor] = ()) -> str:
+    tips = [region_tooltip(n, region_lines_of(n.result, n.region.id)) for n in notes]
+    return "\n\n---\n\n".join(tips + ([saved_section(saved)] if saved else []))
+
+
+# --- hover ------------------------------------------------------------------------------------
 
 def code_block(code: str, limit: int = HOVER_CODE_LINES, more: str = "") -> str:
     lines = code.rstrip().splitlines()
@@ -365,10 +201,15 @@ def code_block(code: str, limit: int = HOVER_CODE_LINES, more: str = "") -> str:
     return f"```python\n{body}\n```{extra}"
 
 
-def _region_section(n: LineNote, other: list, boundaries: list) -> list:
+def _ends_here(region: Region, b: Boundary, named: bool = True) -> str:
+    what = f"region `{region.id}` ends here:" if named else "region ends here:"
+    return f"**{what}** {b.reason}" + (f" — {b.detail}" if b.detail else "")
+
+
+def _region_section(n: LineNote, other: list[int], boundaries: list[tuple[Region, Boundary]]) -> list[str]:
     r = n.region
     rep = n.result.report
-    out = [f"### FusionLens · region `{r.id}` · `{r.executor}`"]
+    out = [f"### FusionLens · {words(n.program.kind)[1]} `{r.id}` · `{r.executor}`"]
     dev = f" on {rep.device_name}" if rep is not None and rep.device_name else ""
     out.append(f"target `{n.result.target}` · {timing_text(r)}{dev} · {_plural(r.kernels, 'kernel')}")
     if roofline_text(r):
@@ -379,99 +220,125 @@ def _region_section(n: LineNote, other: list, boundaries: list) -> list:
                + (f" … ({len(r.ops)} in all)" if len(r.ops) > 20 else ""))
     out.append("**same region:** " + (", ".join(f"line {ln + 1}" for ln in other) if other
                                       else "only this line"))
-    for region, b in boundaries:
-        if region is r:
-            out.append(f"**region ends here:** {b.reason}" + (f" — {b.detail}" if b.detail else ""))
+    out += [_ends_here(region, b, named=False) for region, b in boundaries if region is r]
     if r.note:
         out.append(f"**note:** {r.note}")
     return out
 
 
-def preview_section(report: Optional[CompileReport], ops: list) -> list:
+def _ops_cell(n: LineNote) -> str:
+    """The line's traced ops in the region, else (a backward region) the region's own."""
+    names = [o.name for o in n.ops] or [o.removeprefix("prims.") for o in n.region.ops]
+    return ", ".join(f"`{o}`" for o in names[:4]) + (" …" if len(names) > 4 else "")
+
+
+def _regions_table(group: list[LineNote], boundaries: list[tuple[Region, Boundary]],
+                   others: list[int]) -> list[str]:
+    """Several regions of one program on a line: a table, the lines they also cover."""
+    res = group[0].result
+    rep = res.report
+    dev = f" on {rep.device_name}" if rep is not None and rep.device_name else ""
+    ops = "ops from this line" if any(n.ops for n in group) else "ops"
+    rows = [f"| region | executor | {ops} | time | eager | roofline |", "|---|---|---|---|---|---|"]
+    for n in group:
+        t = n.region.timing
+        rows.append(f"| `{n.region.id}` | {n.region.executor} | {_ops_cell(n)}"
+                    f" | {format_ms(t.median_ms if t else None, missing='—')}"
+                    f" | {format_ms(t.eager_median_ms if t else None, missing='—')}"
+                    f" | {_roofline_cell(n.region)} |")
+    out = [f"### FusionLens · {len(group)} {words(group[0].program.kind)[1]}s · target `{res.target}`",
+           "\n".join(rows),
+           f"times{dev}; **these regions also cover:** "
+           + (", ".join(f"line {ln + 1}" for ln in others) if others else "no other line")]
+    out += [_ends_here(region, b) for region, b in boundaries if any(n.region is region for n in group)]
+    return out
+
+
+def _code_sections(group: list[LineNote], budget: list[int]) -> list[str]:
+    """The regions' generated code, as much as `budget[0]` lines allow (shared by the hover)."""
+    out = []
+    skipped = []
+    plain = [n.region.id for n in group if n.region.executor == "torch"] if len(group) > 1 else []
+    if plain:
+        out.append(", ".join(f"`{r}`" for r in plain) + " run as plain torch calls: their code is the trace above")
+    for n in group:
+        code = n.region.code
+        if not code or n.region.id in plain:
+            continue
+        if budget[0] <= 0:
+            skipped.append(n.region.id)
+            continue
+        out.append(f"**kernel code ({n.region.id}):**\n\n"
+                   + code_block(code, budget[0], more=" — code action “Show kernel code for this region”"))
+        budget[0] -= len(code.strip().splitlines())
+    if skipped:
+        out.append("kernel code of " + ", ".join(f"`{r}`" for r in skipped)
+                   + ": code action “Show kernel code for this region”")
+    return out
+
+
+def preview_section(group: list[LineNote]) -> list[str]:
     """What a fusion executor that cannot run here (Triton or nvFuser without a GPU) would
-    make of this line: report.previews, matched through the line's own ops."""
-    found = preview_region(report, ops)
-    if found is None:
+    make of this line: the preview region its regions' notes join."""
+    n = next((n for n in group if n.preview is not None), None)
+    if n is None or n.preview is None:
         return []
-    executor, region = found
-    reason = next((p.get("reason", "") for p in report.previews if p.get("executor") == executor), "")
-    lines = {ln for o in ops for ln in [o.line]}
-    others = sorted({s["line"] for s in region.get("source_lines", [])} - lines)
+    p, region = n.preview
+    lines = {o.line for m in group for o in m.ops} or {m.line + 1 for m in group}
+    others = sorted({s.line for s in region.source_lines} - lines)
     also = f" with line{'s' if len(others) > 1 else ''} {', '.join(map(str, others))}" if others else ""
     est = f" · {roofline_text(region)}" if roofline_text(region) else ""
-    return [f"**where {executor} can run** (not here: {reason}), it would fuse this line{also} into one "
-            f"kernel `{region['id']}` ({len(region.get('ops', []))} ops){est}:",
-            code_block(region.get("code", ""), HOVER_CODE_LINES)]
+    return [f"**where {p.executor} can run** (not here: {p.reason}), it would fuse this line{also} into one "
+            f"kernel `{region.id}` ({len(region.ops)} ops){est}:",
+            code_block(region.code, HOVER_CODE_LINES)]
 
 
-def hover_markdown(notes: list, boundaries: list, region_lines_of, line: int) -> str:
-    """Markdown for a compiled line. `region_lines_of(result, region_id)` gives the region's
-    current lines (0-based) in this document. One region: its details; several (a line whose
-    ops went to several regions): a table, then the trace and as much kernel code as fits."""
-    out = []
-    by_result: dict = {}
+def saved_section(saved: Sequence[SavedTensor]) -> str:
+    total = sum(t.bytes for t in saved)
+    items = ", ".join(f"`{t.name}` {t.dtype}{t.shape}" for t in saved[:4]) + (" …" if len(saved) > 4 else "")
+    return (f"**saved for backward:** {_plural(len(saved), 'activation')}, {format_bytes(total)} ({items})")
+
+
+def program_groups(notes: list[LineNote]) -> list[list[LineNote]]:
+    """A line's notes by result and program, in their order."""
+    groups: dict[tuple[int, str], list[LineNote]] = {}
     for n in notes:
-        by_result.setdefault(id(n.result), []).append(n)
-    for group in by_result.values():
+        groups.setdefault((id(n.result), n.program.kind), []).append(n)
+    return list(groups.values())
+
+
+def hover_markdown(notes: list[LineNote], boundaries: list[tuple[Region, Boundary]],
+                   region_lines_of: Callable[[Result, str], list[int]], line: int,
+                   saved: Sequence[SavedTensor] = ()) -> str:
+    """Markdown for a compiled line, a section per program of each result: one region's
+    details, or a table of several (a line whose ops went to several regions); the trace from
+    this line, as much kernel code as fits; then what the line saves for the backward.
+    `region_lines_of(result, region_id)`: the region's current lines (0-based) here."""
+    out: list[str] = []
+    budget = [HOVER_CODE_LINES]
+    for group in program_groups(notes):
         res = group[0].result
+        others = sorted({ln for n in group for ln in region_lines_of(res, n.region.id)} - {line})
         if len(group) == 1:
-            n = group[0]
-            other = [ln for ln in region_lines_of(res, n.region.id) if ln != line]
-            out += _region_section(n, other, boundaries)
+            out += _region_section(group[0], others, boundaries)
         else:
-            rep = res.report
-            dev = f" on {rep.device_name}" if rep is not None and rep.device_name else ""
-            out.append(f"### FusionLens · {len(group)} regions · target `{res.target}`")
-            rows = ["| region | executor | ops from this line | time | eager | roofline |", "|---|---|---|---|---|---|"]
-            for n in group:
-                t = n.region.timing
-                rows.append(f"| `{n.region.id}` | {n.region.executor} | "
-                            + ", ".join(f"`{o.name}`" for o in n.ops[:4]) + (" …" if len(n.ops) > 4 else "")
-                            + f" | {format_ms(t.median_ms if t else None, missing='—')}"
-                            + f" | {format_ms(t.eager_median_ms if t else None, missing='—')}"
-                            + f" | {_roofline_cell(n.region)} |")
-            out.append("\n".join(rows))
-            others = sorted({ln for n in group for ln in region_lines_of(res, n.region.id)} - {line})
-            out.append(f"times{dev}; **these regions also cover:** "
-                       + (", ".join(f"line {ln + 1}" for ln in others) if others else "no other line"))
-            for region, b in boundaries:
-                if any(n.region is region for n in group):
-                    out.append(f"**region `{region.id}` ends here:** {b.reason}"
-                               + (f" — {b.detail}" if b.detail else ""))
+            out += _regions_table(group, boundaries, others)
         trace = "\n".join(o.trace for n in group for o in n.ops if o.trace)
         if trace:
             out.append("**trace from this line:**\n\n" + code_block(trace, 30))
-        budget = HOVER_CODE_LINES
-        skipped = []
-        plain = [n.region.id for n in group if n.region.executor == "torch"] if len(group) > 1 else []
-        if plain:
-            out.append(", ".join(f"`{r}`" for r in plain) + " run as plain torch calls: their code is the trace above")
-        for n in group:
-            code = n.region.code
-            if not code or n.region.id in plain:
-                continue
-            if budget <= 0:
-                skipped.append(n.region.id)
-                continue
-            out.append(f"**kernel code ({n.region.id}):**\n\n"
-                       + code_block(code, budget, more=" — code action “Show kernel code for this region”"))
-            budget -= len(code.strip().splitlines())
-        if skipped:
-            out.append("kernel code of " + ", ".join(f"`{r}`" for r in skipped)
-                       + ": code action “Show kernel code for this region”")
+        out += _code_sections(group, budget)
         if all(n.region.executor == "torch" for n in group):
-            out += preview_section(res.report, [o for n in group for o in n.ops])
+            out += preview_section(group)
         out.append("---")
-    for region, b in boundaries:
-        if not any(n.region is region for n in notes):
-            out.append(f"**region `{region.id}` ends here:** {b.reason}"
-                       + (f" — {b.detail}" if b.detail else ""))
+    if saved:
+        out.append(saved_section(saved))
+    out += [_ends_here(region, b) for region, b in boundaries if not any(n.region is region for n in notes)]
     while out and out[-1] == "---":
         out.pop()
     return "\n\n".join(out)
 
 
-def _roofline_cell(region) -> str:
+def _roofline_cell(region: Region) -> str:
     line = region.roofline
     if line is None:
         return "—"
@@ -480,66 +347,105 @@ def _roofline_cell(region) -> str:
     return f"{line.pct_of_peak:.0f}% of peak" if line.pct_of_peak is not None else format_ms(line.min_ms)
 
 
-def report_summary(report: CompileReport) -> str:
-    """`3 regions · 4 kernels · 0.12 ms · 2.1x vs eager`, and where measured on a GPU the
-    region furthest from its roofline: `· R3 at 12% of peak`."""
-    parts = [_plural(len(report.regions), "region"),
-             _plural(sum(int(r.kernels or 0) for r in report.regions), "kernel")]
-    t = report.timings
+# --- lens and the target's hover --------------------------------------------------------------
+
+def program_summary(program: ProgramReport) -> list[str]:
+    """`3 regions · 4 kernels · 0.12 ms · 2.1x vs eager` as parts (timings where it has them)."""
+    parts = [_plural(len(program.regions), words(program.kind)[1]),
+             _plural(sum(int(r.kernels or 0) for r in program.regions), "kernel")]
+    t = program.timings
     if t is not None and t.compiled is not None:
         parts.append(format_ms(t.compiled.median_ms))
     if t is not None and t.speedup_vs_eager:
         parts.append(f"{t.speedup_vs_eager:.1f}x vs eager")
-    worst = furthest_from_roofline(report)
-    if worst is not None:
+    return parts
+
+
+def step_summary(report: CompileReport) -> str | None:
+    """`fwd+bwd 1.4x vs eager · 12 MB saved` for a training compile, else None."""
+    training = report.training
+    if training is None:
+        return None
+    t = training.step
+    if t is not None and t.speedup_vs_eager:
+        step = f"fwd+bwd {t.speedup_vs_eager:.1f}x vs eager"
+    else:
+        backward = report.program(SAVED_FOR)
+        step = f"fwd+bwd · {_plural(len(backward.regions) if backward else 0, words(SAVED_FOR)[1])}"
+    return f"{step} · {format_bytes(training.saved_bytes)} saved"
+
+
+def report_summary(report: CompileReport) -> str:
+    """The training step where there is one, then the forward program's summary, and where
+    measured on a GPU the region furthest from its roofline: `· R3 at 12% of peak`."""
+    parts = program_summary(report.forward)
+    worst = furthest_from_roofline(report.all_regions())
+    if worst is not None and worst.roofline is not None:
         parts.append(f"{worst.id} at {worst.roofline.pct_of_peak:.0f}% of peak")
-    step = backward_views.step_summary(report)
+    step = step_summary(report)
     return " · ".join(parts if step is None else [step, *parts])
 
 
-def nothing_compiled(report: CompileReport) -> Optional[str]:
+def nothing_compiled(report: CompileReport) -> str | None:
     """Why a report that compiled has no region (its call returned no tensor), else None."""
-    if report.regions:
+    if report.all_regions():
         return None
-    why = next((d.message for d in report.diagnostics if "nothing to compile" in d.message), None)
-    why = why.split(": there is nothing to compile")[0] if why else "the call ran no tensor op"
+    diag = next((d for d in report.diagnostics if d.code == DiagnosticCode.NOTHING_TO_COMPILE), None)
+    why = diag.message.split(": ")[0] if diag is not None else "the call ran no tensor op"
     return "Nothing to compile: " + shorten(why, 60)
 
 
-def lens_title(status: str, result: Optional[Result], message: str = "") -> str:
-    """The target's code lens, from `DocumentsMixin.target_state`'s (status, message)."""
+def lens_title(status: str, result: Result | None, message: str = "", cancelled: bool = False) -> str:
+    """The target's code lens, from `Jobs.target_state`'s (status, message); `cancelled`: the
+    target's latest run was cancelled."""
     if status == "compiling":
         return "Compiling…"
-    if status == "not compiled" and message.startswith("compile cancelled"):
+    if status == "not compiled" and cancelled:
         return "Compile & benchmark (last run cancelled)"
     if status == "syntax error":
         return "Not compiled: " + shorten(message, 60)
-    ok = result is not None and result.status == "ok" and result.report is not None
+    report = result.report if result is not None and result.status == "ok" else None
     if status == "not allowed":
-        if ok and result.report.regions:
-            return "Stale (execution disabled): " + report_summary(result.report)
+        if report is not None and report.all_regions():
+            return "Stale (execution disabled): " + report_summary(report)
         return "Not compiled: execution disabled (fusionlens.allowExecution)"
-    if ok:
-        return nothing_compiled(result.report) or report_summary(result.report)
+    if report is not None:
+        return nothing_compiled(report) or report_summary(report)
     if result is not None:
         return "Compile failed: " + shorten(result.message or "error", 60) + " · retry"
     return "Compile & benchmark"
 
 
-def target_hover(name: str, status: str, message: str, result: Optional[Result]) -> str:
+def _training_lines(report: CompileReport, training: Training) -> list[str]:
+    """The target's hover of a training compile: the step's timings, the largest saved activations."""
+    out = [step_summary(report) or ""]
+    t = training.step
+    if t is not None and t.compiled is not None and t.eager is not None:
+        out.append(f"training step: compiled {format_ms(t.compiled.median_ms)} vs eager {format_ms(t.eager.median_ms)}"
+                   + (f", torch.compile {format_ms(t.torch_compile.median_ms)}" if t.torch_compile else ""))
+    biggest = sorted((s for s in training.saved if s.kind == "activation"), key=lambda s: -s.bytes)[:3]
+    if biggest:
+        out.append("largest saved: " + ", ".join(
+            f"`{s.name}` {format_bytes(s.bytes)} ({os.path.basename(s.file or '?')}:{s.line})" for s in biggest))
+    return out
+
+
+def target_hover(name: str, status: str, message: str, result: Result | None) -> str:
     out = [f"### FusionLens target `{name}`", f"status: **{status}**" + (f" — {message}" if message else "")]
     if result is not None and result.report is not None:
         rep = result.report
         out.append(report_summary(rep) + f" · device {rep.device_name or rep.device}")
-        t = rep.timings
+        t = rep.forward.timings
         if t is not None and t.compiled is not None and t.eager is not None:
             out.append(f"compiled {format_ms(t.compiled.median_ms)} vs eager {format_ms(t.eager.median_ms)}"
                        f" ({t.compiled.method}, {t.compiled.repeats} repeats)")
-        if rep.regions:
-            out.append("\n".join(f"- `{r.id}` {r.executor}: {len(r.ops)} ops, {timing_text(r)}"
-                                 + (f" · {roofline_text(r)}" if r.roofline is not None else "")
-                                 for r in rep.regions))
-        out += backward_views.target_lines(rep)
+        for program in rep.programs:
+            if program.regions:
+                out.append("\n".join(f"- `{r.id}` {r.executor}: {len(r.ops)} ops, {timing_text(r)}"
+                                     + (f" · {roofline_text(r)}" if r.roofline is not None else "")
+                                     for r in program.regions))
+        if rep.training is not None:
+            out += _training_lines(rep, rep.training)
         if rep.fallbacks:
             out.append(f"{len(rep.fallbacks)} op(s) fell back to eager PyTorch")
     elif result is not None:

@@ -10,14 +10,14 @@ Where a compile hung or died. The server kills a compile that runs past its time
 cannot ask a dead worker anything, so the worker says beforehand where the user's code is
 (the innermost *user* frame of the main thread, by `compiler.provenance.is_user_file`, and
 the chain of user frames, innermost first):
-  - "where" events: a sampler thread sends the main thread's user stack every SAMPLE_S
+  - WhereEvents: a sampler thread sends the main thread's user stack every SAMPLE_S
     seconds while it changes (the last known position for a SIGKILL, e.g. the OOM killer)
     and once more shortly before the compile's timeout; os._exit() in user code sends one,
     with its exit code, before exiting;
   - the stacks file (FUSIONLENS_WORKER_STACKS, made by the server): `faulthandler` dumps all
     threads' Python stacks there on a fatal signal (SIGSEGV, SIGABRT, ...) and, when the
     sampler could not run before the timeout (a C call holding the GIL), just before it.
-    The server parses the dump with the "stacks" of the ready message: the main thread's
+    The server parses the dump with the Ready message's `stacks`: the main thread's
     id and the path roots that are not user code.
 """
 
@@ -25,22 +25,39 @@ from __future__ import annotations
 
 import dataclasses
 import faulthandler
-import json
+import functools
 import os
 import sys
 import threading
 import time
 import traceback
+from types import FrameType
+from typing import Any, TextIO
+from collections.abc import Callable
+
+from lsp_server.protocol import (CompileAnswer, CompileRequest, ExitRequest, Failure, Message, PingAnswer,
+                                 PingRequest, Ready, ReproAnswer, ReproRequest, ReproScript, Stacks, Started,
+                                 UserFrame, Where, WhereEvent, decode, encode)
 
 SAMPLE_S = 0.25
 _LSP_DIR = os.path.dirname(os.path.abspath(__file__))
 _REAL_EXIT = os._exit
 _OUT_LOCK = threading.Lock()  # the main thread and the sampler both write to the protocol
-_STACKS_FD: "int | None" = None
-_CURRENT: dict = {"id": None, "out": None, "final_at": None}  # the compile in progress (_OUT_LOCK)
+_STACKS_FD: int | None = None
 
 
-def _take_over_stdio():
+class _Current:
+    """The request in progress (read and written under _OUT_LOCK)."""
+
+    id: int | None = None
+    out: TextIO | None = None
+    final_at: float | None = None  # monotonic time of the last sample before its timeout
+
+
+_CURRENT = _Current()
+
+
+def _take_over_stdio() -> tuple[TextIO, TextIO]:
     proto_out = os.fdopen(os.dup(1), "w", encoding="utf-8", buffering=1)
     proto_in = os.fdopen(os.dup(0), "r", encoding="utf-8")
     sys.stdout.flush()
@@ -51,8 +68,8 @@ def _take_over_stdio():
     return proto_in, proto_out
 
 
-def _send(out, message: dict) -> None:
-    text = json.dumps(message, default=str) + "\n"
+def _send(out: TextIO, message: Message) -> None:
+    text = encode(message) + "\n"
     with _OUT_LOCK:
         out.write(text)
         out.flush()
@@ -60,13 +77,13 @@ def _send(out, message: dict) -> None:
 
 # --- where the user's code is ---------------------------------------------------------------
 
-def _code_roots() -> dict:
+def _code_roots() -> dict[str, list[str]]:
     """compiler.provenance's folders for deciding which frames are user (model) code, sent to
     the server, which classifies a crash dump's frames with them (it imports no compiler)."""
     try:
         from compiler import provenance
 
-        return dataclasses.asdict(provenance.code_roots())
+        return {k: list(v) for k, v in dataclasses.asdict(provenance.code_roots()).items()}
     except Exception:  # noqa: BLE001 - the compiler is broken: the standard library at least
         import sysconfig
 
@@ -83,31 +100,30 @@ def _is_user(filename: str) -> bool:
     return is_user_file(filename)
 
 
-def _user_stack(frame, limit: int = 40) -> list:
+def _user_stack(frame: FrameType | None, limit: int = 40) -> list[UserFrame]:
     """The user frames of a Python stack, innermost first."""
-    stack = []
+    stack: list[UserFrame] = []
     while frame is not None and len(stack) < limit:
         code = frame.f_code
         if frame.f_lineno and _is_user(code.co_filename):
-            stack.append({"file": os.path.abspath(code.co_filename), "line": frame.f_lineno,
-                          "function": code.co_name})
+            stack.append(UserFrame(os.path.abspath(code.co_filename), frame.f_lineno, code.co_name))
         frame = frame.f_back
     return stack
 
 
-def _where(stack: list, **extra) -> "dict | None":
+def _where(stack: list[UserFrame], exit: int | None = None) -> Where | None:
     if not stack:
         return None
-    return dict(stack[0], stack=stack, **extra)
+    return Where(stack[0].file, stack[0].line, stack[0].function, stack, exit=exit)
 
 
-def _send_where(where: dict, req_id=None) -> None:
+def _send_where(where: Where, req_id: int | None = None) -> None:
     with _OUT_LOCK:
-        out = _CURRENT["out"]
-        if _CURRENT["id"] is None or out is None or (req_id is not None and req_id != _CURRENT["id"]):
+        out, current = _CURRENT.out, _CURRENT.id
+        if current is None or out is None or (req_id is not None and req_id != current):
             return  # that compile is over
         try:
-            out.write(json.dumps({"id": _CURRENT["id"], "event": "where", "where": where}, default=str) + "\n")
+            out.write(encode(WhereEvent(current, where)) + "\n")
             out.flush()
         except (OSError, ValueError):
             pass
@@ -120,25 +136,25 @@ def _sampler() -> None:
     reads the frames of a thread that may be running, and a thread that is changing them
     (a busy Python loop) can make it crash the worker."""
     main = threading.main_thread().ident
-    last = None
+    last: Any = None
     while True:
-        final_at = _CURRENT["final_at"]
+        final_at = _CURRENT.final_at
         time.sleep(SAMPLE_S if final_at is None else min(SAMPLE_S, max(final_at - time.monotonic(), 0.01)))
-        req_id, final_at = _CURRENT["id"], _CURRENT["final_at"]
+        req_id, final_at = _CURRENT.id, _CURRENT.final_at
         if req_id is None:
             last = None
             continue
         final = final_at is not None and time.monotonic() >= final_at
         if final:
             with _OUT_LOCK:
-                if _CURRENT["id"] == req_id:
-                    _CURRENT["final_at"] = None
+                if _CURRENT.id == req_id:
+                    _CURRENT.final_at = None
                     _cancel_dump()
         try:
-            where = _where(_user_stack(sys._current_frames().get(main)))
+            where = _where(_user_stack(sys._current_frames().get(main or 0)))
         except Exception:  # noqa: BLE001 - a sample is worth no crash
             continue
-        key = (req_id, where and (where["file"], where["line"], len(where["stack"])))
+        key = (req_id, where and (where.file, where.line, len(where.stack)))
         if where is not None and (key != last or final):
             last = key
             _send_where(where, req_id)
@@ -151,7 +167,7 @@ def _cancel_dump() -> None:
         pass
 
 
-def _exit_reporting_where(code=0):
+def _exit_reporting_where(code: int = 0) -> None:
     """os._exit in user code: say where, then exit (the exit code tells the server the rest)."""
     try:
         if threading.current_thread() is threading.main_thread():
@@ -163,9 +179,9 @@ def _exit_reporting_where(code=0):
     _REAL_EXIT(code)
 
 
-def _set_up_stacks() -> dict:
+def _set_up_stacks() -> Stacks:
     """Fatal signals dump the Python stacks into the server's stacks file; os._exit and a
-    sampler report positions. Returns the ready message's "stacks"."""
+    sampler report positions. Returns the Ready message's `stacks`."""
     global _STACKS_FD
     path = os.environ.get("FUSIONLENS_WORKER_STACKS")
     if path:
@@ -174,39 +190,36 @@ def _set_up_stacks() -> dict:
             faulthandler.enable(file=_STACKS_FD, all_threads=True)
         except (OSError, ValueError, RuntimeError):
             _STACKS_FD = None
-    os._exit = _exit_reporting_where
+    os._exit = _exit_reporting_where  # type: ignore[assignment]
     threading.Thread(target=_sampler, name="fusionlens-where", daemon=True).start()
-    return {"thread": threading.main_thread().ident, "roots": _code_roots()}
+    return Stacks(threading.main_thread().ident, _code_roots())
 
 
-def _watch_compile(req: dict, out) -> None:
+def _watch_compile(req_id: int, timeout: float | None, out: TextIO) -> None:
     """A compile starts: positions are about it, and the stacks are dumped shortly before
     its timeout (the server kills it at the timeout)."""
-    try:
-        timeout = float(req.get("timeout") or 0)
-    except (TypeError, ValueError):
-        timeout = 0.0
-    margin = min(1.0, 0.25 * timeout)
+    seconds = float(timeout or 0)
+    margin = min(1.0, 0.25 * seconds)
     with _OUT_LOCK:
-        _CURRENT.update(id=req["id"], out=out,
-                        final_at=time.monotonic() + timeout - margin if timeout > 0 else None)
+        _CURRENT.id, _CURRENT.out = req_id, out
+        _CURRENT.final_at = time.monotonic() + seconds - margin if seconds > 0 else None
         if _STACKS_FD is None:
             return
         try:
             os.ftruncate(_STACKS_FD, 0)  # the file is about this compile only
-            if timeout > 0:  # the sampler cancels it when it gets to run (see _sampler)
-                faulthandler.dump_traceback_later(max(timeout - margin / 2, 0.05), file=_STACKS_FD)
+            if seconds > 0:  # the sampler cancels it when it gets to run (see _sampler)
+                faulthandler.dump_traceback_later(max(seconds - margin / 2, 0.05), file=_STACKS_FD)
         except (OSError, ValueError, RuntimeError):
             pass
 
 
 def _unwatch_compile() -> None:
     with _OUT_LOCK:
-        _CURRENT.update(id=None, out=None, final_at=None)
+        _CURRENT.id, _CURRENT.out, _CURRENT.final_at = None, None, None
         _cancel_dump()
 
 
-def _compile_function():
+def _compile_function() -> Callable[..., Any]:
     """The compile entry point; FUSIONLENS_WORKER_COMPILE=module:function overrides it
     (development and tests of the worker machinery only)."""
     spec = os.environ.get("FUSIONLENS_WORKER_COMPILE")
@@ -231,86 +244,65 @@ def _device() -> tuple[str, str]:
         return "cpu", f"CPU (torch unavailable: {e})"
 
 
-def _start_request(req: dict, out) -> None:
-    """A request that runs user code begins: its folders first on sys.path, its working
-    folder, "started", and the watch on where its user code is."""
-    for p in reversed(req.get("sys_path") or []):
+def _run(req: CompileRequest | ReproRequest, out: TextIO, work: Callable[[], Message]) -> None:
+    """Run a request's user code: its folders first on sys.path, its working folder,
+    Started, the watch on where its user code is; then its answer, or a Failure."""
+    for p in reversed(req.sys_path):
         if p and p not in sys.path:
             sys.path.insert(0, p)
-    if req.get("cwd"):
+    if req.cwd:
         try:
-            os.chdir(req["cwd"])
+            os.chdir(req.cwd)
         except OSError:
             pass
-    _send(out, {"id": req["id"], "event": "started"})
-    _watch_compile(req, out)
-
-
-def _end_request(text: str, out) -> None:
+    _send(out, Started(req.id))
+    _watch_compile(req.id, req.timeout, out)
+    try:
+        answer = encode(work())
+    except BaseException as e:  # noqa: BLE001 - everything becomes a message
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        answer = encode(Failure(req.id, f"{type(e).__name__}: {e}", traceback.format_exc()))
     _unwatch_compile()
     sys.stdout.flush()
     sys.stderr.flush()
     with _OUT_LOCK:
-        out.write(text + "\n")
+        out.write(answer + "\n")
         out.flush()
 
 
-def _handle_repro(req: dict, out) -> None:
-    """A repro script of one region (compiler.repro): {"ok": true, "repro": {text, region,
-    executor, file_name, summary}}, or "repro": null and "problem" when there is none."""
-    _start_request(req, out)
+def _compile(req: CompileRequest) -> CompileAnswer:
+    from compiler.options import CompileOptions
+
+    compile_target = _compile_function()
+    extra = {"source": req.source} if req.source is not None else {}  # an unsaved buffer
+    # the worker is an entry point: the environment's options (FUSIONLENS_DEBUG, ...), then
+    # the settings' (fusionlens.executors, fusionlens.targetGpu) over them
+    options = CompileOptions.from_env(executors=req.executors, gpu=req.gpu)
+    report = compile_target(req.path, req.target, executors=req.executors, options=options, **extra,
+                            benchmark=req.benchmark, repeats=req.repeats, device=req.device)
+    return CompileAnswer(req.id, report.to_dict() if hasattr(report, "to_dict") else report)
+
+
+def _repro(req: ReproRequest) -> ReproAnswer:
+    """A repro script of one region (compiler.repro), or why there is none."""
+    from compiler import repro
+    from compiler.options import CompileOptions
+
     try:
-        from compiler import repro
-
-        try:
-            r = repro.write_repro(req["path"], req["target"], req["region"], executors=req.get("executors"),
-                                  device=req.get("device", "auto"), source=req.get("source"))
-            answer = {"id": req["id"], "ok": True, "repro": {"text": r.text, "region": r.region,
-                                                             "executor": r.executor, "file_name": r.file_name,
-                                                             "summary": r.summary}}
-        except repro.ReproError as e:
-            answer = {"id": req["id"], "ok": True, "repro": None, "problem": str(e)}
-        text = json.dumps(answer, default=str)
-    except BaseException as e:  # noqa: BLE001 - everything becomes a message
-        if isinstance(e, KeyboardInterrupt):
-            raise
-        text = json.dumps({"id": req["id"], "ok": False, "error": f"{type(e).__name__}: {e}",
-                           "traceback": traceback.format_exc()})
-    _end_request(text, out)
-
-
-def _handle_compile(req: dict, out) -> None:
-    _start_request(req, out)
-    try:
-        compile_target = _compile_function()
-        extra = {"source": req["source"]} if req.get("source") is not None else {}  # an unsaved buffer
-        from compiler import roofline
-
-        with roofline.targeting(req.get("gpu")):  # fusionlens.targetGpu
-            report = compile_target(req["path"], req["target"], executors=req.get("executors"), **extra,
-                                    benchmark=req.get("benchmark", True),
-                                    repeats=int(req.get("repeats", 20)),
-                                    device=req.get("device", "auto"))
-        data = report.to_dict() if hasattr(report, "to_dict") else report
-        text = json.dumps({"id": req["id"], "ok": True, "report": data}, default=str)
-    except BaseException as e:  # noqa: BLE001 - everything becomes a message
-        if isinstance(e, KeyboardInterrupt):
-            raise
-        text = json.dumps({"id": req["id"], "ok": False,
-                           "error": f"{type(e).__name__}: {e}",
-                           "traceback": traceback.format_exc()})
-    _end_request(text, out)
+        r = repro.write_repro(req.path, req.target, req.region, options=CompileOptions.from_env(),
+                              executors=req.executors, device=req.device, source=req.source)
+    except repro.ReproError as e:
+        return ReproAnswer(req.id, None, str(e))
+    return ReproAnswer(req.id, ReproScript(r.text, r.region, r.executor, r.file_name, r.summary))
 
 
 def _exit_with_parent() -> None:
     """The worker runs in its own session; if the server goes away without killing it (a
     crash, SIGKILL), stop anyway, even in the middle of a user's endless loop."""
-    import threading
-    import time
-
     parent = os.getppid()
 
-    def watch():
+    def watch() -> None:
         while True:
             time.sleep(1.0)
             if os.getppid() != parent:
@@ -319,39 +311,37 @@ def _exit_with_parent() -> None:
     threading.Thread(target=watch, name="fusionlens-parent-watch", daemon=True).start()
 
 
-def main() -> None:
-    proto_in, proto_out = _take_over_stdio()
-    _exit_with_parent()
-    stacks = None
+def _ready() -> Ready:
+    """Import the compiler and torch (the first compile then starts at once) and set up the
+    stacks: the Ready message."""
     error = None
     try:
-        import compiler.targets  # noqa: F401  (warm up: the compiler and torch)
+        import compiler.targets  # noqa: F401
         device, device_name = _device()
     except Exception as e:  # noqa: BLE001
         device, device_name, error = "cpu", "CPU", f"{type(e).__name__}: {e}"
+    stacks = None
     try:
         stacks = _set_up_stacks()
     except Exception:  # noqa: BLE001 - compiles work without it
         pass
-    _send(proto_out, {"event": "ready", "pid": os.getpid(), "device": device,
-                      "device_name": device_name, "error": error, "stacks": stacks})
+    return Ready(os.getpid(), device, device_name, error, stacks)
+
+
+def main() -> None:
+    proto_in, proto_out = _take_over_stdio()
+    _exit_with_parent()
+    _send(proto_out, _ready())
     for line in proto_in:
-        line = line.strip()
-        if not line:
-            continue
-        try:
-            req = json.loads(line)
-        except ValueError:
-            continue
-        cmd = req.get("cmd")
-        if cmd == "compile":
-            _handle_compile(req, proto_out)
-        elif cmd == "repro":
-            _handle_repro(req, proto_out)
-        elif cmd == "ping":
-            _send(proto_out, {"id": req.get("id"), "ok": True, "pid": os.getpid(),
-                              "modules": sorted(m for m in ("torch", "compiler") if m in sys.modules)})
-        elif cmd == "exit":
+        req = decode(line) if line.strip() else None
+        if isinstance(req, CompileRequest):
+            _run(req, proto_out, functools.partial(_compile, req))
+        elif isinstance(req, ReproRequest):
+            _run(req, proto_out, functools.partial(_repro, req))
+        elif isinstance(req, PingRequest):
+            _send(proto_out, PingAnswer(req.id, os.getpid(),
+                                        sorted(m for m in ("torch", "compiler") if m in sys.modules)))
+        elif isinstance(req, ExitRequest):
             break
 
 

@@ -1,5 +1,6 @@
 """Shared pytest setup for the compiler tests: fresh random inputs each run, seed printed.
 
+The verifier (compiler/verify.py) runs between the stages of every compile.
 Every test runs under a new random torch seed (FUSIONLENS_SEED=<n> reruns one); the seed
 is printed, so pytest shows it with the output of a failing test. torch is imported only
 when a test has already imported it (the language-server tests do not need it).
@@ -42,6 +43,9 @@ def _triton_for_the_interpreter() -> None:
 
 
 _triton_for_the_interpreter()
+# compiler/verify.py runs after every stage of every compile the suite makes (the entry points
+# read it into CompileOptions.verify; subprocesses, the CLI and the editor's worker, inherit it).
+os.environ.setdefault("FUSIONLENS_VERIFY", "1")
 
 
 @pytest.fixture(autouse=True)

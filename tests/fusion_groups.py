@@ -12,7 +12,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from compiler import frontend, passes
-from compiler.fusion import FusionGroup, source_comments
+from compiler.contract import FusionGroup, source_comments
 from compiler.ir import external_inputs, values_in
 
 

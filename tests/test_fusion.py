@@ -9,6 +9,7 @@ import torch.nn.functional as F
 
 import compiler
 from compiler import checking, executors
+from compiler.contract import BoundaryCode, Decline
 from compiler.options import CompileOptions
 from compiler.discovery import find_targets
 from compiler.targets import compile_target
@@ -197,3 +198,98 @@ def test_each_fused_region_times_against_its_own_torch_ops(fuser):
     opt = c.forward.traces["optimised"]
     assert [b.sym.name for b in benchmark._source_ops(opt, first)] == ["torch.exp"]
     assert [b.sym.name for b in benchmark._source_ops(opt, second)] == ["torch.mul"]
+
+
+# --- boundary codes (compiler/contract.py) and lowering's source-only mode ---------------------
+
+def _lowered(fn, *args, fusers=("testfuser",)):
+    """The forward program's plan of `fn` with these fusion executors."""
+    from compiler import pipeline
+
+    options = CompileOptions(executors=tuple(fusers) + ("torch",))
+    return pipeline.compile_program(fn, args, {}, options).forward.plan
+
+
+_W = torch.randn(16, 16)
+BOUNDARY_CASES = {  # the code of each kind of boundary, made by the region that ends first
+    BoundaryCode.LIBRARY_CALL: (lambda x: torch.sigmoid(x) @ _W, (8, 16)),
+    BoundaryCode.UNSUPPORTED_OP: (lambda x: torch.gradient(torch.exp(x), dim=0)[0], (5, 7)),
+    BoundaryCode.VIEW_OR_LAYOUT: (lambda x: torch.exp(x).t() * 2, (4, 8)),
+    BoundaryCode.REDUCTION_AXIS: (lambda x: (torch.exp(x).sum(1, keepdim=True) * x).sum(0), (4, 8)),
+    BoundaryCode.SHAPE_REFUSED: (lambda x, y: torch.exp(x) + y.sum(), (4, 8), (3,)),
+    # two regions of one domain reduced over different dims, joined by an add: the first flows out
+    BoundaryCode.OUTPUT_NEEDED: (lambda x, y: (x - x.sum(1, keepdim=True)) + (y - y.sum(0, keepdim=True)),
+                                 (4, 8), (4, 8)),
+    BoundaryCode.END_OF_PROGRAM: (lambda x: torch.exp(x) * 2, (4, 8)),
+}
+
+
+@pytest.mark.parametrize("code", list(BoundaryCode), ids=str)
+def test_each_boundary_kind_has_its_code(fuser, code):
+    fn, *shapes = BOUNDARY_CASES[code]
+    plan = _lowered(fn, *(torch.randn(s) for s in shapes))
+    first = plan.regions[0].boundary
+    assert first.code is code and first.reason == code.reason
+    for r in plan.regions:  # every boundary is typed, its words those of its code
+        assert r.boundary is None or (isinstance(r.boundary.code, BoundaryCode)
+                                      and r.boundary.reason == r.boundary.code.reason), r
+
+
+class _Declining(TorchFusion):
+    name = "declining"
+
+    def generate(self, group, device):
+        raise Decline("not this shape")
+
+
+def test_a_declined_region_runs_its_prims_through_torch_with_the_reason():
+    ex = _Declining()
+    executors.register(ex)
+    try:
+        plan = _lowered(lambda x: torch.exp(x) * 2, torch.randn(4, 8), fusers=["declining"])
+    finally:
+        executors.unregister(ex.name)
+    assert [(r.id, r.executor, r.note) for r in plan.regions] == [
+        ("R0", "torch", "declining declined: not this shape"), ("R1", "torch", "declining declined: not this shape")]
+    assert all(r.boundary.code is BoundaryCode.SHAPE_REFUSED for r in plan.regions)
+
+
+class _SourceOnly(TorchFusion):
+    """A fusion executor that can write its code but must not build a kernel."""
+
+    name = "sourceonly"
+
+    def generate(self, group, device):
+        raise AssertionError("source-only lowering built a kernel")
+
+    def definition_source(self, group):
+        return f"# code of {group.id}: " + ", ".join(b.sym.name for b in group.bsyms)
+
+
+def test_source_only_lowering_writes_the_code_of_the_regions_it_would_run(fuser):
+    from compiler import frontend, fusion, lowering, passes
+    from compiler.ir import run_ops
+
+    def f(x, w):
+        return F.linear(torch.relu(x), w).softmax(-1) * 2
+
+    x, w = torch.randn(4, 16), torch.randn(8, 16)
+    traced = frontend.trace(f, (x, w), {})
+    optimised = passes.optimise(passes.decompose(traced.trace))
+    ex = _SourceOnly()
+    flat = fusion.prepare(optimised, [ex])
+    plan = lowering.lower(flat, [ex], torch.device("cpu"), [], prefix="P", source_only=True)
+    ran = lowering.lower(fusion.prepare(optimised, [fuser]), [fuser], torch.device("cpu"), [])
+    fused = [r for r in ran.regions if r.executor == "testfuser"]
+    assert [r.id for r in ran.regions] == ["R0", "R1", "R2"] and len(fused) == 2
+    # only the fused regions, numbered among themselves; the same ops and boundaries as ran
+    assert [r.id for r in plan.regions] == ["P0", "P1"]
+    assert [[b.sym.name for b in r.bsyms] for r in plan.regions] == [[b.sym.name for b in r.bsyms] for r in fused]
+    assert [r.boundary for r in plan.regions] == [r.boundary for r in fused]
+    for r in plan.regions:
+        assert r.fn is None and r.executor == "sourceonly" and r.group.id == r.id
+        assert r.generated.report_code() == ex.definition_source(r.group)
+    # the execution trace runs: each region's op runs its prims through torch
+    env = run_ops(plan.trace.bound_symbols, {v.name: t for v, t in zip(plan.trace.inputs, (x, w))})
+    assert checking.mismatch((env[plan.trace.results()[0].name],), (f(x, w),)) is None
+    assert lowering.lower(flat, [], torch.device("cpu"), [], prefix="P", source_only=True).regions == []

@@ -291,8 +291,8 @@ def test_source_for_layouts_is_the_definition_that_ran_for_them(runner):
     contiguous = [Layout.contiguous(v) for v in group.inputs]
     assert "stride_order=[1, 0]" in runner.executor.source_for(group, contiguous, runner.device.type)
     # a 0-dim CPU tensor is a CPU scalar to a CUDA definition, an ordinary tensor on a CPU one
-    scalar, _, _ = function_group(lambda x, s: x * s, f32(4), torch.tensor(2.0))
-    cpu = [Layout.of_tensor(t) for t in (f32(4), torch.tensor(2.0))]
+    scalar, cpu_tensors, _ = function_group(lambda x, s: x * s, f32(4), torch.tensor(2.0))
+    cpu = [Layout.of_tensor(t) for t in cpu_tensors]
     assert runner.executor.source_for(scalar, cpu, "cuda").count("is_cpu=True") == 1
     assert "is_cpu=True" not in runner.executor.source_for(scalar, cpu, "cpu")
 

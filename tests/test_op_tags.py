@@ -91,7 +91,7 @@ def test_torch_callables_the_name_rule_called_random_are_known_random():
     owners = {"torch": torch, "torch.Tensor": torch.Tensor, "torch.nn.functional": F, "torch.nn.init": init}
     matched = [getattr(owner, n) for owner in owners.values() for n in dir(owner)
                if not n.startswith("_") and (old_random_by_name(n) or "random" in n) and callable(getattr(owner, n))
-               and getattr(getattr(owner, n), "__name__", "") != "deprecated_init"]  # nn.init.normal, gone soon
+               and "deprecated_init" not in getattr(getattr(owner, n), "__qualname__", "")]  # nn.init.normal
     assert len(matched) >= 15
     assert [fn for fn in matched if not known_random(fn)] == []
     assert [fn for fn in MISSED_BY_NAME if not known_random(fn)] == []
@@ -172,8 +172,6 @@ def test_a_random_symbol_makes_the_check_compare_shapes_only():
     assert _errors(report) == []
 
 
-@pytest.mark.xfail(strict=True, reason="frontend.Tracer.opaque does not tag its symbols with "
-                                       "torch_ops.fallback_tags yet (issue 17)")
 def test_a_random_call_with_no_symbol_makes_the_check_compare_shapes_only():
     report = compiler.compile(lambda x: x.clone().cauchy_() + x, torch.randn(4, 4), executors=["torch"])
     assert _errors(report) == []

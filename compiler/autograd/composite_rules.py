@@ -22,12 +22,17 @@ import math
 
 import torch
 
-from compiler.autograd.torch_rules import PROGRAM_GLOBAL, NoRule
-from compiler.ir import Symbol, Value
+from compiler.autograd.torch_rules import NoRule, Rule, rule_targets
+from compiler.ir import OpTag, Symbol, Value
 from compiler.ops import prims as P
-from compiler.ops.torch_ops.registry import LIBRARY
 
-RULES: dict = {}
+RULES: dict[Symbol, Rule] = {}  # registered symbol -> its rule (rules.lookup reads it)
+
+
+def _register(name: str, rule: Rule) -> None:
+    """`rule` for the registered symbol `name` (a misspelt name fails at import)."""
+    for sym in rule_targets((name,), RULES):
+        RULES[sym] = rule
 
 
 def _cast(x: Value, dtype) -> Value:
@@ -48,7 +53,7 @@ def _bind(signature, b):
 
 
 def backward_symbol(name: str, impl, decomposition, program_global: bool = False) -> Symbol:
-    tags = (LIBRARY, PROGRAM_GLOBAL) if program_global else (LIBRARY,)
+    tags = (OpTag.LIBRARY_CALL, OpTag.PROGRAM_GLOBAL) if program_global else (OpTag.LIBRARY_CALL,)
     return Symbol(name, impl, decomposition=decomposition, tags=tags)
 
 
@@ -113,7 +118,7 @@ def _unary_rule(name, signature, make):
         if not isinstance(x, Value) or not x.dtype.is_floating_point:
             raise NoRule("not a float tensor")
         return [(x, make(b, cots[0], a))]
-    RULES[name] = rule
+    _register(name, rule)
 
 
 def _gelu_sig(input, approximate="none"): ...
@@ -229,7 +234,7 @@ def _batch_norm(b, cots):
     return pairs
 
 
-RULES["torch.nn.functional.batch_norm"] = _batch_norm
+_register("torch.nn.functional.batch_norm", _batch_norm)
 
 
 def _layer_norm_backward_impl(grad, x, normalized_shape, weight, bias, eps):
@@ -271,4 +276,4 @@ def _layer_norm(b, cots):
     return list(zip([v for v in (x, weight, bias) if v is not None], grads))
 
 
-RULES["torch.nn.functional.layer_norm"] = _layer_norm
+_register("torch.nn.functional.layer_norm", _layer_norm)

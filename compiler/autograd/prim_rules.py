@@ -11,14 +11,20 @@ own prims), so every rule returns a cotangent of its argument's exact shape and 
 from __future__ import annotations
 
 import math
+from typing import Callable
 
-from compiler.ir import Value
+from compiler.ir import Symbol, SymbolKind, Value
 from compiler.ops import prims as P
 
-RULES: dict = {}  # prim Symbol -> rule
+# prim -> rule: (forward op, cotangents) -> a cotangent per positional argument (rules.lookup reads it)
+RULES: dict[Symbol, Callable] = {}
 
 
-def rule(*syms):
+def rule(*syms: Symbol):
+    wrong = [s for s in syms if s.kind is not SymbolKind.PRIM or P.ALL.get(s.name.removeprefix("prims.")) is not s]
+    if wrong:
+        raise ValueError(f"prim rules are for prims, not {wrong}")
+
     def deco(fn):
         for s in syms:
             RULES[s] = fn
@@ -326,8 +332,3 @@ def _pad(b, cots):
     ends = [lo + s + max(s - 1, 0) * interior for s, (lo, hi, interior) in zip(a.shape, config)]
     strides = [interior + 1 for lo, hi, interior in config]
     return [P.slice(cots[0], starts, ends, strides), None, None]
-
-
-# prims with no gradient: comparisons, logical and bitwise ops, isnan, argmax/argmin, factories
-NON_DIFFERENTIABLE = frozenset({P.eq, P.ne, P.lt, P.le, P.gt, P.ge, P.logical_not, P.bitwise_not, P.isnan,
-                                P.bitwise_and, P.bitwise_or, P.bitwise_xor, P.argmax, P.argmin, P.full, P.iota})

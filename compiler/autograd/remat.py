@@ -13,6 +13,7 @@ Random ops are never cheap: their draws cannot be replayed.
 
 from __future__ import annotations
 
+from compiler.ir import OpTag, SymbolKind
 from compiler.ops import prims as P
 
 _CHEAP_SHAPE = {P.broadcast_in_dim, P.reshape, P.permute, P.convert_element_type}
@@ -20,7 +21,7 @@ MAX_CONE = 32  # ops recomputed for one value at most: past that the backward gr
 
 
 def _cheap(b) -> bool:
-    return b.sym.kind == "prim" and (P.ELEMENTWISE in b.sym.tags or b.sym in _CHEAP_SHAPE)
+    return b.sym.kind is SymbolKind.PRIM and (OpTag.ELEMENTWISE in b.sym.tags or b.sym in _CHEAP_SHAPE)
 
 
 def _bytes(v) -> int:

@@ -15,26 +15,40 @@ import functools
 import inspect
 import math
 from types import SimpleNamespace
+from typing import Callable
 
 import torch
 from torch.utils import _pytree as pytree
 
 from compiler.autograd import prim_rules
-from compiler.ir import Symbol, Value
+from compiler.ir import BoundSymbol, OpTag, Symbol, Value
 from compiler.ops import prims as P
-from compiler.ops.torch_ops import library_calls as L, normalization as N
-from compiler.ops.torch_ops.registry import LIBRARY, symbol_for
+from compiler.ops.torch_ops import library_calls as L, normalization as N, reductions as R
+from compiler.ops.torch_ops.registry import registered, symbol_for
 
-RULES: dict = {}  # symbol name -> rule
-PROGRAM_GLOBAL = "program global"  # tag: the printed backward names this callable as a global
+# A rule: (forward op, its outputs' cotangents) -> (input Value, cotangent) pairs
+Rule = Callable[[BoundSymbol, list], list]
+
+RULES: dict[Symbol, Rule] = {}  # registered symbol -> its rule (rules.lookup reads it)
 
 
 class NoRule(Exception):
     """The op's rule does not cover these arguments."""
 
 
-def rule(*names, signature=None):
+def rule_targets(names: tuple[str, ...], table: dict) -> list[Symbol]:
+    """The registered symbols `names` name, none with a rule in `table` yet: a misspelt name
+    or a second rule for one symbol fails at import, not silently at run time."""
+    syms = [registered(n) for n in names]
+    taken = [s.name for s in syms if s in table]
+    if taken:
+        raise ValueError(f"a backward rule is registered already for {', '.join(taken)}")
+    return syms
+
+
+def rule(*names: str, signature=None):
     sig = inspect.signature(signature) if signature is not None else None
+    targets = rule_targets(names, RULES)
 
     def deco(fn):
         def apply(b, cots):
@@ -46,14 +60,14 @@ def rule(*names, signature=None):
                 raise NoRule(str(e)) from e
             bound.apply_defaults()
             return fn(b, cots, **bound.arguments)
-        for n in names:
-            RULES[n] = apply
+        for s in targets:
+            RULES[s] = apply
         return fn
     return deco
 
 
 def _library(name: str, impl, meta=None) -> Symbol:
-    return Symbol(name, impl, tags=(LIBRARY, PROGRAM_GLOBAL), meta=meta)
+    return Symbol(name, impl, tags=(OpTag.LIBRARY_CALL, OpTag.PROGRAM_GLOBAL), meta=meta)
 
 
 def _value(x) -> bool:
@@ -267,7 +281,7 @@ def _max_min(b, cots, input, dim, keepdim):
     g = cots[0]
     if g is None or not _value(input):
         return []
-    is_max = b.sym.name == "torch.max"
+    is_max = b.sym is R.max
     if _value(dim):  # elementwise: the maximum prim's rule on both operands spread to the output
         out = b.outputs[0]
         spread = [_right_aligned(_cast(t, out.dtype), out.shape) if tuple(t.shape) != tuple(out.shape)
@@ -454,7 +468,7 @@ def _signature_of(fn):
 def draws_dropout(b) -> bool:
     """Whether op `b` draws a dropout mask inside itself: a `dropout_p` argument that is not 0
     (SDPA; multi_head_attention_forward, unless `training` is off)."""
-    sdpa = b.sym.name == "torch.nn.functional.scaled_dot_product_attention"  # a builtin: no signature
+    sdpa = b.sym is L.sdpa  # a builtin: no signature
     sig = _signature_of(_sdpa_signature if sdpa else b.sym.impl)
     if sig is None or "dropout_p" not in sig.parameters:
         return False
@@ -467,13 +481,13 @@ def draws_dropout(b) -> bool:
     return isinstance(p, (int, float)) and p > 0 and training is not False
 
 
-EXPLICIT: dict = {}  # symbol name -> its explicit forward (see explicit_forward)
+EXPLICIT: dict[Symbol, Callable] = {}  # registered symbol -> its explicit forward (see explicit_forward)
 
 
 def explicit_forward(b):
     """In a training forward, the torch-level ops to run instead of `b` (called inside a
     trace) where its backward needs what the whole op keeps to itself, or None."""
-    make = EXPLICIT.get(b.sym.name)
+    make = EXPLICIT.get(b.sym)
     return make(b) if make is not None else None
 
 
@@ -500,7 +514,7 @@ def _sdpa_explicit(b):
     return L.matmul(attention, value)
 
 
-EXPLICIT["torch.nn.functional.scaled_dot_product_attention"] = _sdpa_explicit
+EXPLICIT[L.sdpa] = _sdpa_explicit
 
 
 # --- every other op that runs whole: torch's autograd on its call, in the backward -------
@@ -524,7 +538,7 @@ class Generic:
         short = b.sym.name.rsplit(".", 1)[-1].strip("_") or "op"
         self.name = f"vjp_{short}_{Generic.count}"
         metas = [leaves[i] for i in self.diff]
-        self.symbol = Symbol(self.name, self.__call__, tags=(LIBRARY, PROGRAM_GLOBAL),
+        self.symbol = Symbol(self.name, self.__call__, tags=(OpTag.LIBRARY_CALL, OpTag.PROGRAM_GLOBAL),
                              meta=lambda *a: tuple(v.meta() for v in metas))
 
     def __call__(self, *tensors_and_cotangents):

@@ -9,11 +9,13 @@
 - its split: a forward trace returning the results and what the backward saves, and a
   backward trace from the saved values and the results' cotangents to the inputs' gradients.
 
-Rules: prim_rules for prims, torch_rules for library calls (and softmax), composite_rules for
-activations and norms; an op with none and no decomposition gets the generic rule (its torch call differentiated by torch.autograd
-in the backward). A random op with no rule cannot be replayed, and an input that requires
-grad and is updated in place is not functionalised: both raise Unsupported (jit then runs
-the signature eagerly and the report says why at the op's line).
+Rules (found by `rules.lookup`, by symbol): prim_rules for prims, torch_rules for library
+calls (and softmax), composite_rules for activations and norms; an op with none and no
+decomposition gets the generic rule (its torch call differentiated by torch.autograd in the
+backward). An op tagged NON_DIFFERENTIABLE passes no gradient. An op tagged RANDOM with no
+rule cannot be replayed, and an input that requires grad and is updated in place is not
+functionalised: both raise Unsupported (jit then runs the signature eagerly and the report
+says why at the op's line).
 """
 
 from __future__ import annotations
@@ -22,8 +24,8 @@ from dataclasses import dataclass, field
 from typing import Optional
 
 from compiler import passes
-from compiler.autograd import composite_rules, prim_rules, remat, simplify, torch_rules
-from compiler.ir import BoundSymbol, NameGen, Trace, TraceContext, Value, external_inputs, tracing, values_in
+from compiler.autograd import prim_rules, remat, rules, simplify, torch_rules
+from compiler.ir import BoundSymbol, NameGen, OpTag, Trace, TraceContext, Value, external_inputs, tracing, values_in
 from compiler.ops import prims as P
 from compiler.provenance import Provenance
 
@@ -51,7 +53,7 @@ def _differentiable(v: Value) -> bool:
 
 
 def _has_rule(b) -> bool:
-    return b.sym in prim_rules.RULES or b.sym.name in torch_rules.RULES or b.sym.name in composite_rules.RULES
+    return rules.lookup(b.sym) is not None
 
 
 def _expand(bsyms, needs: set, out: list, frozen: frozenset, names: NameGen) -> None:
@@ -63,7 +65,7 @@ def _expand(bsyms, needs: set, out: list, frozen: frozenset, names: NameGen) -> 
         if not any(v.name in needs for v in b.inputs()):
             out.append(b)
             continue
-        if b.sym in prim_rules.NON_DIFFERENTIABLE or "nondifferentiable" in b.sym.tags:
+        if OpTag.NON_DIFFERENTIABLE in b.sym.tags:
             out.append(b)
             continue
         explicit = _explicit(b, names)
@@ -78,7 +80,7 @@ def _expand(bsyms, needs: set, out: list, frozen: frozenset, names: NameGen) -> 
             raise Unsupported(f"{getattr(fn, '__module__', '')}.{getattr(fn, '__name__', b.sym.name)} draws its dropout "
                               "mask inside itself and has no backward rule: the mask cannot be replayed in the backward "
                               "(F.scaled_dot_product_attention's dropout is differentiated)", b.provenance)
-        if not _has_rule(b) and ("random" in b.sym.tags or "random" in b.note):
+        if not _has_rule(b) and OpTag.RANDOM in b.sym.tags:
             raise Unsupported(f"{b.sym.name} is random and has no backward rule: its draws cannot be replayed "
                               "in the backward", b.provenance)
         out.append(_out_of_place(b))
@@ -88,7 +90,7 @@ def _expand(bsyms, needs: set, out: list, frozen: frozenset, names: NameGen) -> 
 def _explicit(b, names: NameGen) -> Optional[list]:
     """torch_rules.explicit_forward's ops for `b`, recorded under its line, its results
     renamed to b's outputs (the ops after it read those names)."""
-    if b.sym.name not in torch_rules.EXPLICIT:  # most ops: no trace context to set up
+    if b.sym not in torch_rules.EXPLICIT:  # most ops: no trace context to set up
         return None
     ctx = TraceContext(names, b.provenance)
     with tracing(ctx):
@@ -121,19 +123,10 @@ def _vjp(b, cots: list, needs: set) -> list:
     if any(v.dtype.is_complex for v in b.inputs() + list(b.outputs)):
         # complex values: torch's own conjugate-Wirtinger convention, op by op, as eager
         return torch_rules.Generic(b, needs).apply(b, cots)
-    rule = prim_rules.RULES.get(b.sym)
+    rule = rules.lookup(b.sym)
     if rule is not None:
-        pairs = []
-        for arg, g in zip(b.args, rule(b, cots)):
-            if isinstance(arg, (list, tuple)) and isinstance(g, list):
-                pairs += [(a, gi) for a, gi in zip(arg, g) if isinstance(a, Value) and gi is not None]
-            elif isinstance(arg, Value) and g is not None:
-                pairs.append((arg, g))
-        return pairs
-    named = torch_rules.RULES.get(b.sym.name) or composite_rules.RULES.get(b.sym.name)
-    if named is not None:
         try:
-            return named(b, cots)
+            return rule(b, cots)
         except torch_rules.NoRule:
             pass
     return torch_rules.Generic(b, needs).apply(b, cots)
@@ -204,7 +197,10 @@ def _saved(backward: list, outs: list, cotangents: set) -> list:
 
 
 def _split(trace, forward, backward, results, differentiable, cotangents, grad_inputs, saved, outs):
-    joint = Trace(f"{trace.name}_joint", list(trace.inputs) + cotangents, forward + backward,
+    # the backward starts with the forward ops it recomputes (remat): the joint trace has them once
+    made = {o.name for f in forward for o in f.outputs}
+    joint_backward = [b for b in backward if not b.outputs or not all(o.name in made for o in b.outputs)]
+    joint = Trace(f"{trace.name}_joint", list(trace.inputs) + cotangents, forward + joint_backward,
                   (tuple(results), tuple(outs)), "joint", trace.signature, dict(trace.extra_globals),
                   list(trace.writeback))
     fwd = passes.dce(Trace(f"{trace.name}_forward", list(trace.inputs), forward, tuple(results) + tuple(saved),
@@ -212,7 +208,7 @@ def _split(trace, forward, backward, results, differentiable, cotangents, grad_i
     bwd_inputs = [Value(v.name, v.shape, v.dtype, v.device, "saved") for v in saved] + cotangents
     bwd = Trace(f"{trace.name}_backward", bwd_inputs, backward, tuple(outs), "backward", [],
                 {b.sym.name: b.sym.impl for b in passes.iter_all(backward)
-                 if torch_rules.PROGRAM_GLOBAL in b.sym.tags})
+                 if OpTag.PROGRAM_GLOBAL in b.sym.tags})
     bwd = passes.dce(passes.cse(bwd))
     bwd.packed = len(saved)  # the saved tensors arrive in one list (runtime.training_program)
     used = {v.name for v in external_inputs(bwd.bound_symbols)} | {v.name for v in bwd.results()}

@@ -4,17 +4,31 @@ executor hands back for one region.
     available(device) -> (ok, why not)     every executor
     can_take(bsym) -> None | why not        fusion executors: may this prim join a region?
     generate(group, device) -> Generated    the region's kernel(s), ready to call
-    definition_source(group) -> str         the code it would run, without running anything
-                                            (reports on machines where it is unavailable)
+    definition_source(group) -> str         the code it would run for contiguous inputs,
+                                            without running anything (previews: lowering's
+                                            source-only mode, on machines where it is unavailable)
+    source_for(group, layouts, device) -> str
+                                            the complete standalone source of the region's
+                                            kernel(s) for inputs of these layouts (shapes,
+                                            strides, dtypes), runs nothing (compiler/repro.py)
 
-A fusion executor raises `compiler.fusion.Decline` from `generate` for a region it refuses;
-its prims then run through torch one by one.
+The group, `Decline` and `Layout` are compiler/contract.py's. A fusion executor raises
+`Decline` from `generate` (and `source_for`) for a region it refuses; its prims then run
+through torch one by one.
+
+What `source_for` gives: Triton, the generated module (imports, helpers, `@triton.jit`
+kernels and the `<region>_launch(*inputs)` launcher returning the outputs' tuple) verbatim;
+nvFuser, the FusionDefinition script (its import line, the definition function, and the
+`with FusionDefinition() as fd:` block that builds `fd`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Callable, Optional
+
+from compiler.contract import FusionGroup, Layout
+from compiler.ir import BoundSymbol
 
 
 class Executor:
@@ -23,21 +37,26 @@ class Executor:
     name: str = ""
     fuses: bool = False
 
-    def available(self, device) -> tuple:
+    def available(self, device) -> tuple[bool, str]:
         return True, ""
 
 
 class FusionExecutor(Executor):
     fuses = True
 
-    def can_take(self, bsym) -> Optional[str]:
+    def can_take(self, bsym: BoundSymbol) -> Optional[str]:
         raise NotImplementedError
 
-    def generate(self, group, device) -> "Generated":
+    def generate(self, group: FusionGroup, device) -> "Generated":
         raise NotImplementedError
 
-    def definition_source(self, group) -> str:
+    def definition_source(self, group: FusionGroup) -> str:
         raise NotImplementedError
+
+    def source_for(self, group: FusionGroup, layouts: list[Layout], device: str = "cuda") -> str:
+        """The region's code for inputs of `layouts` (in `group.inputs` order) on a `device`
+        ("cuda", "cpu") device; raises Decline where `generate` would decline them."""
+        raise NotImplementedError(f"executor {self.name} writes no standalone source")
 
 
 @dataclass

@@ -13,16 +13,18 @@ import operator
 
 import torch
 
-from compiler.ir import Symbol, broadcast_shapes
+from compiler.ir import OpTag, Symbol, SymbolKind, broadcast_shapes
 
-ALL: dict = {}  # short name ("add") -> Symbol, for tests and docs that enumerate prims
+ALL: dict[str, Symbol] = {}  # short name ("add") -> Symbol, for tests and docs that enumerate prims
 
+# The old names of the tags, for code that has not switched to OpTag yet
 ELEMENTWISE, REDUCTION, SHAPE, FACTORY, GATHER, CAT = (
-    "elementwise", "reduction", "shape", "factory", "gather", "cat")
+    OpTag.ELEMENTWISE, OpTag.REDUCTION, OpTag.SHAPE, OpTag.FACTORY, OpTag.GATHER, OpTag.CAT)
+_NO_GRAD = OpTag.NON_DIFFERENTIABLE  # no gradient flows through it (comparisons, indices, factories)
 
 
-def _prim(name, impl, *tags, meta=None):
-    sym = Symbol(f"prims.{name}", impl, kind="prim", tags=tags, meta=meta)
+def _prim(name: str, impl, *tags: OpTag, meta=None) -> Symbol:
+    sym = Symbol(f"prims.{name}", impl, kind=SymbolKind.PRIM, tags=tags, meta=meta)
     ALL[name] = sym
     return sym
 
@@ -100,12 +102,12 @@ def _minimum(a, b):
     return torch.minimum(a, b)
 
 
-def _unary(name, impl, meta=_same_meta):
-    return _prim(name, impl, ELEMENTWISE, meta=meta)
+def _unary(name, impl, meta=_same_meta, *tags: OpTag):
+    return _prim(name, impl, OpTag.ELEMENTWISE, *tags, meta=meta)
 
 
-def _binary(name, impl, meta=_binary_meta):
-    return _prim(name, impl, ELEMENTWISE, meta=meta)
+def _binary(name, impl, meta=_binary_meta, *tags: OpTag):
+    return _prim(name, impl, OpTag.ELEMENTWISE, *tags, meta=meta)
 
 
 abs = _unary("abs", torch.abs)  # noqa: A001
@@ -130,9 +132,9 @@ round = _unary("round", torch.round)  # noqa: A001
 trunc = _unary("trunc", torch.trunc)
 sign = _unary("sign", torch.sign)
 reciprocal = _unary("reciprocal", torch.reciprocal)
-logical_not = _unary("logical_not", torch.logical_not, _bool_meta)
-bitwise_not = _unary("bitwise_not", torch.bitwise_not)
-isnan = _unary("isnan", torch.isnan, _bool_meta)
+logical_not = _unary("logical_not", torch.logical_not, _bool_meta, _NO_GRAD)
+bitwise_not = _unary("bitwise_not", torch.bitwise_not, _same_meta, _NO_GRAD)
+isnan = _unary("isnan", torch.isnan, _bool_meta, _NO_GRAD)
 
 add = _binary("add", operator.add)
 sub = _binary("sub", operator.sub)
@@ -142,15 +144,15 @@ pow = _binary("pow", operator.pow)  # noqa: A001
 remainder = _binary("remainder", operator.mod)
 maximum = _binary("maximum", _maximum)
 minimum = _binary("minimum", _minimum)
-eq = _binary("eq", operator.eq, _bool_meta)
-ne = _binary("ne", operator.ne, _bool_meta)
-lt = _binary("lt", operator.lt, _bool_meta)
-le = _binary("le", operator.le, _bool_meta)
-gt = _binary("gt", operator.gt, _bool_meta)
-ge = _binary("ge", operator.ge, _bool_meta)
-bitwise_and = _binary("bitwise_and", operator.and_)
-bitwise_or = _binary("bitwise_or", operator.or_)
-bitwise_xor = _binary("bitwise_xor", operator.xor)
+eq = _binary("eq", operator.eq, _bool_meta, _NO_GRAD)
+ne = _binary("ne", operator.ne, _bool_meta, _NO_GRAD)
+lt = _binary("lt", operator.lt, _bool_meta, _NO_GRAD)
+le = _binary("le", operator.le, _bool_meta, _NO_GRAD)
+gt = _binary("gt", operator.gt, _bool_meta, _NO_GRAD)
+ge = _binary("ge", operator.ge, _bool_meta, _NO_GRAD)
+bitwise_and = _binary("bitwise_and", operator.and_, _binary_meta, _NO_GRAD)
+bitwise_or = _binary("bitwise_or", operator.or_, _binary_meta, _NO_GRAD)
+bitwise_xor = _binary("bitwise_xor", operator.xor, _binary_meta, _NO_GRAD)
 
 UNARY = (abs, neg, exp, exp2, log, log2, log1p, expm1, sqrt, rsqrt, sin, cos, tan, tanh, sigmoid, erf,
          floor, ceil, round, trunc, sign, reciprocal, logical_not, bitwise_not, isnan)
@@ -158,8 +160,8 @@ BINARY = (add, sub, mul, div, pow, remainder, maximum, minimum, eq, ne, lt, le, 
           bitwise_and, bitwise_or, bitwise_xor)
 COMPARISONS = (eq, ne, lt, le, gt, ge)
 
-where = _prim("where", torch.where, ELEMENTWISE, meta=_where_meta)
-convert_element_type = _prim("convert_element_type", lambda a, dtype: a.to(dtype), ELEMENTWISE,
+where = _prim("where", torch.where, OpTag.ELEMENTWISE, meta=_where_meta)
+convert_element_type = _prim("convert_element_type", lambda a, dtype: a.to(dtype), OpTag.ELEMENTWISE,
                              meta=lambda a, dtype: _empty(a.shape, dtype))
 
 
@@ -178,14 +180,14 @@ def _slice(a, start_indices, end_indices, strides=None):
     return a[tuple(builtins.slice(s, e, st) for s, e, st in zip(start_indices, end_indices, strides))]
 
 
-broadcast_in_dim = _prim("broadcast_in_dim", _broadcast_in_dim, SHAPE,
+broadcast_in_dim = _prim("broadcast_in_dim", _broadcast_in_dim, OpTag.SHAPE,
                          meta=lambda a, shape, broadcast_dims: _empty(shape, a.dtype))
-reshape = _prim("reshape", lambda a, shape: a.reshape(shape), SHAPE, meta=lambda a, shape: _empty(shape, a.dtype))
-permute = _prim("permute", lambda a, dims: a.permute(dims), SHAPE,
+reshape = _prim("reshape", lambda a, shape: a.reshape(shape), OpTag.SHAPE, meta=lambda a, shape: _empty(shape, a.dtype))
+permute = _prim("permute", lambda a, dims: a.permute(dims), OpTag.SHAPE,
                 meta=lambda a, dims: _empty([a.shape[d] for d in dims], a.dtype))
-slice = _prim("slice", _slice, SHAPE, meta=_slice_meta)  # noqa: A001
-cat = _prim("cat", lambda tensors, dim: torch.cat(tensors, dim), CAT, meta=_cat_meta)
-take_along_axis = _prim("take_along_axis", lambda a, index, dim: torch.take_along_dim(a, index, dim), GATHER,
+slice = _prim("slice", _slice, OpTag.SHAPE, meta=_slice_meta)  # noqa: A001
+cat = _prim("cat", lambda tensors, dim: torch.cat(tensors, dim), OpTag.CAT, meta=_cat_meta)
+take_along_axis = _prim("take_along_axis", lambda a, index, dim: torch.take_along_dim(a, index, dim), OpTag.GATHER,
                         meta=_take_meta)
 
 
@@ -205,8 +207,8 @@ def _pad_meta(a, padding_value, padding_config):
 
 
 # the duals of slice and take_along_axis, which backward rules need
-pad = _prim("pad", _pad, SHAPE, meta=_pad_meta)
-scatter_add = _prim("scatter_add", lambda a, index, src, dim: a.scatter_add(dim, index, src), GATHER,
+pad = _prim("pad", _pad, OpTag.SHAPE, meta=_pad_meta)
+scatter_add = _prim("scatter_add", lambda a, index, src, dim: a.scatter_add(dim, index, src), OpTag.GATHER,
                     meta=lambda a, index, src, dim: _empty(a.shape, a.dtype))
 
 # --- reductions (the reduced dims are dropped) ---------------------------------------------
@@ -223,21 +225,21 @@ def _reduce_meta(a, dims):
 
 
 # dtype=a.dtype: torch.sum would widen integers to int64; the prim keeps its input's dtype.
-sum = _prim("sum", lambda a, dims: torch.sum(a, dims, dtype=a.dtype), REDUCTION, meta=_reduce_meta)  # noqa: A001
-amax = _prim("amax", lambda a, dims: torch.amax(a, dims), REDUCTION, meta=_reduce_meta)
-amin = _prim("amin", lambda a, dims: torch.amin(a, dims), REDUCTION, meta=_reduce_meta)
-prod = _prim("prod", _prod, REDUCTION, meta=_reduce_meta)
+sum = _prim("sum", lambda a, dims: torch.sum(a, dims, dtype=a.dtype), OpTag.REDUCTION, meta=_reduce_meta)  # noqa: A001
+amax = _prim("amax", lambda a, dims: torch.amax(a, dims), OpTag.REDUCTION, meta=_reduce_meta)
+amin = _prim("amin", lambda a, dims: torch.amin(a, dims), OpTag.REDUCTION, meta=_reduce_meta)
+prod = _prim("prod", _prod, OpTag.REDUCTION, meta=_reduce_meta)
 var_mean = _prim("var_mean", lambda a, dims, correction: torch.var_mean(a, dims, correction=correction),
-                 REDUCTION, meta=lambda a, dims, correction: (_reduce_meta(a, dims), _reduce_meta(a, dims)))
-argmax = _prim("argmax", lambda a, dim: torch.argmax(a, dim), REDUCTION,
+                 OpTag.REDUCTION, meta=lambda a, dims, correction: (_reduce_meta(a, dims), _reduce_meta(a, dims)))
+argmax = _prim("argmax", lambda a, dim: torch.argmax(a, dim), OpTag.REDUCTION, _NO_GRAD,
                meta=lambda a, dim: _empty(_reduced(a, (dim,)), torch.int64))
-argmin = _prim("argmin", lambda a, dim: torch.argmin(a, dim), REDUCTION,
+argmin = _prim("argmin", lambda a, dim: torch.argmin(a, dim), OpTag.REDUCTION, _NO_GRAD,
                meta=lambda a, dim: _empty(_reduced(a, (dim,)), torch.int64))
 
 # --- factories ----------------------------------------------------------------------------
 
 full = _prim("full", lambda shape, fill_value, *, dtype, device: torch.full(shape, fill_value, dtype=dtype, device=device),
-             FACTORY, meta=lambda shape, fill_value, *, dtype, device: _empty(shape, dtype))
+             OpTag.FACTORY, _NO_GRAD, meta=lambda shape, fill_value, *, dtype, device: _empty(shape, dtype))
 iota = _prim("iota", lambda length, *, start, step, dtype, device:
-             torch.arange(start, start + length * step, step, dtype=dtype, device=device)[:length], FACTORY,
-             meta=lambda length, *, start, step, dtype, device: _empty((length,), dtype))
+             torch.arange(start, start + length * step, step, dtype=dtype, device=device)[:length],
+             OpTag.FACTORY, _NO_GRAD, meta=lambda length, *, start, step, dtype, device: _empty((length,), dtype))

@@ -11,11 +11,12 @@ from __future__ import annotations
 import ast
 import os
 
-from compiler.report import (Boundary, CompileReport, Diagnostic, OpRecord, ProgramTimings, Region,
+from compiler.report import (Boundary, CompileReport, Diagnostic, OpRecord, ProgramReport, ProgramTimings, Region,
                              RegionTiming, SourceLine, Target, Timing)
 
 
-def compile_target(path, target_name, executors=None, benchmark=True, repeats=20, device="auto", source=None):
+def compile_target(path, target_name, executors=None, options=None, benchmark=True, repeats=20, device="auto",
+                   source=None):
     path = os.path.abspath(path)
     if source is None:
         with open(path, encoding="utf-8") as f:
@@ -43,7 +44,7 @@ def compile_target(path, target_name, executors=None, benchmark=True, repeats=20
         groups.append(cur)
     regions, ops = [], []
     for i, g in enumerate(groups):
-        rid = f"r{i}"
+        rid = f"R{i}"
         names = []
         for ln in g:
             name = ", ".join(calls[ln])
@@ -56,9 +57,10 @@ def compile_target(path, target_name, executors=None, benchmark=True, repeats=20
                               Boundary("demo", "fake compiler groups three lines", path, g[-1])))
     t = Timing(0.5, 0.4, 0.6, 0.05, repeats, "perf_counter", "cpu")
     e = Timing(0.9, 0.8, 1.0, 0.05, repeats, "perf_counter", "cpu")
+    forward = ProgramReport("forward", traces={"execution": "\n".join(o.trace for o in ops)}, regions=regions,
+                            timings=ProgramTimings("cpu", t, e, None, 1.8, None))
     return CompileReport(Target(target_name, path, target.lineno, target.end_lineno), executors=["torch"],
-                         traces={"execution": "\n".join(o.trace for o in ops)}, regions=regions, ops=ops,
-                         timings=ProgramTimings("cpu", t, e, None, 1.8, None))
+                         programs=[forward], ops=ops)
 
 
 def noisy_compile_target(*args, **kwargs):

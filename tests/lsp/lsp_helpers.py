@@ -109,7 +109,7 @@ class Session:
 # `R3 · torch · 0.12 ms`, `R3 · triton · 12.1 µs · 45% peak`, on a CPU `R3 · torch · est 4.1 µs`
 # or the preview region the line would join, `P1 · triton (preview) · est 3.2 µs`
 HINT_RE = re.compile(r"^\S+( \+\d+ more)? · [\w./-]+( \(preview\))?( · (est )?[\d.]+ (ms|µs))?( · \d+% peak)?$")
-SUMMARY_RE = re.compile(r"^(fwd\+bwd ([\d.]+x vs eager|· \d+ backward regions) · [\d.]+ [KMG]?B saved · )?"
+SUMMARY_RE = re.compile(r"^(fwd\+bwd ([\d.]+x vs eager|· \d+ backward regions?) · [\d.]+ [KMG]?B saved · )?"
                         r"\d+ regions? · \d+ kernels?( · [\d.]+ (ms|µs))?( · [\d.]+x vs eager)?"
                         r"( · \S+ at \d+% of peak)?$")
 HINT_MAX = 40  # lsp_server.views.HINT_MAX

@@ -1,11 +1,11 @@
 """Rooflines in the editor (lsp_server/views.py, commands.py): "est." on a CPU, the preview
 region a line would join, % of peak where measured on a GPU, regions by what can be won."""
 
-from compiler.report import (CompileReport, Cost, DevicePeaks, OpRecord, ProgramTimings, Region, RegionTiming,
-                             Roofline, SourceLine, Target, Timing)
+from compiler.report import (CompileReport, Cost, DevicePeaks, OpRecord, Preview, ProgramReport, ProgramTimings, Region,
+                             RegionTiming, Roofline, SourceLine, Target, Timing)
+from lsp_server.annotations import Result, build_annotations, norm_path
 from lsp_server.commands import _by_what_can_be_won, _roofline_fields
-from lsp_server.views import (HINT_MAX, Result, build_annotations, hint_label, hover_markdown,
-                              lens_title, norm_path, region_tooltip)
+from lsp_server.views import HINT_MAX, hint_label, hover_markdown, lens_title, region_tooltip
 
 PATH = "/x/model.py"
 
@@ -20,23 +20,21 @@ def _report(device, regions, previews=()):
     ops = [OpRecord(i, "torch.add", r.id, PATH, r.source_lines[0].line, r.source_lines[0].line, 4, 20, [],
                     f"t{i} = torch.add(x, y)", ["prims.add"]) for i, r in enumerate(regions)]
     t = Timing(0.5, 0.4, 0.6, 0.05, 3, "perf_counter", device)
-    return CompileReport(Target("t", PATH, 20, 22), regions=list(regions), ops=ops, device=device,
-                         timings=ProgramTimings(device, t, t, None, 1.5, None), previews=list(previews),
+    forward = ProgramReport("forward", regions=list(regions), previews=list(previews),
+                            timings=ProgramTimings(device, t, t, None, 1.5, None))
+    return CompileReport(Target("t", PATH, 20, 22), programs=[forward], ops=ops, device=device,
                          peaks=DevicePeaks("H100", 3350, 67, 494.5, 989.5, device == "cpu"))
 
 
 def _notes(report):
-    res = Result("t", norm_path(PATH), (), "ok", "", report, {}, 19)
+    res = Result("t", norm_path(PATH), None, "ok", "", report, {}, 19)
     return res, build_annotations(res, norm_path(PATH))
 
 
-TRITON_PREVIEW = {"executor": "triton", "reason": "no CUDA device", "regions": [
-    {"id": "P1", "ops": ["prims.add", "prims.mul"],
-     "source_lines": [{"file": PATH, "line": 5}, {"file": PATH, "line": 6}],
-     "code": "@triton.jit\ndef k(): pass", "inputs": [], "outputs": [],
-     "cost": {"bytes": 10_720_000, "flops": 2_000_000, "math": "fp32"},
-     "roofline": {"device": "H100", "peak_gbs": 3350, "peak_tflops": 67, "bound": "memory", "min_ms": 0.0032,
-                  "pct_of_peak": None, "estimate": True, "math": "fp32"}}]}
+TRITON_PREVIEW = Preview("triton", "no CUDA device", [Region(
+    "P1", "triton", ["prims.add", "prims.mul"], [SourceLine(PATH, 5), SourceLine(PATH, 6)],
+    "@triton.jit\ndef k(): pass", [], [], cost=Cost(10_720_000, 2_000_000, "fp32"),
+    roofline=Roofline("H100", 3350, 67, "memory", 0.0032, None, True, "fp32"))])
 
 
 def test_on_a_cpu_hints_name_the_preview_region_or_the_estimate():
@@ -51,7 +49,7 @@ def test_on_a_cpu_hints_name_the_preview_region_or_the_estimate():
     assert "into one kernel `P1` (2 ops) · est. 3.2 µs on H100" in hover
     tip = region_tooltip(ann.lines[4][0], [4])
     assert "roofline: est. 4.1 µs on H100" in tip and "`P1` · est. 3.2 µs on H100" in tip
-    res = Result("t", norm_path(PATH), (), "ok", "", rep, {}, 19)
+    res = Result("t", norm_path(PATH), None, "ok", "", rep, {}, 19)
     assert "of peak" not in lens_title("ok", res)  # nothing measured on the GPU: no percentage
 
 

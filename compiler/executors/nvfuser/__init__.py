@@ -75,12 +75,12 @@ from typing import Optional
 
 import torch
 
+from compiler.contract import FusionGroup, Layout, check_layouts
 from compiler.executors.base import FusionExecutor
 from compiler.executors.nvfuser import runtime
 from compiler.executors.nvfuser.backend import Backend, current_backend, installed_api
-from compiler.executors.nvfuser.definition import definition_source
-from compiler.executors.nvfuser.support import can_take
-from compiler.fusion import FusionGroup
+from compiler.executors.nvfuser.definition import definition_source, write_source
+from compiler.executors.nvfuser.support import InputSpec, can_take
 
 
 class NvFuserExecutor(FusionExecutor):
@@ -89,7 +89,7 @@ class NvFuserExecutor(FusionExecutor):
     def __init__(self, backend: Optional[Backend] = None):
         self.backend = backend  # what definitions run on; None: the installed nvFuser, if any
 
-    def available(self, device) -> tuple:
+    def available(self, device) -> tuple[bool, str]:
         """(True, "") when the backend can run on the device (nvFuser: it imports and the device
         is CUDA); else (False, why)."""
         backend, why = current_backend(device if device is not None else "cpu", self.backend)
@@ -103,6 +103,13 @@ class NvFuserExecutor(FusionExecutor):
     def definition_source(self, group: FusionGroup) -> str:
         """The definition that would run on a CUDA device, for reports where nvFuser cannot."""
         return definition_source(group, installed_api() or "nvfuser_direct", "cuda")
+
+    def source_for(self, group: FusionGroup, layouts: list[Layout], device: str = "cuda") -> str:
+        """The FusionDefinition script for inputs of these layouts on a `device` device (the
+        definition that runs for them), in the API of this executor's backend."""
+        check_layouts(group, layouts)
+        api = self.backend.api if self.backend is not None else (installed_api() or "nvfuser_direct")
+        return write_source(group, [InputSpec.of_layout(lay, device) for lay in layouts], api)[0]
 
     def generate(self, group: FusionGroup, device) -> runtime.Generated:
         dev = torch.device(device) if device is not None else torch.device("cpu")

@@ -15,11 +15,11 @@ from typing import Optional
 
 import torch
 
+from compiler.contract import Decline, FusionGroup
 from compiler.executors.nvfuser.backend import Backend
 from compiler.executors.nvfuser.support import (
     BINARY, COMPARISONS, DTYPES, FLOAT_UNARY, INTEGER_ACCUMULATING, REDUCTIONS, UNARY, InputSpec,
     can_take)
-from compiler.fusion import Decline, FusionGroup
 from compiler.ir import DTYPE_SHORT, Value
 from compiler.ops import prims
 
@@ -145,88 +145,92 @@ class _Writer:
 
     def op(self, b):
         sym = b.sym
-        out = b.outputs[0]
         types = "; ".join(f"{o.name}: {o.type_str()}" for o in b.outputs)
         comment = f"  # {sym.name} -> {types}"
         if sym is prims.convert_element_type:
-            src = self.value(b.args[0])
-            target = b.args[1] if len(b.args) > 1 else b.kwargs["dtype"]
-            res = self.fresh(out.name)
-            self.emit(f"{res} = fd.ops.cast({src}, dtype=DataType.{DTYPES[target]})")
-            self.dtypes[res] = target
-            self.bind(out, res, target, comment)
+            self._convert(b, comment)
         elif sym in UNARY:
-            a = b.args[0]
-            compute = a.dtype
-            if sym in FLOAT_UNARY and not a.dtype.is_floating_point:
-                compute = torch.get_default_dtype()
-            src = self.cast(self.value(a), compute)
-            nv = UNARY[sym]
-            if sym is prims.bitwise_not and a.dtype == torch.bool:
-                nv = "logical_not"
-            result_dtype = torch.bool if sym in (prims.logical_not, prims.isnan) else compute
-            res = self.fresh(out.name)
-            self.emit(f"{res} = fd.ops.{nv}({src})")
-            self.dtypes[res] = result_dtype
-            self.bind(out, res, result_dtype, comment)
+            self._unary(b, comment)
         elif sym in BINARY:
-            x, y = b.args[0], b.args[1]
-            if sym in COMPARISONS:
-                compute = torch.result_type(*(a.meta() if isinstance(a, Value) else a for a in (x, y)))
-                result_dtype = torch.bool
-            else:
-                compute = out.dtype
-                result_dtype = out.dtype
-            xs, ys = self.operand(x, compute), self.operand(y, compute)
-            res = self.fresh(out.name)
-            self.emit(f"{res} = fd.ops.{BINARY[sym]}({xs}, {ys})")
-            self.dtypes[res] = result_dtype
-            self.bind(out, res, result_dtype, comment)
+            self._binary(b, comment)
         elif sym is prims.where:
-            pred, x, y = b.args[0], b.args[1], b.args[2]
-            compute = out.dtype
-            ps = self.value(pred)
-            xs, ys = self.operand(x, compute), self.operand(y, compute)
-            if isinstance(x, Value) or isinstance(y, Value):
-                result_dtype = compute
-            else:  # nvFuser's where of two scalars has the scalars' type (Double, Int or Bool)
-                literal_types = {_scalar_source(self._as(x, compute))[1], _scalar_source(self._as(y, compute))[1]}
-                result_dtype = (torch.float64 if "Double" in literal_types else
-                                torch.int64 if "Int" in literal_types else torch.bool)
-            res = self.fresh(out.name)
-            self.emit(f"{res} = fd.ops.where({ps}, {xs}, {ys})")
-            self.dtypes[res] = result_dtype
-            self.bind(out, res, result_dtype, comment)
+            self._where(b, comment)
         elif sym is prims.broadcast_in_dim:
             a, shape, dims = b.args[0], list(b.args[1]), list(b.args[2])
-            src = self.value(a)
-            res = self.fresh(out.name)
-            self.emit(f"{res} = fd.ops.broadcast_in_dim({src}, shape={shape}, broadcast_dims={dims})")
-            self.dtypes[res] = a.dtype
-            self.bind(out, res, a.dtype, comment)
+            self._emit_op(b.outputs[0], f"fd.ops.broadcast_in_dim({self.value(a)}, shape={shape}, "
+                                        f"broadcast_dims={dims})", a.dtype, comment)
         elif sym in REDUCTIONS:
             a, dims = b.args[0], sorted(int(d) for d in b.args[1])
-            src = self.value(a)
-            res = self.fresh(out.name)
-            self.emit(f"{res} = fd.ops.{REDUCTIONS[sym]}({src}, {dims})")
             result_dtype = a.dtype
             if sym in INTEGER_ACCUMULATING and not a.dtype.is_floating_point:
                 result_dtype = torch.int64  # nvFuser sums and multiplies integers and bools in Int
-            self.dtypes[res] = result_dtype
-            self.bind(out, res, result_dtype, comment)
+            self._emit_op(b.outputs[0], f"fd.ops.{REDUCTIONS[sym]}({self.value(a)}, {dims})", result_dtype, comment)
         elif sym is prims.var_mean:
-            a, dims = b.args[0], sorted(int(d) for d in b.args[1])
-            correction = b.args[2] if len(b.args) > 2 else b.kwargs.get("correction", 1)
-            src = self.value(a)
-            var, mean = b.outputs
-            vs, ms = self.fresh(var.name), self.fresh(mean.name)
-            self.emit(f"{vs}, {ms} = fd.ops.var_mean({src}, {dims}, {int(correction)})")
-            self.dtypes[vs] = self.dtypes[ms] = a.dtype
-            self.lines[-1] += comment
-            self.names[var.name] = self.cast(vs, var.dtype)
-            self.names[mean.name] = self.cast(ms, mean.dtype)
+            self._var_mean(b, comment)
         else:  # can_take said yes to something op() does not know: a bug here
             raise Decline(f"{sym.name} has no nvFuser translation")
+
+    def _emit_op(self, out: Value, call: str, result_dtype: torch.dtype, comment: str):
+        """`out = <call>`, a value of nvFuser dtype `result_dtype`, bound to trace value `out`."""
+        res = self.fresh(out.name)
+        self.emit(f"{res} = {call}")
+        self.dtypes[res] = result_dtype
+        self.bind(out, res, result_dtype, comment)
+
+    def _convert(self, b, comment: str):
+        src = self.value(b.args[0])
+        target = b.args[1] if len(b.args) > 1 else b.kwargs["dtype"]
+        self._emit_op(b.outputs[0], f"fd.ops.cast({src}, dtype=DataType.{DTYPES[target]})", target, comment)
+
+    def _unary(self, b, comment: str):
+        sym, a = b.sym, b.args[0]
+        compute = a.dtype
+        if sym in FLOAT_UNARY and not a.dtype.is_floating_point:
+            compute = torch.get_default_dtype()
+        src = self.cast(self.value(a), compute)
+        nv = UNARY[sym]
+        if sym is prims.bitwise_not and a.dtype == torch.bool:
+            nv = "logical_not"
+        result_dtype = torch.bool if sym in (prims.logical_not, prims.isnan) else compute
+        self._emit_op(b.outputs[0], f"fd.ops.{nv}({src})", result_dtype, comment)
+
+    def _binary(self, b, comment: str):
+        sym, out = b.sym, b.outputs[0]
+        x, y = b.args[0], b.args[1]
+        if sym in COMPARISONS:
+            compute = torch.result_type(*(a.meta() if isinstance(a, Value) else a for a in (x, y)))
+            result_dtype = torch.bool
+        else:
+            compute = out.dtype
+            result_dtype = out.dtype
+        xs, ys = self.operand(x, compute), self.operand(y, compute)
+        self._emit_op(out, f"fd.ops.{BINARY[sym]}({xs}, {ys})", result_dtype, comment)
+
+    def _where(self, b, comment: str):
+        out = b.outputs[0]
+        pred, x, y = b.args[0], b.args[1], b.args[2]
+        compute = out.dtype
+        ps = self.value(pred)
+        xs, ys = self.operand(x, compute), self.operand(y, compute)
+        if isinstance(x, Value) or isinstance(y, Value):
+            result_dtype = compute
+        else:  # nvFuser's where of two scalars has the scalars' type (Double, Int or Bool)
+            literal_types = {_scalar_source(self._as(x, compute))[1], _scalar_source(self._as(y, compute))[1]}
+            result_dtype = (torch.float64 if "Double" in literal_types else
+                            torch.int64 if "Int" in literal_types else torch.bool)
+        self._emit_op(out, f"fd.ops.where({ps}, {xs}, {ys})", result_dtype, comment)
+
+    def _var_mean(self, b, comment: str):
+        a, dims = b.args[0], sorted(int(d) for d in b.args[1])
+        correction = b.args[2] if len(b.args) > 2 else b.kwargs.get("correction", 1)
+        src = self.value(a)
+        var, mean = b.outputs
+        vs, ms = self.fresh(var.name), self.fresh(mean.name)
+        self.emit(f"{vs}, {ms} = fd.ops.var_mean({src}, {dims}, {int(correction)})")
+        self.dtypes[vs] = self.dtypes[ms] = a.dtype
+        self.lines[-1] += comment
+        self.names[var.name] = self.cast(vs, var.dtype)
+        self.names[mean.name] = self.cast(ms, mean.dtype)
 
     @staticmethod
     def _as(x, dtype):

@@ -14,11 +14,11 @@ from typing import Optional
 
 import torch
 
+from compiler.contract import Decline, FusionGroup
 from compiler.executors import base
 from compiler.executors.nvfuser.backend import Backend, installed_api
 from compiler.executors.nvfuser.definition import build_definition, definition_source, write_source
 from compiler.executors.nvfuser.support import InputSpec
-from compiler.fusion import Decline, FusionGroup
 from compiler.ir import ops_callable
 
 

@@ -11,6 +11,7 @@ from typing import Optional
 
 import torch
 
+from compiler.contract import Layout
 from compiler.ir import Value, contiguous_strides, dtype_name
 from compiler.ops import prims
 
@@ -97,6 +98,13 @@ class InputSpec:
                          t.ndim == 0 and t.device.type == "cpu" and device_type != "cpu")
 
     @staticmethod
+    def of_layout(layout: Layout, device_type: str) -> "InputSpec":
+        """As `of_tensor` of a tensor of this layout (compiler/contract.py)."""
+        shape, contiguity, order = tensor_descriptor(layout.shape, layout.stride)
+        return InputSpec(layout.dtype, shape, contiguity, order,
+                         len(layout.shape) == 0 and layout.device == "cpu" and device_type != "cpu")
+
+    @staticmethod
     def of_value(v: Value, device_type: str) -> "InputSpec":
         shape, contiguity, order = tensor_descriptor(v.shape, contiguous_strides(v.shape))
         return InputSpec(v.dtype, shape, contiguity, order,
@@ -130,7 +138,7 @@ def can_take(bsym) -> Optional[str]:
     if sym.kind != "prim":
         return f"{sym.name} is not a prim; nvFuser takes prims only"
     if sym not in UNARY and sym not in BINARY and sym not in REDUCTIONS and sym not in OTHERS:
-        return (f"{sym.name} is not in the fusion vocabulary (compiler/fusion.py: elementwise, "
+        return (f"{sym.name} is not in the fusion vocabulary (compiler/contract.py: elementwise, "
                 "broadcast_in_dim, sum/amax/amin/prod/var_mean)")
     name = sym.name.removeprefix("prims.")  # for the messages below
     for v in list(bsym.inputs()) + list(bsym.outputs):

@@ -1,6 +1,6 @@
 """The triton executor: turns a FusionGroup into readable @triton.jit kernels and a launcher.
 
-What it generates (see compiler/fusion.py for the FusionGroup contract):
+What it generates (see compiler/contract.py for the FusionGroup contract):
 
 - pointwise groups: one kernel over the group's domain flattened into a 1-D index space.
   Each input is read through its own strides (stride 0 where a broadcast_in_dim spreads
@@ -31,7 +31,7 @@ The modules, down the pipeline:
     pointwise   the pointwise kernel writer
     reduction   the reduction kernel writer (single pass, looped, online, Welford)
     module      module source (header, helpers, kernel, launcher); exec once per source
-    runtime     generate / source_only, Generated and its stride variants
+    runtime     generate / source_only / source_for, Generated and its stride variants
     aot         ahead-of-time compile for a GPU target without a GPU (python -m)
 """
 
@@ -39,21 +39,21 @@ from __future__ import annotations
 
 from typing import Optional
 
+from compiler.contract import FusionGroup, Layout
 from compiler.executors.base import FusionExecutor
-from compiler.fusion import FusionGroup
 
 from . import support
 from .module import KernelSpec, build_source, load_source
-from .runtime import Generated, generate, source_only
+from .runtime import Generated, generate, source_for, source_only
 
 __all__ = ["EXECUTOR", "Generated", "KernelSpec", "TritonExecutor", "build_source", "generate", "load_source",
-           "source_only"]
+           "source_for", "source_only"]
 
 
 class TritonExecutor(FusionExecutor):
     name = "triton"
 
-    def available(self, device) -> tuple:
+    def available(self, device) -> tuple[bool, str]:
         return support.available(device)
 
     def can_take(self, bsym) -> Optional[str]:
@@ -66,6 +66,11 @@ class TritonExecutor(FusionExecutor):
         """The code this executor would run for `group` (contiguous inputs), without running
         or even importing triton: for reports on machines where the executor is unavailable."""
         return source_only(group)
+
+    def source_for(self, group: FusionGroup, layouts: list[Layout], device: str = "cuda") -> str:
+        """The module (kernels and launcher) for inputs of these strides, as `generate` would
+        make it for them; the kernels do not depend on `device`."""
+        return source_for(group, layouts)
 
 
 EXECUTOR = TritonExecutor()

@@ -11,7 +11,7 @@ from typing import Optional
 
 from torch.utils import _pytree as pytree
 
-from compiler.fusion import Decline, FusionGroup
+from compiler.contract import Decline, FusionGroup
 from compiler.ir import Value
 from compiler.ops import prims
 

@@ -16,7 +16,7 @@ from typing import Optional
 
 import torch
 
-from compiler.fusion import Decline
+from compiler.contract import Decline
 from compiler.ir import Value, format_arg
 from compiler.ops import prims
 

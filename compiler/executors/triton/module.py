@@ -10,7 +10,7 @@ import threading
 from dataclasses import dataclass
 from typing import Callable
 
-from compiler.fusion import FusionGroup
+from compiler.contract import FusionGroup
 
 from .analysis import _Analysis, _ident
 from .emitter import HELPER_DEPS, HELPERS, _type_str

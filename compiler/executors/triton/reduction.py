@@ -13,7 +13,8 @@ import math
 
 import torch
 
-from compiler.fusion import Decline
+from compiler.contract import Decline
+from compiler.ir import Value
 from compiler.ops import prims
 
 from . import tuning
@@ -55,125 +56,137 @@ class ReductionWriter(_Writer):
         return (f"# kind: reduction over dims {list(an.rdims)} of {list(an.domain)}: {an.nrows} rows of "
                 f"{an.ncols} elements, {passes}")
 
-    def _body(self, em: _Emitter) -> list:
+    def _body(self, em: _Emitter) -> list[str]:
         an = self.an
         # is the innermost non-trivial domain dim a kept dim? then rows are contiguous
         nontrivial = [d for d in range(an.n) if an.domain[d] != 1]
         rows_contiguous = bool(nontrivial) and nontrivial[-1] in an.kept
-        bm, bn, looped, warps = _pick_reduction(an, rows_contiguous)
-        self.bm, self.bn, self.looped, self.warps = bm, bn, looped, warps
-        int64 = self.needs_int64()
-        cast64 = ".to(tl.int64)" if int64 else ""
-        prologue = _Scope("    ")
-        rowscope = _Scope("    ")
-        em.prologue = prologue
-        em.rowscope = rowscope
+        self.bm, self.bn, self.looped, self.warps = _pick_reduction(an, rows_contiguous)
+        self.cast64 = ".to(tl.int64)" if self.needs_int64() else ""
+        em.prologue = _Scope("    ")
+        em.rowscope = _Scope("    ")
         em.loop = None
         head = [
-            f"pid = tl.program_id(0){cast64}",
+            f"pid = tl.program_id(0){self.cast64}",
             "rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)[:, None]  # [BLOCK_M, 1]: one row = one index of "
             f"the kept dims {list(an.kept)}",
             f"row_mask = rows < {an.nrows}",
         ]
         if em.runs is not None:
             head += self.index_lines("rows", em.runs["rows"])
-        col_index = lambda base: (  # noqa: E731
-            [f"cols = {base}tl.arange(0, BLOCK_N)[None, :]{cast64}  # [1, BLOCK_N]: elements of the "
-             f"reduced dims {list(an.rdims)}",
-             f"col_mask = cols < {an.ncols}",
-             "mask = row_mask & col_mask"]
-            + (self.index_lines("cols", em.runs["cols"]) if em.runs is not None else []))
-        full_outs = [(k, o) for k, o in enumerate(an.outputs) if an.level_shape(o) == "full"]
-        row_outs = [(k, o) for k, o in enumerate(an.outputs) if an.level_shape(o) == "row"]
-        stored = set()
+        stored: set[int] = set()  # the row outputs stored so far
+        body = self._looped_body(em, stored) if self.looped else self._single_pass_body(em, stored)
+        self.constexprs = {"BLOCK_M": self.bm, "BLOCK_N": self.bn}
+        self.grid = (math.ceil(an.nrows / self.bm),)
+        return ["    " + h for h in head] + body
 
-        def flush_rows():
-            # every non-pure row-level value whose reductions are done, and row outputs ready
-            for b in an.group.bsyms:
-                if b.sym in REDUCTIONS:
-                    continue
-                for o in b.outputs:
-                    if an.pure[o.name] or an.level_shape(o) != "row":
-                        continue
-                    if self._ready(o, em):
-                        em.val(o, an.canonical(o))
-            for k, o in row_outs:
-                if k in stored:
-                    continue
-                if an.pure[o.name] or self._ready(o, em):
-                    v = em.val(o, an.canonical(o))
-                    em.rowscope.add(f"tl.store(out{k}_ptr + rows, {_store_cast(v, o)}, mask=row_mask)  # {o.name}: "
-                                    f"{_type_str(o)}")
-                    stored.add(k)
+    def _outputs_at(self, level: str) -> list[tuple[int, Value]]:
+        """(index, output) of the outputs of shape `level` ("full" or "row")."""
+        return [(k, o) for k, o in enumerate(self.an.outputs) if self.an.level_shape(o) == level]
 
-        if not looped:
-            body = _Scope("    ")
-            em.loop = body
-            em.rowscope = body
-            em.prologue = body
-            for line in col_index(""):
-                body.add(line)
-            for b in an.group.bsyms:
-                if b.sym in REDUCTIONS:
-                    self._single_reduction(em, b, body)
-            flush_rows()
-            for k, o in full_outs:
+    def _col_index(self, em: _Emitter, base: str) -> list[str]:
+        """The lines that index one BLOCK_N chunk of each row, starting at `base`."""
+        an = self.an
+        return ([f"cols = {base}tl.arange(0, BLOCK_N)[None, :]{self.cast64}  # [1, BLOCK_N]: elements of the "
+                 f"reduced dims {list(an.rdims)}",
+                 f"col_mask = cols < {an.ncols}",
+                 "mask = row_mask & col_mask"]
+                + (self.index_lines("cols", em.runs["cols"]) if em.runs is not None else []))
+
+    def _flush_rows(self, em: _Emitter, stored: set[int]):
+        """Every non-pure row-level value whose reductions are done, and the row outputs ready."""
+        an = self.an
+        for b in an.group.bsyms:
+            if b.sym in REDUCTIONS:
+                continue
+            for o in b.outputs:
+                if an.pure[o.name] or an.level_shape(o) != "row":
+                    continue
+                if self._ready(o, em):
+                    em.val(o, an.canonical(o))
+        for k, o in self._outputs_at("row"):
+            if k in stored:
+                continue
+            if an.pure[o.name] or self._ready(o, em):
                 v = em.val(o, an.canonical(o))
-                off, _ = em.offset(self.out_ds(o))
-                off = "rows + cols" if off == "0" else off
-                body.add(f"tl.store(out{k}_ptr + {off}, {_store_cast(v, o)}, mask=mask)  # {o.name}: {_type_str(o)}")
-            for k, o in row_outs:
-                if k not in stored:
-                    v = em.val(o, an.canonical(o))
-                    body.add(f"tl.store(out{k}_ptr + rows, {_store_cast(v, o)}, mask=row_mask)  # {o.name}")
-            lines = ["    " + h for h in head] + body.lines
-        else:
-            # pieces: lines or scopes, joined at the end (a scope may still grow: a row value
-            # first needed in a later pass is written after the pass that made it possible)
-            pieces: list = [prologue, rowscope]
-            for p in range(an.npasses):
-                reds = [b for b in an.reductions if an.pass_of[b.outputs[0].name] == p]
-                init = _Scope("    ")
-                loop = _Scope("        ")
-                fin = _Scope("    ")
-                em.loop = loop
-                for line in col_index("start + "):
-                    loop.add(line)
-                online_amax = {id(an.online[id(x)]) for x in reds if id(x) in an.online}
-                for b in reds:
-                    if id(b) in online_amax:
-                        continue  # an amax computed with its online sum
-                    self._looped_reduction(em, b, init, loop, fin)
-                em.loop = None
-                title = ", ".join(f"{b.sym.name} -> " + "/".join(o.name for o in b.outputs) for b in reds)
-                pieces += [f"    # pass {p + 1} over the row: {title}", init,
-                           f"    for start in range(0, {an.ncols}, BLOCK_N):", loop, fin]
-                em.rowscope = _Scope("    ")
-                pieces.append(em.rowscope)
-                flush_rows()
-            if full_outs:
-                loop = _Scope("        ")
-                em.loop = loop
-                for line in col_index("start + "):
-                    loop.add(line)
-                for k, o in full_outs:
-                    v = em.val(o, an.canonical(o))
-                    off, _ = em.offset(self.out_ds(o))
-                    off = "rows + cols" if off == "0" else off
-                    loop.add(f"tl.store(out{k}_ptr + {off}, {_store_cast(v, o)}, mask=mask)  # {o.name}: "
-                             f"{_type_str(o)}")
-                em.loop = None
-                pieces += [f"    # pass {an.npasses + 1} over the row: the full-shape outputs",
-                           f"    for start in range(0, {an.ncols}, BLOCK_N):", loop]
-            for k, o in row_outs:
-                if k not in stored:
-                    raise Decline(f"internal: row output {o.name} was never ready")
-            lines = ["    " + h for h in head]
-            for piece in pieces:
-                lines += piece.lines if isinstance(piece, _Scope) else [piece]
-        self.constexprs = {"BLOCK_M": bm, "BLOCK_N": bn}
-        self.grid = (math.ceil(an.nrows / bm),)
+                em.rowscope.add(f"tl.store(out{k}_ptr + rows, {_store_cast(v, o)}, mask=row_mask)  # {o.name}: "
+                                f"{_type_str(o)}")
+                stored.add(k)
+
+    def _store_full(self, em: _Emitter, scope: _Scope, k: int, o: Value):
+        v = em.val(o, self.an.canonical(o))
+        off, _ = em.offset(self.out_ds(o))
+        off = "rows + cols" if off == "0" else off
+        scope.add(f"tl.store(out{k}_ptr + {off}, {_store_cast(v, o)}, mask=mask)  # {o.name}: {_type_str(o)}")
+
+    def _single_pass_body(self, em: _Emitter, stored: set[int]) -> list[str]:
+        """A row fits in one register block: the region as straight-line code on one tile."""
+        an = self.an
+        body = _Scope("    ")
+        em.loop = em.rowscope = em.prologue = body
+        for line in self._col_index(em, ""):
+            body.add(line)
+        for b in an.group.bsyms:
+            if b.sym in REDUCTIONS:
+                self._single_reduction(em, b, body)
+        self._flush_rows(em, stored)
+        for k, o in self._outputs_at("full"):
+            self._store_full(em, body, k, o)
+        for k, o in self._outputs_at("row"):
+            if k not in stored:
+                v = em.val(o, an.canonical(o))
+                body.add(f"tl.store(out{k}_ptr + rows, {_store_cast(v, o)}, mask=row_mask)  # {o.name}")
+        return body.lines
+
+    def _looped_body(self, em: _Emitter, stored: set[int]) -> list[str]:
+        """One loop over each row per pass, then a pass storing the full-shape outputs."""
+        an = self.an
+        # pieces: lines or scopes, joined at the end (a scope may still grow: a row value
+        # first needed in a later pass is written after the pass that made it possible)
+        pieces: list[str | _Scope] = [em.prologue, em.rowscope]
+        for p in range(an.npasses):
+            pieces += self._pass(em, p)
+            em.rowscope = _Scope("    ")
+            pieces.append(em.rowscope)
+            self._flush_rows(em, stored)
+        full_outs = self._outputs_at("full")
+        if full_outs:
+            loop = _Scope("        ")
+            em.loop = loop
+            for line in self._col_index(em, "start + "):
+                loop.add(line)
+            for k, o in full_outs:
+                self._store_full(em, loop, k, o)
+            em.loop = None
+            pieces += [f"    # pass {an.npasses + 1} over the row: the full-shape outputs",
+                       f"    for start in range(0, {an.ncols}, BLOCK_N):", loop]
+        for k, o in self._outputs_at("row"):
+            if k not in stored:
+                raise Decline(f"internal: row output {o.name} was never ready")
+        lines: list[str] = []
+        for piece in pieces:
+            lines += piece.lines if isinstance(piece, _Scope) else [piece]
         return lines
+
+    def _pass(self, em: _Emitter, p: int) -> list[str | _Scope]:
+        """Pass `p` over each row: the reductions it computes (init, the loop, what follows)."""
+        an = self.an
+        reds = [b for b in an.reductions if an.pass_of[b.outputs[0].name] == p]
+        init = _Scope("    ")
+        loop = _Scope("        ")
+        fin = _Scope("    ")
+        em.loop = loop
+        for line in self._col_index(em, "start + "):
+            loop.add(line)
+        online_amax = {id(an.online[id(x)]) for x in reds if id(x) in an.online}
+        for b in reds:
+            if id(b) in online_amax:
+                continue  # an amax computed with its online sum
+            self._looped_reduction(em, b, init, loop, fin)
+        em.loop = None
+        title = ", ".join(f"{b.sym.name} -> " + "/".join(o.name for o in b.outputs) for b in reds)
+        return [f"    # pass {p + 1} over the row: {title}", init,
+                f"    for start in range(0, {an.ncols}, BLOCK_N):", loop, fin]
 
     def _ready(self, v, em) -> bool:
         """Are all reductions upstream of v finished (in the row memo)?"""
@@ -240,8 +253,8 @@ class ReductionWriter(_Writer):
             init.add(f"on_{m} = tl.full([BLOCK_M, 1], float(\"-inf\"), tl.float32)  # running max")
             init.add(f"on_{s} = tl.zeros([BLOCK_M, 1], tl.float32)  # running sum of exp(x - running max)")
             em.helpers.add("_fl_max")
-            loop.add(f"on_{m}_new = tl.maximum(on_{m}, tl.reduce(tl.where(mask, {a}, float(\"-inf\")), 1, _fl_max)[:, None], "
-                     "propagate_nan=tl.PropagateNan.ALL)")
+            loop.add(f"on_{m}_new = tl.maximum(on_{m}, tl.reduce(tl.where(mask, {a}, float(\"-inf\")), 1, "
+                     "_fl_max)[:, None], propagate_nan=tl.PropagateNan.ALL)")
             loop.add(f"on_{m}_scale = tl.where(on_{m}_new == float(\"-inf\"), 0.0, tl.exp(on_{m} - on_{m}_new))")
             loop.add(f"on_{s} = on_{s} * on_{m}_scale + tl.sum(tl.where(mask, tl.exp({a} - on_{m}_new), 0.0), "
                      "axis=1)[:, None]")

@@ -16,8 +16,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Optional
 
+from compiler.contract import Decline, FusionGroup, Layout, check_layouts
 from compiler.executors import base
-from compiler.fusion import Decline, FusionGroup
 from compiler.ir import contiguous_strides, ops_callable
 
 from .analysis import _Analysis
@@ -68,11 +68,12 @@ def source_only(group: FusionGroup) -> str:
         return f"# Triton code generation failed for region {group.id}: {type(e).__name__}: {e}\n"
 
 
-def source_for(group: FusionGroup, shapes_strides: list) -> str:
-    """The module for inputs of these (shape, stride) pairs, in the group's input order;
-    runs nothing. Raises Decline as `generate` does (compiler/repro.py writes previews with it)."""
+def source_for(group: FusionGroup, layouts: list[Layout]) -> str:
+    """The module for inputs of these layouts, in the group's input order; runs nothing.
+    Raises Decline as `generate` does (the executor contract's `source_for`)."""
+    check_layouts(group, layouts)
     an = _Analysis(group)
-    return build_source(group, an, [_stride_key(sh, st) for sh, st in shapes_strides])[0]
+    return build_source(group, an, [_stride_key(lay.shape, lay.stride) for lay in layouts])[0]
 
 
 def generate(group: FusionGroup, device=None) -> Generated:

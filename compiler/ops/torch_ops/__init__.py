@@ -20,11 +20,13 @@ The package, one module a family of ops, each building only on those above it:
 - reductions: sum, mean, max/min, argmax, var/std, logsumexp, vector_norm
 - normalization: softmax, log_softmax, layer_norm, rms_norm, normalize
 - losses: nll_loss, cross_entropy, mse_loss
+- flops: the FLOPs formulas of library calls (each symbol is given its own at registration)
 - library_calls: matmul, linear, SDPA, conv1d/conv2d, ... (run whole)
 - convolution: conv3d, conv_transpose1d/2d/3d (run whole)
 - pooling: adaptive_avg_pool (a mean where windows are whole), max/avg/adaptive_max pooling
   (run whole)
 - resampling: interpolate (run whole; what nn.Upsample and F.upsample* call)
+- fallbacks: the tags of torch callables with no symbol (which of them draw random numbers)
 
 Symbols register when their module is imported; the imports below keep the order of
 REGISTRY and SYMBOLS (lookups, docs/ops.md) fixed.
@@ -36,10 +38,12 @@ from compiler.ops.torch_ops import reductions, normalization, losses, library_ca
 from compiler.ops.torch_ops import convolution, pooling, resampling  # noqa: F401
 from compiler.ops.torch_ops import indexing, layout, special, statistics, scans, linalg, spectral, creation  # noqa: F401
 from compiler.ops.torch_ops.common import broadcast_to_shape, cast, elementwise, opmath, reduction, result_dtype
+from compiler.ops.torch_ops.fallbacks import RANDOM_FALLBACKS, fallback_tags
 from compiler.ops.torch_ops.registry import (LIBRARY, REGISTRY, SYMBOLS, NoDecomposition, library, lookup,
-                                             qualified_name, register, symbol_for)
+                                             qualified_name, register, registered, symbol_for)
 
 __all__ = [
-    "LIBRARY", "REGISTRY", "SYMBOLS", "NoDecomposition", "library", "lookup", "qualified_name", "register",
-    "symbol_for", "broadcast_to_shape", "cast", "elementwise", "opmath", "reduction", "result_dtype",
+    "LIBRARY", "RANDOM_FALLBACKS", "REGISTRY", "SYMBOLS", "NoDecomposition", "fallback_tags", "library", "lookup",
+    "qualified_name", "register", "registered", "symbol_for", "broadcast_to_shape", "cast", "elementwise", "opmath",
+    "reduction", "result_dtype",
 ]

@@ -8,12 +8,12 @@ import math
 import torch
 import torch.nn.functional as F
 
-from compiler.ir import Symbol
+from compiler.ir import OpTag, Symbol
 from compiler.ops import prims
 from compiler.ops.torch_ops.common import opmath
 from compiler.ops.torch_ops.pointwise import (abs, add, clamp, div, erf, exp, expm1, gt, le, log1p, lt, minimum,
                                               mul, neg, sigmoid, sub, tanh, where)
-from compiler.ops.torch_ops.registry import LIBRARY, NoDecomposition, register
+from compiler.ops.torch_ops.registry import NoDecomposition, register
 
 
 @register(F.relu, torch.relu, torch.Tensor.relu)
@@ -73,10 +73,10 @@ def hardtanh(input, min_val=-1.0, max_val=1.0, inplace=False):
 # eager's CPU dropout draws `empty_like(x).bernoulli_(1 - p)`: bernoulli.p is that draw as a
 # function, so a compiled dropout takes the same masks from the same random stream.
 dropout_noise = Symbol("torch.ops.aten.bernoulli.p", torch.ops.aten.bernoulli.p,
-                       tags=(LIBRARY, "random", "nondifferentiable"))
+                       tags=(OpTag.LIBRARY_CALL, OpTag.RANDOM, OpTag.NON_DIFFERENTIABLE))
 
 
-@register(F.dropout, torch.dropout, tags=("random",))
+@register(F.dropout, torch.dropout, tags=(OpTag.RANDOM,))
 def dropout(input, p=0.5, training=True, inplace=False):
     if not training or p == 0:
         return input
@@ -156,7 +156,7 @@ def prelu(input, weight):
     return where(gt(input, 0), input, mul(w, input))
 
 
-@register(F.rrelu, torch.rrelu, tags=("random",))
+@register(F.rrelu, torch.rrelu, tags=(OpTag.RANDOM,))
 def rrelu(input, lower=1.0 / 8, upper=1.0 / 3, training=False, inplace=False):
     if training:
         raise NoDecomposition("rrelu in training mode is random")

@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import torch.nn.functional as F
 
+from compiler.ir import OpTag
+from compiler.ops.torch_ops import flops
 from compiler.ops.torch_ops.registry import library
 
-conv3d = library(F.conv3d)
-conv_transpose1d = library(F.conv_transpose1d)
-conv_transpose2d = library(F.conv_transpose2d)
-conv_transpose3d = library(F.conv_transpose3d)
+_CONV = (OpTag.CONVOLUTION,)
+
+conv3d = library(F.conv3d, tags=_CONV, flops=flops.convolution)
+conv_transpose1d = library(F.conv_transpose1d, tags=_CONV, flops=flops.transposed_convolution)
+conv_transpose2d = library(F.conv_transpose2d, tags=_CONV, flops=flops.transposed_convolution)
+conv_transpose3d = library(F.conv_transpose3d, tags=_CONV, flops=flops.transposed_convolution)

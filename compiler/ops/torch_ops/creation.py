@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import torch
 
+from compiler.ir import OpTag
 from compiler.ops import prims
 from compiler.ops.torch_ops.common import _scalar_as
 from compiler.ops.torch_ops.registry import library, register
@@ -74,13 +75,7 @@ linspace = library(torch.linspace)
 logspace = library(torch.logspace)
 
 
-def _random(*fns):
-    sym = library(*fns)
-    sym.tags = sym.tags | {"random"}
-    return sym
-
-
-RANDOM = {n: _random(getattr(torch, n)) for n in (
+RANDOM = {n: library(getattr(torch, n), tags=(OpTag.RANDOM,)) for n in (
     "rand", "randn", "randint", "randperm", "rand_like", "randn_like", "randint_like", "normal", "poisson")}
-bernoulli = _random(torch.bernoulli, torch.Tensor.bernoulli)
-multinomial = _random(torch.multinomial, torch.Tensor.multinomial)
+bernoulli = library(torch.bernoulli, torch.Tensor.bernoulli, tags=(OpTag.RANDOM,))
+multinomial = library(torch.multinomial, torch.Tensor.multinomial, tags=(OpTag.RANDOM,))

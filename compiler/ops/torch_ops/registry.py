@@ -1,19 +1,23 @@
 """Registration and lookup of torch-level symbols.
 
 A family module registers each symbol with `register` (it has a decomposition) or `library`
-(executors run it whole); `lookup` finds the symbol, and the adapter for its calling
-convention, of a torch callable the frontend sees.
+(executors run it whole), declaring its tags (ir.OpTag) and, for a library call with a
+formula, its FLOPs; `lookup` finds the symbol, and the adapter for its calling convention,
+of a torch callable the frontend sees; `registered` finds one by name (rule tables use it,
+so a misspelt name fails at import). `fallback_tags` gives the tags of a torch callable
+that has no symbol (the frontend records it as one opaque call).
 """
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Callable, Iterable, Optional
 
 import torch
 
-from compiler.ir import Symbol
+from compiler.ir import OpTag, Symbol
 
-LIBRARY = "library"
+LIBRARY = OpTag.LIBRARY_CALL  # the old name, for code that has not switched to OpTag yet
+Flops = Callable[[tuple, dict, list], float]  # a library call's FLOPs from its (args, kwargs, outputs)
 
 
 class NoDecomposition(Exception):
@@ -22,8 +26,8 @@ class NoDecomposition(Exception):
 
 # torch callable -> (Symbol, adapter or None). An adapter rewrites a call's (args, kwargs)
 # into the canonical function's convention (e.g. Tensor.view(*shape) -> reshape(x, shape)).
-REGISTRY: dict = {}
-SYMBOLS: dict = {}  # name -> Symbol
+REGISTRY: dict[Callable, tuple[Symbol, Optional[Callable]]] = {}
+SYMBOLS: dict[str, Symbol] = {}  # name -> Symbol
 
 
 def qualified_name(fn) -> Optional[str]:
@@ -54,7 +58,7 @@ def _qualname(fn) -> str:
     return name
 
 
-def register(*fns, name: Optional[str] = None, impl: Optional[Callable] = None, tags=(),
+def register(*fns, name: Optional[str] = None, impl: Optional[Callable] = None, tags: Iterable[OpTag] = (),
              adapters: Optional[dict] = None):
     """Decorator: `fn` is the decomposition of the torch function fns[0] and its aliases."""
 
@@ -66,13 +70,17 @@ def register(*fns, name: Optional[str] = None, impl: Optional[Callable] = None, 
     return deco
 
 
-def library(*fns, name: Optional[str] = None, impl: Optional[Callable] = None, adapters=None):
-    sym = Symbol(name or _qualname(fns[0]), impl or fns[0], tags=(LIBRARY,))
+def library(*fns, name: Optional[str] = None, impl: Optional[Callable] = None, adapters=None,
+            tags: Iterable[OpTag] = (), flops: Optional[Flops] = None) -> Symbol:
+    """A library call: torch's kernel runs fns[0] (and its aliases) whole."""
+    sym = Symbol(name or _qualname(fns[0]), impl or fns[0], tags=(OpTag.LIBRARY_CALL, *tags), flops=flops)
     _add(sym, fns, adapters)
     return sym
 
 
 def _add(sym, fns, adapters):
+    if sym.name in SYMBOLS:  # rule tables and the printed program tell symbols apart by name
+        raise ValueError(f"a symbol named {sym.name} is registered already")
     SYMBOLS[sym.name] = sym
     for fn in fns:
         REGISTRY[fn] = (sym, (adapters or {}).get(fn))
@@ -80,6 +88,14 @@ def _add(sym, fns, adapters):
 
 def lookup(fn):
     return REGISTRY.get(fn)
+
+
+def registered(name: str) -> Symbol:
+    """The registered symbol called `name`; a name no symbol has is an error (a misspelling)."""
+    sym = SYMBOLS.get(name)
+    if sym is None:
+        raise LookupError(f"no registered symbol is named {name!r}")
+    return sym
 
 
 def symbol_for(fn) -> Symbol:

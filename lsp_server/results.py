@@ -1,0 +1,54 @@
+"""The compile results the server holds: the cache of finished compiles, and the result each
+target shows in the editor. Its `generation` changes whenever what is shown does, so views
+built from it know when they are stale."""
+
+from __future__ import annotations
+
+
+from lsp_server.annotations import Result, ResultKey
+
+
+class Results:
+    def __init__(self) -> None:
+        self._cache: dict[ResultKey, Result] = {}
+        self._shown: dict[tuple[str, str], Result] = {}  # (normalised path, target) -> Result
+        self.generation = 0
+        self._seq = 0
+
+    def next_seq(self) -> int:
+        """A number for a new result, larger than every earlier one's."""
+        self._seq += 1
+        return self._seq
+
+    def cached(self, key: ResultKey) -> Result | None:
+        return self._cache.get(key)
+
+    def keep(self, result: Result) -> None:
+        """Cache a result that has a report (failures of the machinery are retried, not cached)."""
+        if result.kind == "report" and result.key is not None:
+            self._cache[result.key] = result
+
+    def show(self, result: Result) -> None:
+        """Make `result` the one its target shows."""
+        key = (result.path, result.target)
+        if self._shown.get(key) is not result:
+            self._shown[key] = result
+            self.generation += 1
+
+    def shown(self, path: str, target: str) -> Result | None:
+        return self._shown.get((path, target))
+
+    def all_shown(self) -> list[tuple[tuple[str, str], Result]]:
+        return list(self._shown.items())
+
+    def mention(self, path: str) -> bool:
+        """Whether a shown result annotates the file."""
+        return any(path in r.files() for r in self._shown.values())
+
+    def clear(self) -> None:
+        self._cache.clear()
+        self._shown.clear()
+        self.generation += 1
+
+    def cached_count(self) -> int:
+        return len(self._cache)

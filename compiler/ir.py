@@ -124,8 +124,8 @@ class Symbol:
         self.impl = impl
         self.kind = SymbolKind(kind)  # a misspelt kind raises here
         self.decomposition = decomposition
-        self.tags: frozenset[OpTag] = frozenset(tags)  # (lowering labels a region's with its executor)
-        if self.kind is not SymbolKind.REGION and not all(isinstance(t, OpTag) for t in self.tags):
+        self.tags: frozenset[OpTag] = frozenset(tags)
+        if not all(isinstance(t, OpTag) for t in self.tags):
             raise TypeError(f"{name}: a symbol's tags are OpTag members, not {sorted(map(repr, self.tags))}")
         self.meta = meta  # (args, kwargs) -> meta tensors; default: impl on meta tensors
         self.flops = flops  # (args, kwargs, outputs) -> FLOPs of a library call (ops/torch_ops/flops.py)
@@ -193,7 +193,7 @@ class Trace:
     # second into the first at its end, so the caller sees the update as in eager
     writeback: list = field(default_factory=list)
     # index of a bound symbol -> the profiler range it runs in (compiler/profiling.py; the
-    # execution trace under FUSIONLENS_PROFILE=1); the program calls PROFILE_RANGE(name)
+    # execution trace with CompileOptions.profile); the program calls PROFILE_RANGE(name)
     ranges: dict = field(default_factory=dict)
     # names of values whose eager tensor did not require grad though grad was enabled (after
     # detach(), inside `with torch.no_grad()`): the autograd transform stops there, as eager

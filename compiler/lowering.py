@@ -16,7 +16,7 @@ their ops in the execution trace run the prims through torch.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Optional
 
 from torch.utils import _pytree as pytree
@@ -24,7 +24,7 @@ from torch.utils import _pytree as pytree
 from compiler import fusion, profiling
 from compiler.contract import BoundaryCode, Decline, FusionGroup, boundary
 from compiler.executors.base import FusionExecutor, Generated
-from compiler.ir import PROFILE_RANGE, BoundSymbol, Symbol, Trace, Value, distinct_lines, ops_callable, run_ops
+from compiler.ir import PROFILE_RANGE, BoundSymbol, Symbol, SymbolKind, Trace, Value, distinct_lines, ops_callable, run_ops
 from compiler.report import Boundary
 
 
@@ -50,7 +50,6 @@ class Region:
 class Plan:
     trace: Trace  # the execution trace
     regions: list[Region]
-    notes: list = field(default_factory=list)  # (severity, message, provenance)
 
 
 def torch_region(rid: str, b: BoundSymbol) -> Region:
@@ -60,8 +59,9 @@ def torch_region(rid: str, b: BoundSymbol) -> Region:
 class _Lowering:
     """The regions and execution-trace ops of one `lower` call, as they are made."""
 
-    def __init__(self, fusers: list[FusionExecutor], device, prefix: str, source_only: bool):
+    def __init__(self, fusers: list[FusionExecutor], device, prefix: str, source_only: bool, verify: bool):
         self.fusers, self.device, self.prefix, self.source_only = fusers, device, prefix, source_only
+        self.verify = verify
         self.regions: list[Region] = []
         self.exec_bsyms: list[BoundSymbol] = []
         self.extra: dict[str, Callable] = {}  # region callables the execution trace names
@@ -95,6 +95,10 @@ class _Lowering:
         """A Cluster: its executor's region, or its prims one by one when there is no kernel."""
         rid = self.next_id()
         group = make_group(n, rid)
+        if self.verify:
+            from compiler import verify  # only when asked
+
+            verify.verify_group(group)
         generated, decline = None, ""
         if n.has_work():
             try:
@@ -108,7 +112,7 @@ class _Lowering:
         fn = generated.fn if generated.fn is not None else generated.eager_fn  # eager_fn: source-only
         if fn is None:
             raise RuntimeError(f"{n.ex.name} gave region {rid} nothing to call (a FusionLens bug)")
-        sym = Symbol(call_name, fn, kind="region", tags=(n.ex.name,))
+        sym = Symbol(call_name, fn, kind=SymbolKind.REGION)
         lines = sorted({(b.provenance.file, b.provenance.line) for b in n.ops if b.provenance})
         where = ", ".join(f"{os.path.basename(f)}:{ln}" for f, ln in lines)
         bound = BoundSymbol(sym, tuple(group.inputs), {}, list(group.outputs), _tuple_spec(len(group.outputs)),
@@ -128,18 +132,20 @@ class _Lowering:
         return Generated(ex.definition_source(group), None, 1, eager)
 
 
-def lower(flat: Trace, fusers: list[FusionExecutor], device, notes: list, prefix: str = "R",
-          source_only: bool = False) -> Plan:
+def lower(flat: Trace, fusers: list[FusionExecutor], device, prefix: str = "R", *, source_only: bool = False,
+          profile: bool = False, verify: bool = False) -> Plan:
     """The Plan of the fusion-stage trace `flat` for these fusion executors (maybe none);
     its regions are named `prefix` and a number (R0, R1; B0 for a backward program's).
     `source_only`: the executors write their code and build nothing (a preview, named P0 or
-    PB0): only fused regions, each with its code and no `fn` (see the module's docstring)."""
+    PB0): only fused regions, each with its code and no `fn` (see the module's docstring).
+    `profile`: each region runs in a profiler range (compiler/profiling.py); `verify`: each
+    FusionGroup is checked against its contract (compiler/verify.py) before its executor sees it."""
     if not fusers:
         regions = [] if source_only else [torch_region(f"{prefix}{i}", b) for i, b in enumerate(flat.bound_symbols)]
         trace = flat.with_("execution", list(flat.bound_symbols))
-        return Plan(trace if source_only else _profiled(trace, regions, device), regions, notes)
+        return Plan(_profiled(trace, regions, device) if profile and not source_only else trace, regions)
     nodes, make_group = fusion.clusters(flat, fusers)
-    state = _Lowering(fusers, device, prefix, source_only)
+    state = _Lowering(fusers, device, prefix, source_only, verify)
     for n in nodes:
         if isinstance(n, fusion.Cluster):
             state.cluster(n, make_group)
@@ -147,29 +153,18 @@ def lower(flat: Trace, fusers: list[FusionExecutor], device, notes: list, prefix
             state.unfused(n)
     trace = flat.with_("execution", state.exec_bsyms)
     trace.extra_globals.update(state.extra)
-    return Plan(trace if source_only else _profiled(trace, state.regions, device), state.regions, notes)
+    return Plan(_profiled(trace, state.regions, device) if profile and not source_only else trace, state.regions)
 
 
 def _profiled(trace: Trace, regions: list[Region], device) -> Trace:
-    """Under FUSIONLENS_PROFILE=1, each region's op in the execution trace runs inside a
-    profiler range named after the region and its first user line (compiler/profiling.py);
-    otherwise the trace is left as it is, and costs nothing more."""
-    if not profiling.enabled():
-        return trace
+    """Each region's op in the execution trace runs inside a profiler range named after the
+    region and its first user line (compiler/profiling.py); without profiling the trace is
+    left as it is, and costs nothing more."""
     index = {id(b): i for i, b in enumerate(trace.bound_symbols)}
     trace.ranges = {index[id(r.bound)]: profiling.range_name(r.id, distinct_lines(r.bsyms))
                     for r in regions if id(r.bound) in index}
     trace.extra_globals[PROFILE_RANGE] = profiling.range_for(device)
     return trace
-
-
-def preview_groups(optimised: Trace, ex: FusionExecutor, prefix: str = "P") -> tuple[Trace, list[FusionGroup]]:
-    """Deprecated: only compiler/pipeline.py's fallback for a lowering without its source-only
-    mode calls it; remove both. The fusion-stage trace for `ex` alone and the FusionGroups of
-    its preview regions, from `lower(..., source_only=True)`."""
-    flat = fusion.prepare(optimised, [ex])
-    plan = lower(flat, [ex], None, [], prefix, source_only=True)
-    return flat, [r.group for r in plan.regions if r.group is not None]
 
 
 def _tuple_spec(n: int):

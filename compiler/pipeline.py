@@ -177,36 +177,18 @@ def _lower(stage: _StageLog, trace: Trace, chosen, device, prefix: str, preview_
     """A program from the trace fusion starts at: fused, lowered, compiled to a function; and
     the same lowering in source-only mode for each executor that can only preview."""
     flat = stage(fusion.prepare(trace, chosen.fusers), fusers=chosen.fusers)
-    plan = lowering.lower(flat, chosen.fusers, device, [], prefix=prefix)
+    options = stage.options
+    plan = lowering.lower(flat, chosen.fusers, device, prefix, profile=options.profile, verify=options.verifying)
     stage(plan.trace, plan)
-    previews = [PreviewPlan(ex.name, why, _preview_plan(trace, ex, device, preview_prefix))
+    previews = [PreviewPlan(ex.name, why, _preview_plan(trace, ex, device, preview_prefix, options))
                 for ex, why in chosen.previews]
     return Program(stage.kind, stage.traces, plan, plan.trace.python_callable(), previews)
 
 
-def _preview_plan(trace: Trace, ex, device, prefix: str) -> lowering.Plan:
+def _preview_plan(trace: Trace, ex, device, prefix: str, options: CompileOptions) -> lowering.Plan:
     """`ex`'s regions of `trace` and their code, by lowering in its source-only mode."""
-    flat = fusion.prepare(trace, [ex])
-    try:
-        return lowering.lower(flat, [ex], device, [], prefix=prefix, source_only=True)
-    except TypeError:  # TEMPORARY until lowering has its source-only mode
-        _, groups = lowering.preview_groups(trace, ex, prefix)
-        regions = [lowering.Region(g.id, ex.name, list(g.bsyms), list(g.inputs), list(g.outputs), None,
-                                   generated=_Source(ex.definition_source(g))) for g in groups]
-        return lowering.Plan(flat, regions)
-
-
-class _Source:  # TEMPORARY: what a source-only lowering's Generated gives reporting
-    kernels = 1
-
-    def __init__(self, code: str):
-        self.source, self.fn, self.eager_fn = code, None, None
-
-    def report_code(self) -> str:
-        return self.source
-
-    def status(self) -> str:
-        return ""
+    return lowering.lower(fusion.prepare(trace, [ex]), [ex], device, prefix, source_only=True,
+                          verify=options.verifying)
 
 
 def _differentiate(optimised: Trace, tensors: list) -> tuple:

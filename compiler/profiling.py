@@ -1,5 +1,6 @@
-"""Profiler names: with FUSIONLENS_PROFILE=1 each region runs inside a range named after it
-and its first user line ("R3 gpt_block.py:77"), so timelines show the user's lines.
+"""Profiler names: with profiling on (CompileOptions.profile: `--profile`, FUSIONLENS_PROFILE=1)
+each region runs inside a range named after it and its first user line ("R3 gpt_block.py:77"),
+so timelines show the user's lines.
 
 The range is a `torch.profiler.record_function` (torch.profiler and Kineto traces, on the
 CPU too) and, on a GPU, an NVTX range (nsys). Lowering decides at compile time: without the
@@ -11,10 +12,6 @@ from __future__ import annotations
 import os
 
 import torch
-
-def enabled() -> bool:
-    return (os.environ.get("FUSIONLENS_PROFILE") or "0").strip() not in ("", "0", "false", "no")
-
 
 def range_name(region_id: str, lines) -> str:
     """"R3 gpt_block.py:77": the region and its first user line (`lines`: provenances)."""

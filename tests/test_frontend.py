@@ -13,6 +13,7 @@ import torch
 
 import compiler
 from compiler import checking, discovery, frontend, passes, pipeline, targets
+from compiler.ir import SymbolKind
 from compiler.options import CompileOptions
 from compiler.provenance import is_user_file
 
@@ -253,7 +254,7 @@ def test_unsupported_ops_are_opaque_calls_with_reasons():
     lines = marked_lines(path, "# UNSUPPORTED")
     assert len(lines) == 3
     for line in sorted(lines)[:2]:  # the third: a library call, then abs of a complex value
-        opaque = [b for b in _op_at(res, path, line) if b.sym.kind == "opaque"]
+        opaque = [b for b in _op_at(res, path, line) if b.sym.kind is SymbolKind.OPAQUE]
         assert len(opaque) == 1, (line, _op_at(res, path, line))
         assert "no symbol" in opaque[0].note
     report = compiler.compile(fn, *args, executors=["torch"], **kwargs)
@@ -283,7 +284,7 @@ def test_unknown_ops_of_every_kind_never_crash_tracing():
 
     x = torch.randn(4, 5)
     res = frontend.trace(fn, (x,))
-    opaque = [b for b in res.trace.bound_symbols if b.sym.kind == "opaque"]
+    opaque = [b for b in res.trace.bound_symbols if b.sym.kind is SymbolKind.OPAQUE]
     assert {short(b.sym.name) for b in opaque} >= {"gradient", "segment_reduce", "softmin", "expit", "pdist"}
     assert all(b.note and b.provenance.file == __file__ for b in opaque)
     report = compiler.compile(fn, x, executors=["torch"])

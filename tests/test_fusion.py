@@ -278,8 +278,8 @@ def test_source_only_lowering_writes_the_code_of_the_regions_it_would_run(fuser)
     optimised = passes.optimise(passes.decompose(traced.trace))
     ex = _SourceOnly()
     flat = fusion.prepare(optimised, [ex])
-    plan = lowering.lower(flat, [ex], torch.device("cpu"), [], prefix="P", source_only=True)
-    ran = lowering.lower(fusion.prepare(optimised, [fuser]), [fuser], torch.device("cpu"), [])
+    plan = lowering.lower(flat, [ex], torch.device("cpu"), "P", source_only=True)
+    ran = lowering.lower(fusion.prepare(optimised, [fuser]), [fuser], torch.device("cpu"))
     fused = [r for r in ran.regions if r.executor == "testfuser"]
     assert [r.id for r in ran.regions] == ["R0", "R1", "R2"] and len(fused) == 2
     # only the fused regions, numbered among themselves; the same ops and boundaries as ran
@@ -292,4 +292,4 @@ def test_source_only_lowering_writes_the_code_of_the_regions_it_would_run(fuser)
     # the execution trace runs: each region's op runs its prims through torch
     env = run_ops(plan.trace.bound_symbols, {v.name: t for v, t in zip(plan.trace.inputs, (x, w))})
     assert checking.mismatch((env[plan.trace.results()[0].name],), (f(x, w),)) is None
-    assert lowering.lower(flat, [], torch.device("cpu"), [], prefix="P", source_only=True).regions == []
+    assert lowering.lower(flat, [], torch.device("cpu"), "P", source_only=True).regions == []

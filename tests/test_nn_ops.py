@@ -8,6 +8,7 @@ from torch import nn
 
 import compiler
 from compiler import frontend, passes
+from compiler.ir import SymbolKind
 from compiler.ops import prims
 
 
@@ -57,7 +58,7 @@ def test_eval_batch_norm_is_elementwise():
     res = frontend.trace(model, (torch.randn(2, 3, 4, 4),))
     decomposed = passes.decompose(res.trace)
     leaves = passes.flatten(decomposed.bound_symbols)
-    assert all(b.sym.kind == "prim" for b in leaves), [b.sym.name for b in leaves]
+    assert all(b.sym.kind is SymbolKind.PRIM for b in leaves), [b.sym.name for b in leaves]
     assert all(prims.ELEMENTWISE in b.sym.tags or b.sym is prims.broadcast_in_dim for b in leaves)
 
 

@@ -10,6 +10,7 @@ import torch.nn.functional as F
 
 import compiler
 from compiler import checking, frontend, passes
+from compiler.ir import SymbolKind
 from compiler.provenance import display_path
 
 
@@ -143,7 +144,7 @@ def test_decompose_keeps_names_and_nests_prims():
     matmul, softmax = dec.bound_symbols
     assert matmul.subsymbols == [] and matmul.note == ""  # a library call
     leaves = passes.flatten([softmax])
-    assert all(b.sym.kind == "prim" for b in leaves)
+    assert all(b.sym.kind is SymbolKind.PRIM for b in leaves)
     assert {"prims.amax", "prims.exp", "prims.sum", "prims.div"} <= {b.sym.name for b in leaves}
     assert leaves[-1].outputs[0].name == "t1"
     assert dec.output.name == "t1"

@@ -1,5 +1,6 @@
-"""FUSIONLENS_PROFILE=1: each region runs in a profiler range named after it and its first
-user line (compiler/profiling.py); without it the program has no range in it at all."""
+"""CompileOptions.profile (FUSIONLENS_PROFILE=1, --profile): each region runs in a profiler
+range named after it and its first user line (compiler/profiling.py); without it the program
+has no range in it at all."""
 
 import torch
 from torch.profiler import ProfilerActivity, profile
@@ -19,16 +20,15 @@ def f(x, w):
 '''
 
 
-def _compiled(tmp_path, executors=None):
+def _compiled(tmp_path, profile: bool):
     path = tmp_path / "tiny_model.py"
     path.write_text(MODEL)
     f = load_module(str(path)).f
-    return pipeline.compile_program(f, (torch.randn(8, 16), torch.randn(16, 4)), {}, CompileOptions(executors=tuple(executors) if executors else None))
+    return pipeline.compile_program(f, (torch.randn(8, 16), torch.randn(16, 4)), {}, CompileOptions(profile=profile))
 
 
-def test_regions_show_in_torch_profiler_with_their_user_lines(tmp_path, monkeypatch):
-    monkeypatch.setenv("FUSIONLENS_PROFILE", "1")
-    c = _compiled(tmp_path)
+def test_regions_show_in_torch_profiler_with_their_user_lines(tmp_path):
+    c = _compiled(tmp_path, profile=True)
     names = set(c.forward.plan.trace.ranges.values())
     assert len(names) == len(c.forward.plan.regions) and "R0 tiny_model.py:5" in names, names
     matmul = next(r.id for r in c.forward.plan.regions if any(b.sym.name == "torch.matmul" for b in r.bsyms))
@@ -41,9 +41,8 @@ def test_regions_show_in_torch_profiler_with_their_user_lines(tmp_path, monkeypa
     torch.testing.assert_close(out, torch.matmul(torch.relu(x) * 2, w))
 
 
-def test_without_the_flag_the_program_has_no_range(tmp_path, monkeypatch):
-    monkeypatch.delenv("FUSIONLENS_PROFILE", raising=False)
-    c = _compiled(tmp_path)
+def test_without_the_flag_the_program_has_no_range(tmp_path):
+    c = _compiled(tmp_path, profile=False)
     assert c.forward.plan.trace.ranges == {} and PROFILE_RANGE not in c.forward.plan.trace.python()
     assert PROFILE_RANGE not in c.forward.plan.trace.extra_globals
     with profile(activities=[ProfilerActivity.CPU]) as prof:
@@ -51,9 +50,15 @@ def test_without_the_flag_the_program_has_no_range(tmp_path, monkeypatch):
     assert not any(e.key.startswith("R0 ") for e in prof.key_averages())
 
 
-def test_nvtx_only_where_cuda_is(monkeypatch):
+def test_nvtx_only_where_cuda_is():
     assert profiling.range_for("cuda").nvtx and not profiling.range_for("cpu").nvtx
-    monkeypatch.setenv("FUSIONLENS_PROFILE", "0")
-    assert not profiling.enabled()
-    monkeypatch.setenv("FUSIONLENS_PROFILE", "1")
-    assert profiling.enabled()
+
+
+def test_the_environment_sets_the_options_at_the_entry_points():
+    assert CompileOptions.from_env({"FUSIONLENS_PROFILE": "1"}).profile
+    assert not CompileOptions.from_env({"FUSIONLENS_PROFILE": "0"}).profile
+    assert not CompileOptions.from_env({}).profile
+    env = {"FUSIONLENS_DEBUG": "2", "FUSIONLENS_GPU": "L4", "FUSIONLENS_VERIFY": "yes"}
+    options = CompileOptions.from_env(env, executors=["torch"], gpu="H200")
+    assert (options.debug, options.gpu, options.verify, options.executors) == (2, "H200", True, ("torch",))
+    assert CompileOptions.from_env({"FUSIONLENS_DEBUG": "verbose"}).debug == 0  # a bad level is ignored

@@ -13,6 +13,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from compiler import executors, fusion, pipeline
+from compiler.ir import SymbolKind
 from compiler.ir import BoundSymbol, Symbol, Trace, Value, format_call
 from compiler.ops import prims
 from compiler.verify import VerifyError, verify, verify_group
@@ -309,7 +310,7 @@ def test_the_fusion_stage_holds_prims_and_ops_no_executor_fuses(fuser):
     _names(e, _mlp, "torch.relu(h)")
 
     flat = _mlp_stage(fuser, "fusion")
-    region = next(b for b in _mlp_stage(fuser, "execution").bound_symbols if b.sym.kind == "region")
+    region = next(b for b in _mlp_stage(fuser, "execution").bound_symbols if b.sym.kind is SymbolKind.REGION)
     ops = list(flat.bound_symbols)
     i = _at(flat, _mlp, "torch.relu(h)")
     lowered = ops[:i] + [region] + ops[i + 2:]  # the region call in place of relu's two prims
@@ -320,7 +321,7 @@ def test_the_fusion_stage_holds_prims_and_ops_no_executor_fuses(fuser):
 
 def test_the_execution_stage_holds_region_calls_and_torch_ops_it_can_name(fuser):
     execution = _mlp_stage(fuser, "execution")
-    i, region = next((k, b) for k, b in enumerate(execution.bound_symbols) if b.sym.kind == "region")
+    i, region = next((k, b) for k, b in enumerate(execution.bound_symbols) if b.sym.kind is SymbolKind.REGION)
     lost = dataclasses.replace(execution, extra_globals={k: v for k, v in execution.extra_globals.items()
                                                          if k != region.sym.name})
     e = _rejects(lost, "execution")

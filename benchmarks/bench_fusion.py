@@ -204,16 +204,16 @@ def standalone(table, device, args, copy_gbs):
                     exp = list(expected) if isinstance(expected, tuple) else [expected]
                     problem = checking.mismatch(list(out), exp)
                     status = "ok" if problem is None else f"MISMATCH {problem[:60]}"
-                    gms = bench_ms(lambda: gen.fn(*ins), device)
+                    gms = bench_ms(lambda gen=gen, ins=ins: gen.fn(*ins), device)
                     with torch.no_grad():
-                        ems = bench_ms(lambda: fn(*inputs), device)
+                        ems = bench_ms(lambda fn=fn, inputs=inputs: fn(*inputs), device)
                     tcms = None
                     if not args.no_torch_compile and left() > 0:
                         try:
                             tc = torch.compile(fn, dynamic=False)
                             with torch.no_grad():
                                 tc(*inputs)
-                                tcms = bench_ms(lambda: tc(*inputs), device)
+                                tcms = bench_ms(lambda tc=tc, inputs=inputs: tc(*inputs), device)
                         except Exception as e:  # torch.compile unavailable: say so, go on
                             status += f"; torch.compile failed: {type(e).__name__}"
                     moved = nbytes(ins) + nbytes(out)
@@ -345,7 +345,7 @@ def main(argv=None) -> int:
         examples(t2, t3, device, args, copy_gbs)
     print("\n" + t1.text() + "\n\n" + t2.text() + "\n\n" + t3.text(), flush=True)
     if args.results:
-        stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+        stamp = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
         md = [f"## Run of {stamp}", "", f"{name}; {versions()}; copy bandwidth {fmt(copy_gbs)} GB/s"
               + ("; --tiny dry run: figures mean nothing" if args.tiny else ""), "",
               "### Standalone regions", "", t1.markdown(), "", "### Examples", "", t2.markdown(), "",

@@ -27,7 +27,6 @@ sys.path.insert(0, ROOT)
 
 import torch  # noqa: E402
 
-from compiler import roofline  # noqa: E402
 from compiler.discovery import find_targets  # noqa: E402
 from compiler.options import CompileOptions  # noqa: E402
 from compiler.report import format_ms  # noqa: E402

@@ -7,7 +7,6 @@
 
 from __future__ import annotations
 
-from typing import Optional
 
 from compiler import benchmark as bench, checking, frontend, pipeline, reporting, report as R
 from compiler.options import CompileOptions
@@ -25,9 +24,9 @@ class CompileError(Exception):
         self.report = report
 
 
-def compile(fn, *args, executors: Optional[list[str]] = None, benchmark: bool = False, repeats: int = 20,
-            warmup: int = 3, torch_compile: bool = False, name: Optional[str] = None,
-            options: Optional[CompileOptions] = None, **kwargs) -> R.CompileReport:
+def compile(fn, *args, executors: list[str] | None = None, benchmark: bool = False, repeats: int = 20,
+            warmup: int = 3, torch_compile: bool = False, name: str | None = None,
+            options: CompileOptions | None = None, **kwargs) -> R.CompileReport:
     """Trace `fn(*args, **kwargs)`, compile it, check it against eager, and report.
     `options` default to what the environment sets (options.ENVIRONMENT); `executors`, when
     given, replaces theirs.
@@ -43,7 +42,7 @@ def compile(fn, *args, executors: Optional[list[str]] = None, benchmark: bool = 
 
 def compile_checked(fn, args, kwargs, options: CompileOptions, name: str, *, benchmark: bool,
                     repeats: int = 0, warmup: int = 0, torch_compile: bool = False,
-                    target: Optional[R.Target] = None, eager_on_failure: bool = False) -> tuple:
+                    target: R.Target | None = None, eager_on_failure: bool = False) -> tuple:
     """Compile, check against eager, benchmark if asked, then report: what compile, jit and
     compile_target share. Returns (Compiled, report, whether the check failed).
 

@@ -4,7 +4,6 @@ each region against the eager torch calls it replaces."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
 
 import torch
 
@@ -15,11 +14,11 @@ from compiler.report import Diagnostic, DiagnosticCode, ProgramTimings, RegionTi
 
 @dataclass
 class Measurements:
-    program: Optional[ProgramTimings] = None  # the call against eager
+    program: ProgramTimings | None = None  # the call against eager
     regions: dict[str, dict[str, RegionTiming]] = field(default_factory=dict)  # program kind -> region id -> timing
     diagnostics: list[Diagnostic] = field(default_factory=list)
-    training: Optional[ProgramTimings] = None  # a training compile: forward + backward steps
-    copy_gbs: Optional[float] = None  # the device's measured copy bandwidth (timing.copy_bandwidth_gbs)
+    training: ProgramTimings | None = None  # a training compile: forward + backward steps
+    copy_gbs: float | None = None  # the device's measured copy bandwidth (timing.copy_bandwidth_gbs)
 
 
 def measure_program(c, fn, args, kwargs, inputs: list, *, repeats: int, warmup: int,

@@ -3,7 +3,6 @@ and the check every compiled program passes on its example inputs."""
 
 from __future__ import annotations
 
-from typing import Optional
 
 import torch
 from torch.utils import _pytree as pytree
@@ -31,7 +30,7 @@ def _structure(spec) -> str:
     return text if len(text) <= 200 else text[:197] + "..."
 
 
-def mismatch(actual, expected, depth: int = 8, values: bool = True) -> Optional[str]:
+def mismatch(actual, expected, depth: int = 8, values: bool = True) -> str | None:
     """None when every tensor in `actual` matches `expected`; else what differs, in words.
     Objects pytree does not take apart (a library's cache) are compared attribute by attribute.
     `values=False`: tensors' shapes and dtypes only (a program that draws random numbers)."""
@@ -108,7 +107,7 @@ def check_program(c, inputs: list, target) -> list:
 
 # --- gradients of a training compile against eager's ---------------------------------------
 
-def grad_mismatch(actual, expected, through=()) -> Optional[str]:
+def grad_mismatch(actual, expected, through=()) -> str | None:
     """None when gradient `actual` matches eager's `expected`. Gradients are sums over many
     terms, so the tolerance is ten times the dtype's, relative to the gradient's largest element; the
     loosest of `through`'s dtypes when lower precision values carried it (an fp16 model's
@@ -214,7 +213,7 @@ def as_accurate_as_eager(actual, expected, exact) -> bool:
     return _rmse(actual, exact) <= (3.0 if small else 2.0) * _rmse(expected, exact) + floor
 
 
-def float64_gradients(fn, args, kwargs, inputs: list, wrt: list, positions: list, cots: list) -> Optional[list]:
+def float64_gradients(fn, args, kwargs, inputs: list, wrt: list, positions: list, cots: list) -> list | None:
     """The gradients of `wrt` from eager `fn` run in float64 (every floating input, parameter
     and buffer promoted for the call), for the same cotangents of the outputs at `positions`;
     None when the call does not run in float64 (code that fixes its own dtypes)."""

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Optional
 
 import torch
 
@@ -76,11 +75,11 @@ class Layout:
     device: str  # the tensor's device type: "cuda", "cpu"
 
     @classmethod
-    def of_tensor(cls, t: torch.Tensor) -> "Layout":
+    def of_tensor(cls, t: torch.Tensor) -> Layout:
         return cls(tuple(t.shape), tuple(t.stride()), t.dtype, t.device.type)
 
     @classmethod
-    def contiguous(cls, v: Value) -> "Layout":
+    def contiguous(cls, v: Value) -> Layout:
         """The layout of a fresh contiguous tensor of value `v`."""
         return cls(tuple(v.shape), tuple(contiguous_strides(v.shape)), v.dtype, v.device.type)
 
@@ -125,6 +124,6 @@ _REASONS = {
 }
 
 
-def boundary(code: BoundaryCode, detail: str, where: Optional[Provenance] = None) -> Boundary:
+def boundary(code: BoundaryCode, detail: str, where: Provenance | None = None) -> Boundary:
     """The report's Boundary of this kind, at the user line of `where` (the op that ends it)."""
     return Boundary(code.reason, detail, where.file if where else None, where.line if where else None, code=code)

@@ -10,7 +10,6 @@ math: which peak bounds the FLOPs, from the dtype and the call's MATMUL / CONVOL
 
 from __future__ import annotations
 
-from typing import Optional
 
 import torch
 
@@ -81,7 +80,7 @@ def math_of(leaves) -> str:
     return "fp32"
 
 
-def _first_tensor_dtype(b) -> Optional[torch.dtype]:
+def _first_tensor_dtype(b) -> torch.dtype | None:
     for a in list(b.args) + list(b.kwargs.values()):
         for x in (a if isinstance(a, (list, tuple)) else [a]):
             if isinstance(x, Value):

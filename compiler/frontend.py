@@ -13,7 +13,7 @@ import functools
 import inspect
 import re
 import sys
-from typing import Any, Optional
+from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -35,7 +35,7 @@ _DATA_DEPENDENT = {"__bool__", "item", "tolist", "__int__", "__float__", "__inde
 class TraceError(Exception):
     """Tracing failed; `file`/`line` point at the user's source."""
 
-    def __init__(self, message: str, file: Optional[str] = None, line: Optional[int] = None):
+    def __init__(self, message: str, file: str | None = None, line: int | None = None):
         super().__init__(message)
         self.message, self.file, self.line = message, file, line
 
@@ -43,7 +43,7 @@ class TraceError(Exception):
 class Note:
     """A diagnostic noticed while tracing: (severity, message, provenance)."""
 
-    def __init__(self, severity: str, message: str, where: Optional[provenance.Provenance], code: str = ""):
+    def __init__(self, severity: str, message: str, where: provenance.Provenance | None, code: str = ""):
         self.severity, self.message, self.where, self.code = severity, message, where, code
 
 
@@ -52,9 +52,12 @@ def _sanitize(name: str) -> str:
     return name if name and not name[0].isdigit() else f"_{name}"
 
 
-def _is_inplace(name: str) -> Optional[str]:
+_NOT_INPLACE_DUNDERS = ("__init__", "__index__", "__int__", "__invert__", "__iter__")
+
+
+def _is_inplace(name: str) -> str | None:
     """The functional method name for an in-place one (add_ -> add, __iadd__ -> __add__)."""
-    if name.startswith("__i") and name.endswith("__") and name not in ("__init__", "__index__", "__int__", "__invert__", "__iter__"):
+    if name.startswith("__i") and name.endswith("__") and name not in _NOT_INPLACE_DUNDERS:
         return "__" + name[3:]
     if name.endswith("_") and not name.endswith("__") and not name.startswith("_"):
         return name[:-1]
@@ -86,7 +89,7 @@ def _inplace_wrapper(method_name: str):
 
 
 class _Recorder(TorchFunctionMode):
-    def __init__(self, tracer: "Tracer"):
+    def __init__(self, tracer: Tracer):
         super().__init__()
         self.tracer = tracer
 
@@ -118,15 +121,16 @@ class Tracer:
         self.notes: list = []
         self.extra_globals: dict = {}
         self.named: set = set()  # ids of the argument objects named in extra_globals
-        self.taken: set = {"torch", "prims", "operator", "math", "inf", "nan", OUTPUT_BUILDER, "setitem"}  # the program's globals
-        self.eager_only: Optional[str] = None  # why calls of this signature must run eagerly
+        # the program's own globals
+        self.taken: set = {"torch", "prims", "operator", "math", "inf", "nan", OUTPUT_BUILDER, "setitem"}
+        self.eager_only: str | None = None  # why calls of this signature must run eagerly
         self.updated_at: dict = {}  # id(tensor) -> where it was first updated in place
         self.stop = None  # the code object of `trace`: frames beyond it are not the traced call's
-        self.call: Optional[provenance.Provenance] = None  # the user's call of what is traced
+        self.call: provenance.Provenance | None = None  # the user's call of what is traced
         self.frozen: set = set()  # names of op outputs eager's autograd does not track (Trace.frozen)
         self.grad = torch.is_grad_enabled()  # the caller's grad mode, which the call is traced in
 
-    def where(self) -> Optional[provenance.Provenance]:
+    def where(self) -> provenance.Provenance | None:
         """The provenance of the op being recorded now."""
         return provenance.capture(sys._getframe(1), self.stop, self.call)
 
@@ -159,8 +163,9 @@ class Tracer:
         role, name = self.known.get(id(x), ("const", "c"))
         if role == "const":
             name = f"c{sum(1 for i in self.inputs if i.role == 'const')}"
+            kind = Value('', x.shape, x.dtype, x.device).type_str()
             self.notes.append(Note("information",
-                                   f"captured tensor constant {name} ({Value('', x.shape, x.dtype, x.device).type_str()}): "
+                                   f"captured tensor constant {name} ({kind}): "
                                    "it is an input of the compiled program, not specialised",
                                    self.where(), DiagnosticCode.CAPTURED_CONSTANT))
         return self.bind_input(x, name, role)
@@ -198,7 +203,8 @@ class Tracer:
             sym = self.tensors_only(sym)
             spec = None if len(outs) == 1 else pytree.tree_flatten(tuple(outs))[1]
             single = len(outs) == 1
-        if self.grad and any(isinstance(a, torch.Tensor) and a.requires_grad for a in pytree.tree_leaves((args, kwargs))):
+        leaves = pytree.tree_leaves((args, kwargs))
+        if self.grad and any(isinstance(a, torch.Tensor) and a.requires_grad for a in leaves):
             # where eager's autograd stops though an input requires grad (detach, no_grad blocks)
             self.frozen.update(v.name for v, t in zip(outs, (t for t in flat if isinstance(t, torch.Tensor)))
                                if not t.requires_grad and _differentiable(t))
@@ -373,8 +379,8 @@ def describe_input(name: str, x) -> str:
 
 class TraceResult:
     def __init__(self, trace: Trace, eager_output: Any, constants: dict, notes: list,
-                 eager_only: Optional[str] = None, mutated: Optional[dict] = None,
-                 originals: Optional[dict] = None, copies: tuple = ()):
+                 eager_only: str | None = None, mutated: dict | None = None,
+                 originals: dict | None = None, copies: tuple = ()):
         self.trace = trace
         self.eager_output = eager_output
         self.constants = constants  # input name -> tensor (params, buffers, captured constants)
@@ -397,7 +403,7 @@ class TraceResult:
                                self.eager_output)
 
 
-def trace(fn, args=(), kwargs=None, name: Optional[str] = None) -> TraceResult:
+def trace(fn, args=(), kwargs=None, name: str | None = None) -> TraceResult:
     """Run `fn(*args, **kwargs)` once, recording it. Errors in user code raise TraceError."""
     kwargs = kwargs or {}
     tracer = Tracer(name or target_name(fn))

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable
-from typing import NamedTuple, Optional, Union
+from typing import NamedTuple
 
 from compiler import passes
 from compiler.contract import BoundaryCode, Decline, FusionGroup, boundary, source_comments
@@ -77,14 +77,14 @@ class Refusal(NamedTuple):
 class Cluster:
     """A region the partitioner is growing: ops one executor takes over one iteration space."""
 
-    def __init__(self, gid: int, ex, domain: tuple[int, ...], rdims: Optional[tuple[int, ...]]):
+    def __init__(self, gid: int, ex, domain: tuple[int, ...], rdims: tuple[int, ...] | None):
         self.gid, self.ex, self.domain, self.rdims = gid, ex, domain, rdims
         self.ops: list[BoundSymbol] = []
         self.produced: set[str] = set()
         self.deps: set[int] = set()  # groups this one depends on, transitively
-        self.boundary: Optional[Boundary] = None
+        self.boundary: Boundary | None = None
 
-    def space(self, shape) -> Optional[str]:
+    def space(self, shape) -> str | None:
         shape = tuple(shape)
         if shape == self.domain:
             return "full"
@@ -95,7 +95,7 @@ class Cluster:
                 return "reduced"
         return None
 
-    def refuse(self, b: BoundSymbol) -> Optional[Refusal]:
+    def refuse(self, b: BoundSymbol) -> Refusal | None:
         """None if op `b` fits this group's iteration space; else why it does not."""
         if b.sym.tags & {P.REDUCTION}:
             x = b.args[0]
@@ -133,7 +133,7 @@ def _new_group_for(gid: int, ex, b: BoundSymbol) -> Cluster:
     return Cluster(gid, ex, tuple(b.outputs[0].shape), None)
 
 
-Node = Union[Cluster, BoundSymbol]  # what the partition orders: a region, or one op left to torch
+Node = Cluster | BoundSymbol  # what the partition orders: a region, or one op left to torch
 
 
 class _Partitioner:
@@ -207,7 +207,7 @@ class _Partitioner:
             self.producer[o.name] = b
         self.order.append((i, b))
 
-    def join(self, b: BoundSymbol, ex, pulled: list[BoundSymbol], reads: list[str]) -> Optional[Cluster]:
+    def join(self, b: BoundSymbol, ex, pulled: list[BoundSymbol], reads: list[str]) -> Cluster | None:
         """The group of a producer of `b` that `b` (with the broadcasts it pulls in) can join,
         the other such groups merged into it; None when there is none."""
         candidates: list[Cluster] = []
@@ -391,7 +391,7 @@ def clusters(flat: Trace, fusers: list) -> tuple[list[Node], Callable[[Cluster, 
     return nodes, make_group
 
 
-def unfused(b: BoundSymbol, fusers: list) -> tuple[Optional[Boundary], str]:
+def unfused(b: BoundSymbol, fusers: list) -> tuple[Boundary | None, str]:
     """(Boundary or None, why no fusion executor took op `b`) for an op left to torch."""
     why = _claims(b, fusers)[1]
     needs_boundary = b.sym.kind != "prim" or b.note or why or b.sym.tags & {P.SHAPE, P.CAT}

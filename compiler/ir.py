@@ -15,7 +15,8 @@ import inspect
 import math
 import operator
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Optional, Union
+from typing import Any
+from collections.abc import Callable, Iterable
 
 import torch
 from torch.utils import _pytree as pytree
@@ -117,9 +118,9 @@ class Symbol:
     it in simpler symbols (ultimately prims) by being called on Values inside a trace. Whoever
     makes it declares its kind and tags; `flops` counts a library call's FLOPs."""
 
-    def __init__(self, name: str, impl: Callable, *, kind: Union[SymbolKind, str] = SymbolKind.TORCH,
-                 decomposition: Optional[Callable] = None, tags: Iterable[OpTag] = (),
-                 meta: Optional[Callable] = None, flops: Optional[Callable[[tuple, dict, list], float]] = None):
+    def __init__(self, name: str, impl: Callable, *, kind: SymbolKind | str = SymbolKind.TORCH,
+                 decomposition: Callable | None = None, tags: Iterable[OpTag] = (),
+                 meta: Callable | None = None, flops: Callable[[tuple, dict, list], float] | None = None):
         self.name = name
         self.impl = impl
         self.kind = SymbolKind(kind)  # a misspelt kind raises here
@@ -152,7 +153,7 @@ class BoundSymbol:
     kwargs: dict
     outputs: list  # output Values, flat
     out_spec: Any = None  # pytree spec of the result; None means a single Value
-    provenance: Optional[Provenance] = None
+    provenance: Provenance | None = None
     subsymbols: list = field(default_factory=list)
     note: str = ""  # e.g. why an op is opaque
 
@@ -172,7 +173,7 @@ class BoundSymbol:
         """The op's result structure with Values as leaves."""
         return self.outputs[0] if self.out_spec is None else pytree.tree_unflatten(self.outputs, self.out_spec)
 
-    def replace(self, mapping: dict) -> "BoundSymbol":
+    def replace(self, mapping: dict) -> BoundSymbol:
         """A copy with input and output Values renamed through `mapping` (name -> Value)."""
         sub = lambda v: mapping.get(v.name, v) if isinstance(v, Value) else v  # noqa: E731
         args, kwargs = pytree.tree_map(sub, (self.args, self.kwargs))
@@ -201,9 +202,9 @@ class Trace:
     # the first `packed` inputs (None: none) arrive in one list, which the program empties once
     # it has named them (a backward program's saved tensors: it then holds the only reference
     # to each, and frees it after its last use)
-    packed: Optional[int] = None
+    packed: int | None = None
 
-    def with_(self, stage: str, bound_symbols: list, output=None, rename: Optional[dict] = None) -> "Trace":
+    def with_(self, stage: str, bound_symbols: list, output=None, rename: dict | None = None) -> Trace:
         """A trace of the same program with other ops; `rename` (name -> Value) renames what
         it returns and writes back (an op replaced by an earlier one's result)."""
         output = self.output if output is None else output
@@ -288,7 +289,7 @@ def distinct_lines(bsyms):
 class TraceContext:
     """Collects BoundSymbols while symbols are called on Values; names new values."""
 
-    def __init__(self, names: "NameGen", provenance: Optional[Provenance] = None):
+    def __init__(self, names: NameGen, provenance: Provenance | None = None):
         self.names = names
         self.bound_symbols: list = []
         self.provenance = provenance
@@ -334,7 +335,7 @@ class NameGen:
 _stack: list = []
 
 
-def _current() -> Optional[TraceContext]:
+def _current() -> TraceContext | None:
     return _stack[-1] if _stack else None
 
 
@@ -442,7 +443,7 @@ def no_grad(program: Callable) -> Callable:
     return functools.wraps(program)(run)
 
 
-def program_globals(extra: Optional[dict] = None) -> dict:
+def program_globals(extra: dict | None = None) -> dict:
     """The namespace a printed program runs in (it imports `prims` itself, as printed)."""
     namespace = {"torch": torch, "operator": operator, "math": math, "inf": math.inf, "nan": math.nan}
     if extra:

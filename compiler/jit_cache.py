@@ -8,7 +8,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 import torch
 from torch.utils import _pytree as pytree
@@ -43,7 +42,7 @@ torch.nn.modules.module.register_module_buffer_registration_hook(_bump)
 
 @dataclass
 class CacheEntry:
-    compiled: Optional[Compiled]
+    compiled: Compiled | None
     report: R.CompileReport
     signature: tuple
     eager_fallback: bool = False  # the program failed its check: run eager for this signature
@@ -53,8 +52,8 @@ class CacheEntry:
 class JitFunction:
     """A compiled callable: traces and compiles once per input signature, then reuses it."""
 
-    def __init__(self, fn, executors: Optional[list[str]] = None, max_entries: int = 64,
-                 options: Optional[CompileOptions] = None):
+    def __init__(self, fn, executors: list[str] | None = None, max_entries: int = 64,
+                 options: CompileOptions | None = None):
         self.fn = fn
         self.options = (options or CompileOptions.from_env()).replace(previews=False)
         if executors is not None:
@@ -63,7 +62,7 @@ class JitFunction:
         self.cache: dict = {}
         self.hits = 0
         self.misses = 0
-        self.last: Optional[CacheEntry] = None
+        self.last: CacheEntry | None = None
         self._module = isinstance(fn, torch.nn.Module)
         self._state_generation = -1
         self._state: tuple = ()
@@ -150,8 +149,8 @@ class JitFunction:
         self.last = None
 
 
-def jit(fn, executors: Optional[list[str]] = None, max_entries: int = 64,
-        options: Optional[CompileOptions] = None) -> JitFunction:
+def jit(fn, executors: list[str] | None = None, max_entries: int = 64,
+        options: CompileOptions | None = None) -> JitFunction:
     """`fn` compiled once per input signature; `options` default to the environment's."""
     return JitFunction(fn, executors, max_entries, options)
 

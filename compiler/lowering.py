@@ -17,14 +17,15 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Callable, Optional
+from collections.abc import Callable
 
 from torch.utils import _pytree as pytree
 
 from compiler import fusion, profiling
 from compiler.contract import BoundaryCode, Decline, FusionGroup, boundary
 from compiler.executors.base import FusionExecutor, Generated
-from compiler.ir import PROFILE_RANGE, BoundSymbol, Symbol, SymbolKind, Trace, Value, distinct_lines, ops_callable, run_ops
+from compiler.ir import (PROFILE_RANGE, BoundSymbol, Symbol, SymbolKind, Trace, Value, distinct_lines, ops_callable,
+                         run_ops)
 from compiler.report import Boundary
 
 
@@ -36,13 +37,13 @@ class Region:
     inputs: list[Value]  # Values read from outside
     outputs: list[Value]  # Values used outside
     bound: BoundSymbol  # its op in the execution trace
-    boundary: Optional[Boundary] = None
+    boundary: Boundary | None = None
     note: str = ""  # why it is not fused (torch regions)
-    generated: Optional[Generated] = None  # fusion regions: the executor's code and callable
-    group: Optional[FusionGroup] = None  # fusion regions: what the executor was given
+    generated: Generated | None = None  # fusion regions: the executor's code and callable
+    group: FusionGroup | None = None  # fusion regions: what the executor was given
 
     @property
-    def fn(self) -> Optional[Callable]:
+    def fn(self) -> Callable | None:
         return self.generated.fn if self.generated is not None else None
 
 

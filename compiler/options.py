@@ -11,7 +11,6 @@ import dataclasses
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Optional
 
 # variable -> (option, how its text becomes the option's value)
 _TRUE = ("1", "true", "yes", "on")
@@ -38,11 +37,11 @@ ENVIRONMENT = {
 
 @dataclass(frozen=True)
 class CompileOptions:
-    executors: Optional[tuple[str, ...]] = None  # in priority order; None: the defaults for the device
+    executors: tuple[str, ...] | None = None  # in priority order; None: the defaults for the device
     previews: bool = False  # also write the code of fusion executors that cannot run here
     debug: int = 0  # 1: a line per stage; 2: each trace; 3: decompositions nested, each region's code
     profile: bool = False  # each region runs in a record_function / NVTX range named after its line
-    gpu: Optional[str] = None  # the target GPU of the rooflines where the program does not run on one
+    gpu: str | None = None  # the target GPU of the rooflines where the program does not run on one
     check: bool = True  # compare the compiled program with eager on the example inputs
     verify: bool = False  # run compiler.verify after every stage (debug >= 1 implies it)
 
@@ -50,13 +49,13 @@ class CompileOptions:
     def verifying(self) -> bool:
         return self.verify or self.debug >= 1
 
-    def replace(self, **changes) -> "CompileOptions":
+    def replace(self, **changes) -> CompileOptions:
         if "executors" in changes and changes["executors"] is not None:
             changes["executors"] = tuple(changes["executors"])
         return dataclasses.replace(self, **changes)
 
     @classmethod
-    def from_env(cls, environ: Optional[Mapping[str, str]] = None, **given) -> "CompileOptions":
+    def from_env(cls, environ: Mapping[str, str] | None = None, **given) -> CompileOptions:
         """The options the environment sets (ENVIRONMENT), then those `given` (not None) over them."""
         environ = os.environ if environ is None else environ
         values: dict = {}

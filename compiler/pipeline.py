@@ -25,7 +25,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 import torch
 
@@ -76,10 +76,10 @@ class Compiled:
     executors: list[str]  # resolved, in priority order
     options: CompileOptions
     notes: list[frontend.Note] = field(default_factory=list)  # the frontend's, then the pipeline's
-    eager_only: Optional[str] = None  # why this signature runs eagerly, if it must
-    differentiated: Optional[autograd.Differentiated] = None  # compiled for training
+    eager_only: str | None = None  # why this signature runs eagerly, if it must
+    differentiated: autograd.Differentiated | None = None  # compiled for training
 
-    def program(self, kind: str) -> Optional[Program]:
+    def program(self, kind: str) -> Program | None:
         return next((p for p in self.programs if p.kind == kind), None)
 
     @property
@@ -100,7 +100,7 @@ class _StageLog:
         self.traces: dict[str, Trace] = {}
         self.last = time.perf_counter()
 
-    def __call__(self, trace: Trace, plan: Optional[lowering.Plan] = None, fusers: Optional[list] = None) -> Trace:
+    def __call__(self, trace: Trace, plan: lowering.Plan | None = None, fusers: list | None = None) -> Trace:
         """Record `trace`; `fusers`: the fusion executors its stage was prepared for (the
         verifier checks that no op left whole holds a prim one of them takes)."""
         assert trace.stage in PROGRAM_STAGES[self.kind] and trace.stage not in self.traces, trace.stage
@@ -136,8 +136,8 @@ def requires_grad(tensors) -> bool:
     return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
 
 
-def compile_program(fn, args, kwargs, options: Optional[CompileOptions] = None,
-                    name: Optional[str] = None) -> Compiled:
+def compile_program(fn, args, kwargs, options: CompileOptions | None = None,
+                    name: str | None = None) -> Compiled:
     """Trace `fn(*args, **kwargs)` and run every stage. `options.previews`: with the default
     executors, also write the code of the fusion executors that cannot run here (reports want
     it; jit does not). Where grad is enabled and an input, parameter or buffer requires grad,
@@ -153,7 +153,8 @@ def compile_program(fn, args, kwargs, options: Optional[CompileOptions] = None,
     device = _device_of(user_tensors + list(traced.constants.values()))
     names = executor_registry.resolve(list(options.executors) if options.executors else None, device)
     chosen = executor_registry.select(names, device, preview_all=options.previews and options.executors is None)
-    notes += [frontend.Note(severity, message, where, DiagnosticCode.EXECUTOR) for severity, message, where in chosen.notes]
+    notes += [frontend.Note(severity, message, where, DiagnosticCode.EXECUTOR)
+              for severity, message, where in chosen.notes]
     constants = [traced.constants[v.name] for v in acquired.inputs if v.role != "input"]
     differentiated, why = _differentiate(optimised, user_tensors + constants)
     if why is not None:
@@ -200,7 +201,8 @@ def _differentiate(optimised: Trace, tensors: list) -> tuple:
     try:
         return autograd.differentiate(optimised, [t.requires_grad for t in tensors]), None
     except autograd.Unsupported as e:
-        return None, frontend.Note("warning", f"training runs eagerly: {e.message}", e.where, DiagnosticCode.TRAINING_EAGER)
+        why = f"training runs eagerly: {e.message}"
+        return None, frontend.Note("warning", why, e.where, DiagnosticCode.TRAINING_EAGER)
 
 
 def training_program(forward_fn, backward_fn, d: autograd.Differentiated, n_inputs: int, output) -> Any:

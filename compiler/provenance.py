@@ -21,7 +21,6 @@ import sys
 import sysconfig
 import traceback
 from dataclasses import dataclass, field
-from typing import Optional
 
 from compiler.discovery import CodeRoots, is_model_code
 from compiler.report import Frame
@@ -69,7 +68,7 @@ def call_site(file: str, line: int, function: str):
         _CALL_SITE.reset(token)
 
 
-def caller(start_frame) -> Optional["Provenance"]:
+def caller(start_frame) -> Provenance | None:
     """The user's call of a traced function: the call site set by `call_site`, else the
     innermost model-code frame from `start_frame` outwards (the call of FusionLens), with
     the span of the call expression."""
@@ -82,7 +81,7 @@ def caller(start_frame) -> Optional["Provenance"]:
     return _at(frame, ()) if frame is not None else None
 
 
-def user_location(exc: BaseException, fallback_file: Optional[str] = None) -> tuple:
+def user_location(exc: BaseException, fallback_file: str | None = None) -> tuple:
     """(file, line) of the innermost traceback frame of `exc` in a user file; else
     (fallback_file, None)."""
     user = [f for f in traceback.extract_tb(exc.__traceback__) if is_user_file(f.filename)]
@@ -139,7 +138,7 @@ def _positions(code):
     return found
 
 
-def capture(start_frame=None, stop=None, call: Optional["Provenance"] = None):
+def capture(start_frame=None, stop=None, call: Provenance | None = None):
     """Provenance of the current op: the model-code frames from `start_frame` out to the frame
     running code object `stop` (the tracer's entry, beyond which nothing belongs to the
     traced call), then the user's `call` (see `caller`). Without a model-code frame the op

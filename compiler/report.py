@@ -10,7 +10,7 @@ import dataclasses
 import enum
 import json
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 # 2: regions[].cost and .roofline, previews' regions alike, peaks; 3: backward;
 # 4: programs (forward, backward) each with traces, regions and previews; training; codes
@@ -43,7 +43,7 @@ class RegionRef:
 
     program: str  # a PROGRAM_KINDS entry
     index: int
-    preview: Optional[str] = None  # the previewing executor, None for a region that ran
+    preview: str | None = None  # the previewing executor, None for a region that ran
 
     @property
     def id(self) -> str:
@@ -57,7 +57,7 @@ class RegionRef:
         return self.id
 
     @classmethod
-    def parse(cls, text: str, default_preview: str = "triton") -> Optional["RegionRef"]:
+    def parse(cls, text: str, default_preview: str = "triton") -> RegionRef | None:
         """`R3`, `B1`, `P2`, `PB0`, `nvfuser:P2` as a RegionRef; None for anything else."""
         executor, _, rid = text.strip().rpartition(":")
         for table, preview in ((_PREVIEW_PREFIX, executor or default_preview), (_REGION_PREFIX, None)):
@@ -106,9 +106,9 @@ class Timing:
 
 @dataclass
 class RegionTiming:
-    median_ms: Optional[float] = None
-    eager_median_ms: Optional[float] = None  # the same ops run one by one through torch
-    spread_ms: Optional[float] = None
+    median_ms: float | None = None
+    eager_median_ms: float | None = None  # the same ops run one by one through torch
+    spread_ms: float | None = None
 
 
 @dataclass
@@ -117,8 +117,8 @@ class Boundary:
 
     reason: str  # short kind for people: "library call", "unsupported op", "reduction axis", ...
     detail: str
-    file: Optional[str] = None
-    line: Optional[int] = None
+    file: str | None = None
+    line: int | None = None
     code: str = ""  # the kind for programs to match on (contract.BoundaryCode's values)
 
 
@@ -140,7 +140,7 @@ class Roofline:
     peak_tflops: float  # the peak of the region's math
     bound: str  # "memory" | "compute": which of the two minimums is the larger
     min_ms: float  # max(bytes / peak_gbs, flops / peak_tflops)
-    pct_of_peak: Optional[float] = None  # 100 * min_ms / measured median, measured on that GPU only
+    pct_of_peak: float | None = None  # 100 * min_ms / measured median, measured on that GPU only
     estimate: bool = True  # the program did not run on this GPU
     math: str = "fp32"
 
@@ -155,8 +155,8 @@ class DevicePeaks:
     tf32_tflops: float
     bf16_tflops: float
     estimate: bool  # a target GPU (fusionlens.targetGpu, --gpu): the program ran elsewhere
-    copy_gbs: Optional[float] = None  # measured: a large tensor copy, read + write, GB/s
-    copy_device: Optional[str] = None  # where copy_gbs was measured ("cuda:0", "cpu")
+    copy_gbs: float | None = None  # measured: a large tensor copy, read + write, GB/s
+    copy_device: str | None = None  # where copy_gbs was measured ("cuda:0", "cpu")
 
 
 @dataclass
@@ -168,15 +168,15 @@ class Region:
     code: str
     inputs: list  # [TensorInfo]
     outputs: list  # [TensorInfo]
-    timing: Optional[RegionTiming] = None
-    boundary: Optional[Boundary] = None
+    timing: RegionTiming | None = None
+    boundary: Boundary | None = None
     kernels: int = 1  # device kernels this region launches (torch ops: an estimate of 1)
     note: str = ""  # e.g. why an executor declined it
-    cost: Optional[Cost] = None
-    roofline: Optional[Roofline] = None
+    cost: Cost | None = None
+    roofline: Roofline | None = None
 
     @property
-    def ref(self) -> Optional[RegionRef]:
+    def ref(self) -> RegionRef | None:
         return RegionRef.parse(self.id, self.executor)
 
 
@@ -186,7 +186,7 @@ class OpRecord:
 
     index: int
     name: str  # symbol name, e.g. "torch.nn.functional.linear"
-    region: Optional[str]  # region id it executes in (None if eliminated)
+    region: str | None  # region id it executes in (None if eliminated)
     file: str
     line: int
     end_line: int
@@ -201,8 +201,8 @@ class OpRecord:
 class Fallback:
     op: str
     reason: str
-    file: Optional[str]
-    line: Optional[int]
+    file: str | None
+    line: int | None
 
 
 @dataclass
@@ -212,11 +212,11 @@ class Diagnostic:
 
     severity: str  # "error" | "warning" | "information"
     message: str
-    file: Optional[str] = None
-    line: Optional[int] = None
-    col: Optional[int] = None
-    end_line: Optional[int] = None
-    end_col: Optional[int] = None
+    file: str | None = None
+    line: int | None = None
+    col: int | None = None
+    end_line: int | None = None
+    end_col: int | None = None
     code: str = ""  # what it is about, for programs to match on (DiagnosticCode's values)
 
 
@@ -245,11 +245,11 @@ class DiagnosticCode(enum.StrEnum):
 @dataclass
 class ProgramTimings:
     device: str
-    compiled: Optional[Timing] = None
-    eager: Optional[Timing] = None
-    torch_compile: Optional[Timing] = None
-    speedup_vs_eager: Optional[float] = None
-    speedup_vs_torch_compile: Optional[float] = None
+    compiled: Timing | None = None
+    eager: Timing | None = None
+    torch_compile: Timing | None = None
+    speedup_vs_eager: float | None = None
+    speedup_vs_torch_compile: float | None = None
 
 
 @dataclass
@@ -261,8 +261,8 @@ class SavedTensor:
     dtype: str
     bytes: int
     kind: str  # "activation" (computed by the forward: the memory training costs) or the input's role
-    file: Optional[str] = None  # the user line that produced it (activations)
-    line: Optional[int] = None
+    file: str | None = None  # the user line that produced it (activations)
+    line: int | None = None
 
 
 @dataclass
@@ -285,9 +285,9 @@ class ProgramReport:
     regions: list[Region] = field(default_factory=list)  # what runs, in order
     previews: list[Preview] = field(default_factory=list)
     # the program run alone against eager (forward); a backward is timed in Training.step
-    timings: Optional[ProgramTimings] = None
+    timings: ProgramTimings | None = None
 
-    def region(self, region_id: str) -> Optional[Region]:
+    def region(self, region_id: str) -> Region | None:
         return next((r for r in self.regions if r.id == region_id), None)
 
 
@@ -300,25 +300,25 @@ class Training:
     saved_bytes: int = 0  # activations only: inputs and parameters are alive anyway
     recomputed: list[str] = field(default_factory=list)  # values the backward recomputes rather than saves
     grad_inputs: list[str] = field(default_factory=list)  # names of the inputs that get gradients
-    step: Optional[ProgramTimings] = None  # one training step: the forward, then gradients for fixed cotangents
+    step: ProgramTimings | None = None  # one training step: the forward, then gradients for fixed cotangents
 
 
 @dataclass
 class Target:
     name: str
-    file: Optional[str]
-    line: Optional[int]
-    end_line: Optional[int]
+    file: str | None
+    line: int | None
+    end_line: int | None
 
 
 @dataclass
 class CompileReport:
     target: Target
     status: str = "ok"  # "ok" | "error"
-    error: Optional[Diagnostic] = None
+    error: Diagnostic | None = None
     executors: list[str] = field(default_factory=list)  # requested, in priority order
     programs: list[ProgramReport] = field(default_factory=list)  # in PROGRAM_KINDS order; none on error
-    training: Optional[Training] = None  # compiled for training (grad enabled, something requires grad)
+    training: Training | None = None  # compiled for training (grad enabled, something requires grad)
     ops: list[OpRecord] = field(default_factory=list)
     fallbacks: list[Fallback] = field(default_factory=list)
     diagnostics: list[Diagnostic] = field(default_factory=list)
@@ -326,25 +326,25 @@ class CompileReport:
     device: str = "cpu"
     device_name: str = "CPU"
     versions: dict[str, str] = field(default_factory=dict)
-    compile_ms: Optional[float] = None
-    peaks: Optional[DevicePeaks] = None  # what the rooflines are computed for
+    compile_ms: float | None = None
+    peaks: DevicePeaks | None = None  # what the rooflines are computed for
     schema_version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
 
-    def to_json(self, indent: Optional[int] = None) -> str:
+    def to_json(self, indent: int | None = None) -> str:
         return json.dumps(self.to_dict(), indent=indent)
 
     @classmethod
-    def from_dict(cls, data: dict) -> "CompileReport":
+    def from_dict(cls, data: dict) -> CompileReport:
         return _build(cls, data)
 
     @classmethod
-    def from_json(cls, text: str) -> "CompileReport":
+    def from_json(cls, text: str) -> CompileReport:
         return cls.from_dict(json.loads(text))
 
-    def program(self, kind: str) -> Optional[ProgramReport]:
+    def program(self, kind: str) -> ProgramReport | None:
         return next((p for p in self.programs if p.kind == kind), None)
 
     @property
@@ -356,7 +356,7 @@ class CompileReport:
         """Every region that runs, the forward's then the backward's."""
         return [r for p in self.programs for r in p.regions]
 
-    def find(self, ref: RegionRef) -> Optional[Region]:
+    def find(self, ref: RegionRef) -> Region | None:
         """The region or preview region `ref` names, or None."""
         program = self.program(ref.program)
         if program is None:
@@ -375,7 +375,7 @@ def format_bytes(n: int, compact: bool = False) -> str:
     return f"{n} B"
 
 
-def format_ms(ms: Optional[float], missing: str = "?") -> str:
+def format_ms(ms: float | None, missing: str = "?") -> str:
     """A time for people: 3 significant figures, in µs below 0.1 ms."""
     if ms is None:
         return missing

@@ -13,7 +13,6 @@ import inspect
 import os
 import pathlib
 import platform
-from typing import Optional
 
 import torch
 
@@ -21,14 +20,14 @@ from compiler import cost, passes, report as R, roofline, timing
 from compiler.ir import distinct_lines, format_call
 
 
-def _version(dist: str) -> Optional[str]:
+def _version(dist: str) -> str | None:
     try:
         return importlib.metadata.version(dist)
     except importlib.metadata.PackageNotFoundError:
         return None
 
 
-def _nvfuser_version() -> Optional[str]:
+def _nvfuser_version() -> str | None:
     """nvFuser's wheels are named per CUDA and torch version (nvfuser-cu130-torch210), so its
     distribution is looked for only where a module nvfuser_direct or nvfuser is found: first
     in the folder that holds the module, then (an unusual install) among every distribution."""
@@ -51,7 +50,7 @@ def _nvfuser_version() -> Optional[str]:
     return _last_nvfuser(beside) or _last_nvfuser(importlib.metadata.distributions())
 
 
-def _last_nvfuser(dists) -> Optional[str]:
+def _last_nvfuser(dists) -> str | None:
     version = None
     for dist in dists:
         if (dist.metadata["Name"] or "").lower().startswith("nvfuser"):
@@ -107,7 +106,7 @@ def _diag(note) -> R.Diagnostic:
                         code=note.code)
 
 
-def _region(r, timed: Optional[R.RegionTiming], gpu, estimate: bool) -> R.Region:
+def _region(r, timed: R.RegionTiming | None, gpu, estimate: bool) -> R.Region:
     """A lowering Region as the report shows it; a fusion region as its executor says now
     (nvFuser knows its CUDA only once it has run). Its roofline is on `gpu`."""
     g = r.generated
@@ -121,7 +120,7 @@ def _region(r, timed: Optional[R.RegionTiming], gpu, estimate: bool) -> R.Region
                     c, line)
 
 
-def _roofline_gpu(device, target: Optional[str]) -> tuple:
+def _roofline_gpu(device, target: str | None) -> tuple:
     """(the GPU the rooflines are for, whether they are estimates, a note or None): the GPU
     the program ran on when the table knows it, else the target GPU (roofline.target_name)."""
     why = None
@@ -158,7 +157,7 @@ def _program(p, measured, gpu, estimate: bool) -> R.ProgramReport:
         measured.program if measured is not None and p.kind == "forward" else None)
 
 
-def _training(c, measured) -> Optional[R.Training]:
+def _training(c, measured) -> R.Training | None:
     """What a training compile adds: what the forward saves, recomputes, differentiates."""
     d = c.differentiated
     if d is None:
@@ -168,7 +167,8 @@ def _training(c, measured) -> Optional[R.Training]:
     saved = []
     for v in d.saved:
         where = made[v.name].provenance if v.name in made else None
-        kind = "activation" if v.name in made else {"param": "parameter"}.get(roles.get(v.name), roles.get(v.name) or "input")
+        role = roles.get(v.name)
+        kind = "activation" if v.name in made else {"param": "parameter"}.get(role, role or "input")
         saved.append(R.SavedTensor(v.name, list(v.shape), str(v.dtype).removeprefix("torch."),
                                    v.numel() * v.dtype.itemsize, kind, where.file if where else None,
                                    where.line if where else None))
@@ -197,7 +197,7 @@ def _ops(c) -> list:
 
 
 def assemble(c, target: R.Target, checked: list[R.Diagnostic], measured=None,
-             extra: Optional[list[R.Diagnostic]] = None) -> R.CompileReport:
+             extra: list[R.Diagnostic] | None = None) -> R.CompileReport:
     """The report of `c` (a pipeline.Compiled): `checked` are the diagnostics of its check
     against eager, `measured` its benchmark.Measurements (None when not timed), `extra`
     diagnostics of the caller (jit's eager fallback)."""

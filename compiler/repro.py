@@ -29,7 +29,6 @@ import os
 import sys
 import textwrap
 from dataclasses import dataclass
-from typing import Optional
 
 import torch
 from torch.utils import _pytree as pytree
@@ -337,8 +336,8 @@ class Prepared:
                      f"{self.target}")
 
 
-def prepare(path: str, target: str, *, options: Optional[CompileOptions] = None,
-            executors: Optional[list[str]] = None, device: str = "auto", source: Optional[str] = None,
+def prepare(path: str, target: str, *, options: CompileOptions | None = None,
+            executors: list[str] | None = None, device: str = "auto", source: str | None = None,
             train: bool = False) -> Prepared:
     """Run the example `target` of `path` (or of `source`, its editor buffer) and compile
     what it returns with `options` (`executors` replacing theirs) on `device`, loaded as `fusionlens compile` loads it
@@ -360,8 +359,8 @@ def prepare(path: str, target: str, *, options: Optional[CompileOptions] = None,
     return Prepared(path, target, c, frontend.user_tensors(example.fn, example.args, example.kwargs) + c.constants)
 
 
-def write_repro(path: str, target: str, region: str, *, options: Optional[CompileOptions] = None,
-                executors: Optional[list[str]] = None, device: str = "auto", source: Optional[str] = None,
+def write_repro(path: str, target: str, region: str, *, options: CompileOptions | None = None,
+                executors: list[str] | None = None, device: str = "auto", source: str | None = None,
                 train: bool = False) -> Repro:
     """The repro script of region `region` ("R3", "P1", "triton:P1") of the example `target`
     in `path`: `prepare`, then `Prepared.script`. Runs the user's code; ReproError when
@@ -370,7 +369,7 @@ def write_repro(path: str, target: str, region: str, *, options: Optional[Compil
                    train=train).script(region)
 
 
-def cli(file: str, target: str, region: str, output: Optional[str], options: CompileOptions,
+def cli(file: str, target: str, region: str, output: str | None, options: CompileOptions,
         device: str, train: bool = False) -> int:
     """`fusionlens repro`: 0 written, 1 no script (says why on stderr)."""
     try:

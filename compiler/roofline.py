@@ -10,7 +10,6 @@ Every figure's datasheet is cited in docs/roofline.md.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 from compiler.report import Roofline
 
@@ -44,7 +43,7 @@ def names() -> list:
     return [g.name for g in GPUS]
 
 
-def find(name: Optional[str]) -> Optional[Gpu]:
+def find(name: str | None) -> Gpu | None:
     """The table's GPU for a key ("h100") or a device name ("NVIDIA H100 80GB HBM3"), else None."""
     if not name:
         return None
@@ -58,7 +57,7 @@ def find(name: Optional[str]) -> Optional[Gpu]:
                 None)
 
 
-def target_name(name: Optional[str] = None) -> str:
+def target_name(name: str | None = None) -> str:
     """The GPU estimates are for where none runs: `name` (CompileOptions.gpu, which
     FUSIONLENS_GPU sets at the entry points), else H100."""
     return name or DEFAULT_TARGET
@@ -69,7 +68,7 @@ def peak_tflops(gpu: Gpu, math: str) -> float:
 
 
 def roofline(nbytes: int, flops: int, math: str, gpu: Gpu, estimate: bool,
-             measured_ms: Optional[float] = None) -> Roofline:
+             measured_ms: float | None = None) -> Roofline:
     """The region's roofline on `gpu`. `measured_ms`: its median on that very GPU (ignored for
     an estimate): pct_of_peak = 100 * min_ms / measured_ms."""
     tflops = peak_tflops(gpu, math)
@@ -83,7 +82,7 @@ def roofline(nbytes: int, flops: int, math: str, gpu: Gpu, estimate: bool,
                     round(min_ms, 9), pct, estimate, math)
 
 
-def headroom_ms(timed_ms: Optional[float], r: Optional[Roofline]) -> Optional[float]:
+def headroom_ms(timed_ms: float | None, r: Roofline | None) -> float | None:
     """What can be won: the measured time minus the roofline minimum, when both are of the
     same GPU (None for an estimate: the time was measured elsewhere)."""
     if r is None or r.estimate or timed_ms is None:

@@ -14,7 +14,7 @@ import linecache
 import os
 import sys
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 from compiler.discovery import find_targets
 from compiler import provenance
@@ -24,8 +24,8 @@ from compiler.provenance import user_location
 class TargetError(Exception):
     """A problem with a target that points at a place in the user's source."""
 
-    def __init__(self, message: str, file: Optional[str] = None, line: Optional[int] = None,
-                 col: Optional[int] = None):
+    def __init__(self, message: str, file: str | None = None, line: int | None = None,
+                 col: int | None = None):
         super().__init__(message)
         self.message, self.file, self.line, self.col = message, file, line, col
 
@@ -40,7 +40,7 @@ def syntax_error_col(e: SyntaxError) -> int:
     return len((e.text or "")[:chars].encode("utf-8")) if e.text else chars
 
 
-def _use_source(path: str, source: Optional[str]) -> None:
+def _use_source(path: str, source: str | None) -> None:
     """Make `source` what tracebacks, inspect and provenance read for `path` (an editor's
     unsaved buffer), or forget an earlier one so the file on disk is read again."""
     entry = linecache.cache.get(path)
@@ -50,7 +50,7 @@ def _use_source(path: str, source: Optional[str]) -> None:
         linecache.cache[path] = (len(source), None, source.splitlines(True), path)
 
 
-def load_module(path: str, source: Optional[str] = None):
+def load_module(path: str, source: str | None = None):
     """Import a user's file under a fresh module name, its folder first on sys.path
     (as `python path` would). With `source`, the module's code is that text instead of the
     file's (which need not exist); the modules it imports still come from disk. Errors
@@ -84,7 +84,7 @@ def load_module(path: str, source: Optional[str] = None):
     return module
 
 
-def _check_example(value, file: str, line: Optional[int], name: str):
+def _check_example(value, file: str, line: int | None, name: str):
     shape = "(callable, args) or (callable, args, kwargs)"
     if not isinstance(value, (tuple, list)) or len(value) not in (2, 3):
         got = f"a {type(value).__name__}" + (f" of length {len(value)}" if isinstance(value, (tuple, list)) else "")
@@ -118,7 +118,7 @@ def resolve_device(device: str):
     return torch.device(device)
 
 
-def find_example(path: str, name: str, source: Optional[str] = None):
+def find_example(path: str, name: str, source: str | None = None):
     """The `discovery.TargetInfo` of the example `name` in `path` (or in `source`, its
     editor buffer), without running anything. TargetError when the file cannot be read or
     parsed, or has no such target."""
@@ -138,7 +138,7 @@ def find_example(path: str, name: str, source: Optional[str] = None):
     return found[name]
 
 
-def run_example(path: str, name: str, info, source: Optional[str] = None, device: str = "auto") -> tuple:
+def run_example(path: str, name: str, info, source: str | None = None, device: str = "auto") -> tuple:
     """Import `path` (runs the user's code), call the example `name` (its TargetInfo `info`)
     and check what it returned: (fn, args, kwargs) on `device`. TargetError at the user's
     line for a problem in their code."""
@@ -194,7 +194,7 @@ class Example:
         return stack
 
 
-def load_example(path: str, name: str, *, source: Optional[str] = None, device: str = "auto",
+def load_example(path: str, name: str, *, source: str | None = None, device: str = "auto",
                  train: bool = False) -> Example:
     """Run the example `name` of `path` (or of `source`, its editor buffer): for inference
     unless `train` or the target says train=True; then what it compiles requires grad
@@ -208,7 +208,7 @@ def load_example(path: str, name: str, *, source: Optional[str] = None, device: 
     return Example(fn, args, kwargs, info, path, train)
 
 
-def compile_target(path: str, name: str, *, source: Optional[str] = None, executors=None, options=None,
+def compile_target(path: str, name: str, *, source: str | None = None, executors=None, options=None,
                    benchmark: bool = True, repeats: int = 20, device: str = "auto", torch_compile: bool = False,
                    train: bool = False):
     """Load `path`, run the example `name` and compile what it returns. With `source`, the

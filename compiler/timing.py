@@ -9,11 +9,13 @@ from __future__ import annotations
 import functools
 import statistics
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
 from compiler.report import Timing
+
+CPU = torch.device("cpu")
 
 
 def _quartiles(samples):
@@ -29,7 +31,7 @@ def summarize(samples_ms: list, method: str, device: str) -> Timing:
                   iqr_ms=q3 - q1, repeats=len(samples_ms), method=method, device=device)
 
 
-def measure(fn: Callable, *args, device: torch.device = torch.device("cpu"), warmup: int = 3,
+def measure(fn: Callable, *args, device: torch.device = CPU, warmup: int = 3,
             repeats: int = 20, **kwargs) -> Timing:
     """Time `fn(*args, **kwargs)`; returns a Timing in milliseconds."""
     device = torch.device(device)
@@ -54,7 +56,7 @@ def measure(fn: Callable, *args, device: torch.device = torch.device("cpu"), war
         return summarize(samples, "perf_counter", str(device))
 
 
-def compare(fns: list, device: torch.device = torch.device("cpu"), warmup: int = 3, repeats: int = 20) -> list:
+def compare(fns: list, device: torch.device = CPU, warmup: int = 3, repeats: int = 20) -> list:
     """Time several (fn, args, kwargs) against each other, interleaving their repeats so a
     busy machine slows them alike (measuring one after the other makes ratios noise).
     Returns one Timing per entry."""
@@ -82,7 +84,7 @@ def compare(fns: list, device: torch.device = torch.device("cpu"), warmup: int =
     return [summarize(s, method, str(device)) for s in samples]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def copy_bandwidth_gbs(device: torch.device) -> float:
     """The device's copy bandwidth in GB/s (read + write of a tensor far larger than any
     cache: 256 MiB on a GPU, 32 MiB on a CPU), measured once a process: what a

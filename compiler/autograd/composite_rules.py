@@ -126,7 +126,8 @@ def _plain_sig(input, inplace=False): ...  # noqa: E302
 def _tensor_sig(input, *, out=None): ...  # noqa: E302
 
 
-_unary_rule("torch.nn.functional.gelu", _gelu_sig, lambda b, g, a: gelu_backward(g, a["input"], approximate=a["approximate"]))
+_unary_rule("torch.nn.functional.gelu", _gelu_sig,
+            lambda b, g, a: gelu_backward(g, a["input"], approximate=a["approximate"]))
 _unary_rule("torch.nn.functional.silu", _plain_sig, lambda b, g, a: silu_backward(g, a["input"]))
 _unary_rule("torch.nn.functional.relu", _plain_sig, lambda b, g, a: threshold_backward(g, b.output, 0))
 _unary_rule("torch.tanh", _tensor_sig, lambda b, g, a: tanh_backward(g, b.output))

@@ -11,7 +11,7 @@ own prims), so every rule returns a cotangent of its argument's exact shape and 
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 from compiler.ir import Symbol, SymbolKind, Value
 from compiler.ops import prims as P

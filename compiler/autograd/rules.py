@@ -7,14 +7,13 @@ with no rule here gets its decomposition differentiated, or the generic rule.
 
 from __future__ import annotations
 
-from typing import Optional
 
 from compiler.autograd import composite_rules, prim_rules, torch_rules
 from compiler.autograd.torch_rules import Rule
 from compiler.ir import BoundSymbol, Symbol, Value
 
 
-def lookup(sym: Symbol) -> Optional[Rule]:
+def lookup(sym: Symbol) -> Rule | None:
     """The rule of `sym`, as (forward op, cotangents) -> (input Value, cotangent) pairs; None
     where it has none. A torch-level rule may raise torch_rules.NoRule for arguments it does
     not cover."""

@@ -8,7 +8,7 @@ backward program on the saved tensors. `loss.backward()`, optimizers, gradient a
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch.autograd.function import once_differentiable

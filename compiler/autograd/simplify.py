@@ -10,7 +10,6 @@ that read better (and run faster) as one op.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Optional
 
 from compiler.ir import BoundSymbol, Value, values_in
 from compiler.ops import prims as P
@@ -29,7 +28,7 @@ def pads_to_cat(bsyms: list, results: list) -> list:
     return out
 
 
-def _as_cat(b: BoundSymbol, made: dict, uses: Counter) -> Optional[BoundSymbol]:
+def _as_cat(b: BoundSymbol, made: dict, uses: Counter) -> BoundSymbol | None:
     pads = _pad_leaves(b, made, uses, root=True)
     if not pads or len(pads) < 2:
         return None
@@ -49,7 +48,7 @@ def _as_cat(b: BoundSymbol, made: dict, uses: Counter) -> Optional[BoundSymbol]:
     return BoundSymbol(P.cat, (pieces, dim), {}, list(b.outputs), None, b.provenance)
 
 
-def _pad_leaves(b: BoundSymbol, made: dict, uses: Counter, root: bool = False) -> Optional[list]:
+def _pad_leaves(b: BoundSymbol, made: dict, uses: Counter, root: bool = False) -> list | None:
     """(start, dim, cotangent) of each zero-pad summed by the add tree under `b` (inner adds
     and pads read nowhere else), or None when a leaf is anything else."""
     if not root and uses[b.outputs[0].name] != 1:

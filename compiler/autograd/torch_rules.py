@@ -15,7 +15,7 @@ import functools
 import inspect
 import math
 from types import SimpleNamespace
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch.utils import _pytree as pytree
@@ -394,7 +394,8 @@ def _gqa(x: Value, heads: int) -> Value:
     if kv == heads:
         return x
     lead, (n, d) = tuple(x.shape[:-3]), tuple(x.shape[-2:])
-    spread = P.broadcast_in_dim(x, lead + (kv, heads // kv, n, d), tuple(range(len(lead) + 1)) + (len(lead) + 2, len(lead) + 3))
+    kept = tuple(range(len(lead) + 1)) + (len(lead) + 2, len(lead) + 3)
+    spread = P.broadcast_in_dim(x, lead + (kv, heads // kv, n, d), kept)
     return P.reshape(spread, lead + (heads, n, d))
 
 
@@ -457,7 +458,7 @@ def _sdpa(b, cots, query, key, value, attn_mask, dropout_p, is_causal, scale, en
 
 # --- forward rewrites: what a whole op hides from its backward -----------------------------
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _signature_of(fn):
     try:
         return inspect.signature(fn)

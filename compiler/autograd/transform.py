@@ -21,7 +21,6 @@ says why at the op's line).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
 
 from compiler import passes
 from compiler.autograd import prim_rules, remat, rules, simplify, torch_rules
@@ -31,7 +30,7 @@ from compiler.provenance import Provenance
 
 
 class Unsupported(Exception):
-    def __init__(self, message: str, where: Optional[Provenance] = None):
+    def __init__(self, message: str, where: Provenance | None = None):
         super().__init__(message)
         self.message, self.where = message, where
 
@@ -77,9 +76,10 @@ def _expand(bsyms, needs: set, out: list, frozen: frozenset, names: NameGen) -> 
             continue
         if not _has_rule(b) and torch_rules.draws_dropout(b):
             fn = getattr(b.sym.impl, "__wrapped__", b.sym.impl)
-            raise Unsupported(f"{getattr(fn, '__module__', '')}.{getattr(fn, '__name__', b.sym.name)} draws its dropout "
-                              "mask inside itself and has no backward rule: the mask cannot be replayed in the backward "
-                              "(F.scaled_dot_product_attention's dropout is differentiated)", b.provenance)
+            name = f"{getattr(fn, '__module__', '')}.{getattr(fn, '__name__', b.sym.name)}"
+            raise Unsupported(f"{name} draws its dropout mask inside itself and has no backward rule: the mask "
+                              "cannot be replayed in the backward (F.scaled_dot_product_attention's dropout is "
+                              "differentiated)", b.provenance)
         if not _has_rule(b) and OpTag.RANDOM in b.sym.tags:
             raise Unsupported(f"{b.sym.name} is random and has no backward rule: its draws cannot be replayed "
                               "in the backward", b.provenance)
@@ -87,7 +87,7 @@ def _expand(bsyms, needs: set, out: list, frozen: frozenset, names: NameGen) -> 
         needs.update(o.name for o in b.outputs if _differentiable(o) and o.name not in frozen)
 
 
-def _explicit(b, names: NameGen) -> Optional[list]:
+def _explicit(b, names: NameGen) -> list | None:
     """torch_rules.explicit_forward's ops for `b`, recorded under its line, its results
     renamed to b's outputs (the ops after it read those names)."""
     if b.sym not in torch_rules.EXPLICIT:  # most ops: no trace context to set up

@@ -14,7 +14,6 @@ import importlib.util
 import os
 import sys
 from dataclasses import dataclass, field
-from typing import Optional
 
 import torch
 
@@ -69,7 +68,7 @@ def default_executors(device: torch.device) -> list:
             if n == "torch" or (not _surely_unusable(n, device) and get(n).available(device)[0])]
 
 
-def resolve(names: Optional[list], device: torch.device) -> list:
+def resolve(names: list | None, device: torch.device) -> list:
     names = list(names) if names else default_executors(device)
     for n in names:
         get(n)  # validates the name

@@ -25,7 +25,7 @@ nvFuser, the FusionDefinition script (its import line, the definition function, 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Optional
+from collections.abc import Callable
 
 from compiler.contract import FusionGroup, Layout
 from compiler.ir import BoundSymbol
@@ -44,10 +44,10 @@ class Executor:
 class FusionExecutor(Executor):
     fuses = True
 
-    def can_take(self, bsym: BoundSymbol) -> Optional[str]:
+    def can_take(self, bsym: BoundSymbol) -> str | None:
         raise NotImplementedError
 
-    def generate(self, group: FusionGroup, device) -> "Generated":
+    def generate(self, group: FusionGroup, device) -> Generated:
         raise NotImplementedError
 
     def definition_source(self, group: FusionGroup) -> str:
@@ -64,9 +64,9 @@ class Generated:
     """One region's generated code and the callable that runs it."""
 
     source: str  # the generated code, as a reader should see it
-    fn: Optional[Callable]  # group inputs (tensors, in order) -> tuple of fresh outputs
+    fn: Callable | None  # group inputs (tensors, in order) -> tuple of fresh outputs
     kernels: int = 1  # device kernels launched per call
-    eager_fn: Optional[Callable] = None  # the same prims run one by one with torch
+    eager_fn: Callable | None = None  # the same prims run one by one with torch
 
     def report_code(self) -> str:
         """What the report shows of the region (may change once it has run)."""

@@ -238,7 +238,8 @@ argmin = _prim("argmin", lambda a, dim: torch.argmin(a, dim), OpTag.REDUCTION, _
 
 # --- factories ----------------------------------------------------------------------------
 
-full = _prim("full", lambda shape, fill_value, *, dtype, device: torch.full(shape, fill_value, dtype=dtype, device=device),
+full = _prim("full",
+             lambda shape, fill_value, *, dtype, device: torch.full(shape, fill_value, dtype=dtype, device=device),
              OpTag.FACTORY, _NO_GRAD, meta=lambda shape, fill_value, *, dtype, device: _empty(shape, dtype))
 iota = _prim("iota", lambda length, *, start, step, dtype, device:
              torch.arange(start, start + length * step, step, dtype=dtype, device=device)[:length],

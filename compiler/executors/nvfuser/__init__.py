@@ -71,7 +71,6 @@ through a code index; nothing copied):
 
 from __future__ import annotations
 
-from typing import Optional
 
 import torch
 
@@ -86,7 +85,7 @@ from compiler.executors.nvfuser.support import InputSpec, can_take
 class NvFuserExecutor(FusionExecutor):
     name = "nvfuser"
 
-    def __init__(self, backend: Optional[Backend] = None):
+    def __init__(self, backend: Backend | None = None):
         self.backend = backend  # what definitions run on; None: the installed nvFuser, if any
 
     def available(self, device) -> tuple[bool, str]:
@@ -97,7 +96,7 @@ class NvFuserExecutor(FusionExecutor):
             return False, why
         return True, ""
 
-    def can_take(self, bsym) -> Optional[str]:
+    def can_take(self, bsym) -> str | None:
         return can_take(bsym)
 
     def definition_source(self, group: FusionGroup) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 import torch
 
@@ -36,7 +36,7 @@ class Backend:
             self.label = f"{self.api} {self.version}".strip()
 
 
-_loaded: Optional[tuple] = None  # (Backend or None, reason)
+_loaded: tuple | None = None  # (Backend or None, reason)
 
 
 def version(module) -> str:
@@ -87,12 +87,12 @@ def _find_spec(name: str):
         return None
 
 
-def installed_api() -> Optional[str]:
+def installed_api() -> str | None:
     """The nvFuser API that is installed (found without importing it), preferred first."""
     return next((api for api in ("nvfuser_direct", "nvfuser") if _find_spec(api) is not None), None)
 
 
-def current_backend(device=None, given: Optional[Backend] = None) -> tuple:
+def current_backend(device=None, given: Backend | None = None) -> tuple:
     """(Backend, "") usable for `device`: `given` if there is one, else the installed
     nvFuser; or (None, exactly why not).
 

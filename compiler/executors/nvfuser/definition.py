@@ -11,7 +11,6 @@ from __future__ import annotations
 import keyword
 import math
 import re
-from typing import Optional
 
 import torch
 
@@ -67,7 +66,7 @@ class _Writer:
     def value(self, v: Value) -> str:
         return self.names[v.name]
 
-    def scalar(self, x, as_dtype: Optional[torch.dtype] = None) -> str:
+    def scalar(self, x, as_dtype: torch.dtype | None = None) -> str:
         if as_dtype is not None and as_dtype.is_floating_point and not isinstance(x, bool):
             x = float(x)
         literal, dt = _scalar_source(x)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Optional
 
 import torch
 
@@ -36,9 +35,9 @@ class Generated(base.Generated):
     nvfuser_ran: bool = False  # True only once the real nvFuser's fd.execute has returned
     executions: int = 0  # fd.execute calls that returned, on whatever backend ran them
     torch_fallbacks: int = 0  # calls whose inputs nvFuser failed on: the prims ran through torch
-    cuda_source: Optional[str] = None  # the generated CUDA, when nvFuser ran and offers it
-    scheduler: Optional[str] = None  # e.g. "pointwise", "inner_persistent" (from kernel names)
-    scheduled_ir: Optional[str] = None
+    cuda_source: str | None = None  # the generated CUDA, when nvFuser ran and offers it
+    scheduler: str | None = None  # e.g. "pointwise", "inner_persistent" (from kernel names)
+    scheduled_ir: str | None = None
     note: str = ""  # in words: did nvFuser run, and if not, why
     definitions: dict = field(default_factory=dict)  # InputSpec tuple -> definition source built
     errors: list = field(default_factory=list)  # what failed collecting kernels or IR
@@ -100,7 +99,7 @@ def _collect(gen: Generated, fd, backend: Backend, inputs: list):
 _FAILED = object()
 
 
-def _make_fn(group: FusionGroup, gen: Generated, backend: Optional[Backend], why_not: str,
+def _make_fn(group: FusionGroup, gen: Generated, backend: Backend | None, why_not: str,
              device_type: str) -> tuple:
     """(fn, run): fn(*tensors) for the program; run(tensors, fallback) underneath.
 
@@ -164,7 +163,7 @@ def example_inputs(group: FusionGroup, device) -> list:
     return out
 
 
-def generate(group: FusionGroup, dev: torch.device, backend: Optional[Backend], why: str) -> Generated:
+def generate(group: FusionGroup, dev: torch.device, backend: Backend | None, why: str) -> Generated:
     """The region's Generated, running on `backend` (None: nothing here can run it, `why`)."""
     for v in group.inputs:
         if v.device.type == "cpu" and v.ndim > 0 and dev.type == "cuda":

@@ -7,7 +7,6 @@ The tables are keyed by the prim Symbols of compiler/ops/prims.py and give the f
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 import torch
 
@@ -92,20 +91,20 @@ class InputSpec:
     is_cpu: bool
 
     @staticmethod
-    def of_tensor(t: torch.Tensor, device_type: str) -> "InputSpec":
+    def of_tensor(t: torch.Tensor, device_type: str) -> InputSpec:
         shape, contiguity, order = tensor_descriptor(t.shape, t.stride())
         return InputSpec(t.dtype, shape, contiguity, order,
                          t.ndim == 0 and t.device.type == "cpu" and device_type != "cpu")
 
     @staticmethod
-    def of_layout(layout: Layout, device_type: str) -> "InputSpec":
+    def of_layout(layout: Layout, device_type: str) -> InputSpec:
         """As `of_tensor` of a tensor of this layout (compiler/contract.py)."""
         shape, contiguity, order = tensor_descriptor(layout.shape, layout.stride)
         return InputSpec(layout.dtype, shape, contiguity, order,
                          len(layout.shape) == 0 and layout.device == "cpu" and device_type != "cpu")
 
     @staticmethod
-    def of_value(v: Value, device_type: str) -> "InputSpec":
+    def of_value(v: Value, device_type: str) -> InputSpec:
         shape, contiguity, order = tensor_descriptor(v.shape, contiguous_strides(v.shape))
         return InputSpec(v.dtype, shape, contiguity, order,
                          v.ndim == 0 and v.device.type == "cpu" and device_type != "cpu")
@@ -124,7 +123,7 @@ def _category(x) -> int:
     return 0 if isinstance(x, bool) else (1 if isinstance(x, int) else 2)
 
 
-def _scalar_operands_share_dtype(scalars_and_tensors, tensor: Value) -> Optional[str]:
+def _scalar_operands_share_dtype(scalars_and_tensors, tensor: Value) -> str | None:
     for x in scalars_and_tensors:
         if not isinstance(x, Value) and _category(x) > _category(tensor.dtype):
             return (f"a {type(x).__name__} scalar with a {dtype_name(tensor.dtype)} tensor: prim operands "
@@ -132,7 +131,7 @@ def _scalar_operands_share_dtype(scalars_and_tensors, tensor: Value) -> Optional
     return None
 
 
-def can_take(bsym) -> Optional[str]:
+def can_take(bsym) -> str | None:
     """None when this op maps to fd.ops; otherwise why it does not."""
     sym = bsym.sym
     if sym.kind != "prim":

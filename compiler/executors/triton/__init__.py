@@ -37,7 +37,6 @@ The modules, down the pipeline:
 
 from __future__ import annotations
 
-from typing import Optional
 
 from compiler.contract import FusionGroup, Layout
 from compiler.executors.base import FusionExecutor
@@ -56,7 +55,7 @@ class TritonExecutor(FusionExecutor):
     def available(self, device) -> tuple[bool, str]:
         return support.available(device)
 
-    def can_take(self, bsym) -> Optional[str]:
+    def can_take(self, bsym) -> str | None:
         return support.can_take(bsym)
 
     def generate(self, group: FusionGroup, device=None) -> Generated:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import keyword
 import math
 import re
-from typing import Optional
 
 from torch.utils import _pytree as pytree
 
@@ -125,7 +124,7 @@ class _Analysis:
                               f"{list(self.domain)} nor its reduced shape")
         self._passes()
 
-    def level_shape(self, v) -> Optional[str]:
+    def level_shape(self, v) -> str | None:
         s = tuple(v.shape)
         if s == self.domain:
             if self.is_reduction and not self.pure.get(v.name, True) and s == self.keepdim_shape:

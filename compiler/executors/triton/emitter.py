@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass
-from typing import Optional
 
 import torch
 
@@ -120,7 +119,7 @@ class _Scope:
 class _Emitter:
     """Generates the module source for one stride signature (None: collect accesses only)."""
 
-    def __init__(self, an: _Analysis, strides: list, runs: Optional[dict], rid: str):
+    def __init__(self, an: _Analysis, strides: list, runs: dict | None, rid: str):
         self.an = an
         self.strides = strides
         self.runs = runs  # group name -> [_Run]; None in the collecting dry run
@@ -163,7 +162,7 @@ class _Emitter:
                 used.add(group)
         return (" + ".join(terms) if terms else "0"), used
 
-    def mask_for(self, used: set) -> Optional[str]:
+    def mask_for(self, used: set) -> str | None:
         if not used:
             return None
         if not self.an.is_reduction:

@@ -8,7 +8,7 @@ import linecache
 import os
 import threading
 from dataclasses import dataclass
-from typing import Callable
+from collections.abc import Callable
 
 from compiler.contract import FusionGroup
 

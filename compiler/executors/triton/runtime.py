@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import threading
 from dataclasses import dataclass, field
-from typing import Optional
 
 from compiler.contract import Decline, FusionGroup, Layout, check_layouts
 from compiler.executors import base
@@ -31,7 +30,7 @@ class Generated(base.Generated):
     specs: list = field(default_factory=list)  # [KernelSpec] of the contiguous variant
     variants: dict = field(default_factory=dict)  # stride signature -> source, filled as seen
     default_key: tuple = ()  # the stride signature of contiguous inputs
-    last_key: Optional[tuple] = None  # the stride signature of the latest call
+    last_key: tuple | None = None  # the stride signature of the latest call
     interpreted: bool = False  # generated under TRITON_INTERPRET=1
 
     def report_code(self) -> str:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Optional
 
 import torch
 
@@ -60,7 +59,7 @@ REDUCTIONS = {prims.sum, prims.amax, prims.amin, prims.prod, prims.var_mean}
 
 # --- availability -----------------------------------------------------------------------------
 
-def _triton_imports() -> Optional[str]:
+def _triton_imports() -> str | None:
     try:
         import triton  # noqa: F401
         import triton.language  # noqa: F401
@@ -69,7 +68,7 @@ def _triton_imports() -> Optional[str]:
     return None
 
 
-def _interpreter_problem() -> Optional[str]:
+def _interpreter_problem() -> str | None:
     """With TRITON_INTERPRET=1, triton must have been imported with it set: its @jit standard
     library (tl.sum, tl.max, tl.sigmoid, ...) is decorated at import time."""
     tl_mod = sys.modules.get("triton.language")
@@ -106,7 +105,7 @@ def available(device) -> tuple:
 
 # --- op support -------------------------------------------------------------------------------
 
-def _dtype_problem(dtype: torch.dtype) -> Optional[str]:
+def _dtype_problem(dtype: torch.dtype) -> str | None:
     if dtype == torch.float64:
         return "float64"
     if dtype.is_complex:
@@ -116,7 +115,7 @@ def _dtype_problem(dtype: torch.dtype) -> Optional[str]:
     return None
 
 
-def can_take(bsym) -> Optional[str]:
+def can_take(bsym) -> str | None:
     """None when the prim can join a Triton region; else why not."""
     sym = bsym.sym
     if sym.kind != "prim":
@@ -141,7 +140,7 @@ def can_take(bsym) -> Optional[str]:
     return f"{sym.name} is not generated for Triton"
 
 
-def _elementwise_problem(bsym) -> Optional[str]:
+def _elementwise_problem(bsym) -> str | None:
     sym = bsym.sym
     out = bsym.outputs[0]
     operands = [a for a in bsym.args if isinstance(a, Value)]

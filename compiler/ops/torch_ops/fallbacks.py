@@ -9,7 +9,7 @@ one kernel), not names: what draws is known, not guessed from a name.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F

@@ -57,7 +57,8 @@ def _max_min(which):
         d = dim % builtins.max(input.ndim, 1)
         values = reduction(reduce_prim, input, d, keepdim, accumulate=False)
         indices = _keep(arg_prim(input, d), input, (d,), keepdim)
-        return torch.return_types.max((values, indices)) if which == "max" else torch.return_types.min((values, indices))
+        result = torch.return_types.max if which == "max" else torch.return_types.min
+        return result((values, indices))
 
     decomposition.__name__ = which
     return decomposition

@@ -10,7 +10,7 @@ that has no symbol (the frontend records it as one opaque call).
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, Optional
+from collections.abc import Callable, Iterable
 
 import torch
 
@@ -26,11 +26,11 @@ class NoDecomposition(Exception):
 
 # torch callable -> (Symbol, adapter or None). An adapter rewrites a call's (args, kwargs)
 # into the canonical function's convention (e.g. Tensor.view(*shape) -> reshape(x, shape)).
-REGISTRY: dict[Callable, tuple[Symbol, Optional[Callable]]] = {}
+REGISTRY: dict[Callable, tuple[Symbol, Callable | None]] = {}
 SYMBOLS: dict[str, Symbol] = {}  # name -> Symbol
 
 
-def qualified_name(fn) -> Optional[str]:
+def qualified_name(fn) -> str | None:
     """The dotted name that evaluates to `fn` in a printed program, or None."""
     n = getattr(fn, "__name__", "")
     candidates = [f"torch.nn.functional.{n}", f"torch.{n}", f"torch.Tensor.{n}",
@@ -58,8 +58,8 @@ def _qualname(fn) -> str:
     return name
 
 
-def register(*fns, name: Optional[str] = None, impl: Optional[Callable] = None, tags: Iterable[OpTag] = (),
-             adapters: Optional[dict] = None):
+def register(*fns, name: str | None = None, impl: Callable | None = None, tags: Iterable[OpTag] = (),
+             adapters: dict | None = None):
     """Decorator: `fn` is the decomposition of the torch function fns[0] and its aliases."""
 
     def deco(decomposition):
@@ -70,8 +70,8 @@ def register(*fns, name: Optional[str] = None, impl: Optional[Callable] = None, 
     return deco
 
 
-def library(*fns, name: Optional[str] = None, impl: Optional[Callable] = None, adapters=None,
-            tags: Iterable[OpTag] = (), flops: Optional[Flops] = None) -> Symbol:
+def library(*fns, name: str | None = None, impl: Callable | None = None, adapters=None,
+            tags: Iterable[OpTag] = (), flops: Flops | None = None) -> Symbol:
     """A library call: torch's kernel runs fns[0] (and its aliases) whole."""
     sym = Symbol(name or _qualname(fns[0]), impl or fns[0], tags=(OpTag.LIBRARY_CALL, *tags), flops=flops)
     _add(sym, fns, adapters)

@@ -11,7 +11,7 @@ import torch
 
 from compiler.ops import prims
 from compiler.ops.torch_ops.common import _is_float, _is_value, cast, elementwise, result_dtype
-from compiler.ops.torch_ops.pointwise import (abs, add, div, eq, erf, exp, exp2, floor, isnan, log, log1p, log2,
+from compiler.ops.torch_ops.pointwise import (abs, add, div, eq, erf, exp, exp2, floor, isnan, log, log1p,
                                               logical_not, lt, maximum, minimum, mul, ne, sin, sub, trunc, where)
 from compiler.ops.torch_ops.registry import NoDecomposition, library, register
 

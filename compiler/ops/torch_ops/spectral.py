@@ -23,7 +23,11 @@ short = register(torch.Tensor.short, name="torch.Tensor.short")(_to(torch.int16)
 
 COMPLEX = {n: library(getattr(torch.Tensor, n), name=f"torch.Tensor.{n}") for n in ("cfloat", "cdouble", "chalf")}
 # (Tensor.real and Tensor.imag are properties: the frontend never sees them as calls)
-PARTS = {n: library(getattr(torch, n), *([getattr(torch.Tensor, n)] if hasattr(torch.Tensor, n) and n not in ("real", "imag") else []))
+def _method(n: str) -> list:
+    return [getattr(torch.Tensor, n)] if hasattr(torch.Tensor, n) and n not in ("real", "imag") else []
+
+
+PARTS = {n: library(getattr(torch, n), *_method(n))
          for n in ("view_as_complex", "view_as_real", "complex", "polar", "real", "imag", "conj", "conj_physical",
                    "resolve_conj", "resolve_neg")}
 FFT = {n: library(getattr(torch.fft, n)) for n in (

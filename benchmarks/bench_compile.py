@@ -47,6 +47,7 @@ import platform  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
+from typing import Any  # noqa: E402
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
@@ -178,11 +179,11 @@ def run_child(framework: str, name: str, gc_mode: str, write_pyc: bool = False) 
     return result
 
 
-def first_calls(frameworks, repeats: int, gc_mode: str) -> dict:
+def first_calls(frameworks, repeats: int, gc_mode: str) -> dict[tuple[str, str], list[dict[str, Any]]]:
     """(framework, workload) -> list of child results, interleaved repeats."""
     for fw in frameworks:  # write .pyc files (torch's, ours, thunder's) before anything is timed
         run_child(fw, WORKLOADS[0], gc_mode, write_pyc=True)
-    out = {(fw, w): [] for fw in frameworks for w in WORKLOADS}
+    out: dict[tuple[str, str], list[dict[str, Any]]] = {(fw, w): [] for fw in frameworks for w in WORKLOADS}
     for _ in range(repeats):
         for w in WORKLOADS:
             for fw in frameworks:
@@ -197,9 +198,9 @@ def _median(results, key):
 
 # --- per call, in this process -------------------------------------------------------------
 
-def per_call_us(fns: dict, args, repeats: int, batch: int = 20) -> dict:
+def per_call_us(fns: dict, args, repeats: int, batch: int = 20) -> dict[str, float]:
     """name -> median microseconds a call, the callables interleaved batch by batch."""
-    samples = {k: [] for k in fns}
+    samples: dict[str, list[float]] = {k: [] for k in fns}
     for f in fns.values():
         for _ in range(20):
             f(*args)
@@ -236,7 +237,8 @@ def main():
     p.add_argument("--no-examples", action="store_true")
     args = p.parse_args()
     if args.child:
-        return child(*args.child, gc_mode=args.gc)
+        child_framework, child_workload = args.child  # nargs=2
+        return child(child_framework, child_workload, gc_mode=args.gc)
 
     torch.set_num_threads(1)
     thunder = None

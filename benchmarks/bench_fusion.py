@@ -35,6 +35,8 @@ import statistics
 import sys
 import time
 import traceback
+from collections.abc import Callable
+from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -91,8 +93,8 @@ def _inputs(name, rows, n, dtype, device):
     raise KeyError(name)
 
 
-FUNCS = {"softmax": softmax, "layer_norm": layer_norm, "rms_norm": rms_norm, "gelu_bias": gelu_bias,
-         "residual_norm": residual_norm}
+FUNCS: dict[str, Callable[..., Any]] = {"softmax": softmax, "layer_norm": layer_norm, "rms_norm": rms_norm,
+                                        "gelu_bias": gelu_bias, "residual_norm": residual_norm}
 
 
 # --- timing ---------------------------------------------------------------------------------
@@ -198,6 +200,7 @@ def standalone(table, device, args, copy_gbs):
                     inputs = _inputs(name, rows, n, dtype, device)
                     group, ins = group_from_fn(fn, *inputs, gid=f"B_{name}_{n}")
                     gen = tx.generate(group, device)
+                    assert gen.fn is not None  # generate() gives the launcher
                     with torch.no_grad():
                         out = gen.fn(*ins)
                         expected = fn(*inputs)

@@ -58,6 +58,7 @@ import statistics
 import sys
 import time
 import warnings
+from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -168,7 +169,7 @@ _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 def _proc_stats():
     """pid -> (ppid, utime + stime + cutime + cstime in ticks) of every process; {} without /proc."""
-    out = {}
+    out: dict[int, tuple[int, int]] = {}
     try:
         pids = [p for p in os.listdir("/proc") if p.isdigit()]
     except OSError:
@@ -188,7 +189,7 @@ def tree_cpu_s() -> float:
     stats = _proc_stats()
     if not stats:
         return time.process_time()
-    children = {}
+    children: dict[int, list[int]] = {}  # ppid -> pids
     for pid, (ppid, _) in stats.items():
         children.setdefault(ppid, []).append(pid)
     total, todo = 0, [os.getpid()]
@@ -216,7 +217,17 @@ class Runner:
         self.opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
         self.error = ""  # set when it failed: no more steps
         self.note = ""
-        self.steps_wall, self.steps_cpu, self.fb_wall, self.faults, self.sys_s = [], [], [], [], []
+        # per timed step: wall s, CPU s, fwd+bwd wall s, minor page faults, system CPU s
+        self.steps_wall: list[float] = []
+        self.steps_cpu: list[float] = []
+        self.fb_wall: list[float] = []
+        self.faults: list[int] = []
+        self.sys_s: list[float] = []
+        # against eager's first step (compare): loss relative difference, first gradient problem
+        self.loss_rel: float | None = None
+        self.grad_problem = ""
+        # the module itself, compiler.jit's JitFunction, torch.compile's or thunder.jit's callable
+        self.fn: Any
         if system == "eager":
             self.fn = model
         elif system == "fusionlens":
@@ -284,14 +295,15 @@ def compare(runner: Runner, ref: Runner):
 LOSS_RTOL = 1e-4  # float32's in compiler.checking.TOLERANCES
 
 
-def run_workload(name: str, systems, steps: int, warmup: int, thunder, device: str = "cpu") -> dict:
+def run_workload(name: str, systems, steps: int, warmup: int, thunder,
+                 device: str = "cpu") -> dict[str, dict[str, Any]]:
     make, _, has_dropout = WORKLOADS[name]
     torch.manual_seed(0)
     base, args = make()
     base.train().to(device)
     args = tuple(a.to(device) if isinstance(a, torch.Tensor) else a for a in args)
     gc.collect()
-    runners = {}
+    runners: dict[str, Runner] = {}
     for system in systems:
         try:
             r = Runner(system, copy.deepcopy(base), args, thunder)
@@ -344,9 +356,9 @@ def run_workload(name: str, systems, steps: int, warmup: int, thunder, device: s
                 r.faults.append(r.last_faults)
                 r.sys_s.append(r.last_sys_s)
 
-    out = {}
+    out: dict[str, dict[str, Any]] = {}
     for system, r in runners.items():
-        row = {"error": r.error}
+        row: dict[str, Any] = {"error": r.error}
         if not r.error and r.steps_wall:
             step = statistics.median(r.steps_wall)
             row.update(step_ms=step * 1e3, fwd_bwd_ms=statistics.median(r.fb_wall) * 1e3,
@@ -361,7 +373,7 @@ def run_workload(name: str, systems, steps: int, warmup: int, thunder, device: s
                     f"{row['page_faults_per_step']:.0f} page faults/step ({row['sys_ms_per_step']:.1f} ms system)")
             if not row["finite"]:
                 row["error"] = f"NON-FINITE loss after {len(r.steps_wall) + warmup + 1} steps: {float(r.last_loss)}"
-        if hasattr(r, "loss_rel"):
+        if r.loss_rel is not None:
             row.update(loss_rel_diff=r.loss_rel, grad_problem=r.grad_problem)
         if system == "fusionlens" and hasattr(r.fn, "cache_info"):
             row["compiles"] = r.fn.cache_info()["misses"]
@@ -374,9 +386,9 @@ def run_workload(name: str, systems, steps: int, warmup: int, thunder, device: s
     return out
 
 
-def one_time_setup(systems, thunder, device: str = "cpu") -> dict:
+def one_time_setup(systems, thunder, device: str = "cpu") -> dict[str, str]:
     """Each system's first compile and step of a tiny model: imports, first-use setup."""
-    out = {}
+    out: dict[str, str] = {}
     torch.manual_seed(0)
     base, x = TinyLoss().to(device), torch.randn(4, 8, device=device)
     for system in systems:

@@ -28,7 +28,8 @@ def example(fn=None, *, train: bool = False):
 
 
 _API = {"compile": "compiler.api", "CompileError": "compiler.api", "jit": "compiler.jit_cache",
-        "last_report": "compiler.jit_cache", "last_traces": "compiler.jit_cache"}
+        "last_report": "compiler.jit_cache", "last_traces": "compiler.jit_cache", "last_compiled": "compiler.jit_cache",
+        "CompileOptions": "compiler.options"}
 
 
 def __getattr__(name):

@@ -42,7 +42,8 @@ def compile(fn, *args, executors: list[str] | None = None, benchmark: bool = Fal
 
 def compile_checked(fn, args, kwargs, options: CompileOptions, name: str, *, benchmark: bool,
                     repeats: int = 0, warmup: int = 0, torch_compile: bool = False,
-                    target: R.Target | None = None, eager_on_failure: bool = False) -> tuple:
+                    target: R.Target | None = None,
+                    eager_on_failure: bool = False) -> tuple[pipeline.Compiled, R.CompileReport, bool]:
     """Compile, check against eager, benchmark if asked, then report: what compile, jit and
     compile_target share. Returns (Compiled, report, whether the check failed).
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import torch
 
 from compiler import checking, lowering, passes, timing
-from compiler.ir import external_inputs, ops_callable
+from compiler.ir import BoundSymbol, external_inputs, ops_callable
 from compiler.report import Diagnostic, DiagnosticCode, ProgramTimings, RegionTiming
 
 
@@ -21,7 +21,7 @@ class Measurements:
     copy_gbs: float | None = None  # the device's measured copy bandwidth (timing.copy_bandwidth_gbs)
 
 
-def measure_program(c, fn, args, kwargs, inputs: list, *, repeats: int, warmup: int,
+def measure_program(c, fn, args, kwargs, inputs: list[torch.Tensor], *, repeats: int, warmup: int,
                     torch_compile: bool) -> Measurements:
     """Time `c` (a pipeline.Compiled) against `fn(*args, **kwargs)`, then each of its regions."""
     out = Measurements()
@@ -51,7 +51,7 @@ def measure_program(c, fn, args, kwargs, inputs: list, *, repeats: int, warmup: 
     return out
 
 
-def _time_training(out: Measurements, c, fn, args, kwargs, inputs: list, *, warmup: int, repeats: int,
+def _time_training(out: Measurements, c, fn, args, kwargs, inputs: list[torch.Tensor], *, warmup: int, repeats: int,
                    torch_compile: bool) -> None:
     """Training steps (forward, then the gradients of the inputs that require grad for fixed
     cotangents) compiled, eager and torch.compile'd. Buffers the steps update (BatchNorm's
@@ -83,7 +83,7 @@ def _time_training(out: Measurements, c, fn, args, kwargs, inputs: list, *, warm
                                                   f"{type(e).__name__}: {e}", code=DiagnosticCode.BENCHMARK))
 
 
-def _time_regions(program, inputs: list, device, reps: int) -> dict[str, RegionTiming]:
+def _time_regions(program, inputs: list[torch.Tensor], device, reps: int) -> dict[str, RegionTiming]:
     """Each region of a pipeline.Program against the torch calls it replaces (the ops of the
     trace its fusion started from, run on `inputs` like the program)."""
     plan, source_trace = program.plan, program.source
@@ -110,7 +110,7 @@ def _time_regions(program, inputs: list, device, reps: int) -> dict[str, RegionT
     return out
 
 
-def _source_ops(optimised, region) -> list:
+def _source_ops(optimised, region) -> list[BoundSymbol]:
     """The torch-level ops whose every prim runs in `region`, when they account for all of
     it; else [] (the region then compares with its prims run one by one)."""
     produced = {o.name for b in region.bsyms for o in b.outputs}

@@ -81,7 +81,7 @@ def _is_random(acquired) -> bool:
     return any(OpTag.RANDOM in b.sym.tags or torch_rules.draws_dropout(b) for b in acquired.bound_symbols)
 
 
-def check_program(c, inputs: list, target) -> list:
+def check_program(c, inputs: list[torch.Tensor], target) -> list[Diagnostic]:
     """Run the compiled program `c` (a pipeline.Compiled) on `inputs` and compare it with the
     eager result recorded while tracing, and the inputs it updates in place with their values
     after the eager call (on copies: checking must not update the caller's tensors); the
@@ -131,19 +131,19 @@ def grad_mismatch(actual, expected, through=()) -> str | None:
             f"atol={atol}x{scale:.3g} (largest difference {float(diff.max()):.3g})")
 
 
-def differentiable_outputs(result) -> list:
+def differentiable_outputs(result) -> list[tuple[int, torch.Tensor]]:
     """(position, tensor) of each tensor in a result that autograd can differentiate."""
     return [(i, t) for i, t in enumerate(pytree.tree_leaves(result))
             if isinstance(t, torch.Tensor) and t.requires_grad]
 
 
-def cotangents(outputs: list, seed: int = 0) -> list:
+def cotangents(outputs: list[tuple[int, torch.Tensor]], seed: int = 0) -> list[torch.Tensor]:
     """Fixed random cotangents for (position, tensor) outputs: the same ones for every run."""
     gen = torch.Generator().manual_seed(seed)
     return [torch.randn(t.shape, generator=gen, dtype=torch.float64).to(t.dtype).to(t.device) for _, t in outputs]
 
 
-def backward_inputs(c, inputs: list) -> list:
+def backward_inputs(c, inputs: list[torch.Tensor]) -> list[torch.Tensor]:
     """What a training compile's backward program reads, for a forward run on `inputs`: the
     tensors that forward saves, then fixed cotangents of its differentiable results."""
     d = c.differentiated
@@ -213,7 +213,8 @@ def as_accurate_as_eager(actual, expected, exact) -> bool:
     return _rmse(actual, exact) <= (3.0 if small else 2.0) * _rmse(expected, exact) + floor
 
 
-def float64_gradients(fn, args, kwargs, inputs: list, wrt: list, positions: list, cots: list) -> list | None:
+def float64_gradients(fn, args, kwargs, inputs: list[torch.Tensor], wrt: list[torch.Tensor], positions: list[int],
+                      cots: list[torch.Tensor]) -> list[torch.Tensor | None] | None:
     """The gradients of `wrt` from eager `fn` run in float64 (every floating input, parameter
     and buffer promoted for the call), for the same cotangents of the outputs at `positions`;
     None when the call does not run in float64 (code that fixes its own dtypes)."""
@@ -230,11 +231,11 @@ def float64_gradients(fn, args, kwargs, inputs: list, wrt: list, positions: list
         return None
 
 
-def _cuda_devices(inputs) -> list:
+def _cuda_devices(inputs) -> list[int]:
     return sorted({t.device.index or 0 for t in inputs if isinstance(t, torch.Tensor) and t.device.type == "cuda"})
 
 
-def check_gradients(c, fn, args, kwargs, inputs: list, target) -> list:
+def check_gradients(c, fn, args, kwargs, inputs: list[torch.Tensor], target) -> list[Diagnostic]:
     """A training compile's gradients of every input that requires grad, against eager's, for
     fixed random cotangents of the differentiable outputs; both runs see the same random
     stream, and neither updates the caller's tensors or buffers for good. A gradient that

@@ -62,12 +62,12 @@ class CodeRoots:
     the standard library, and installed packages (model code, e.g. transformers' models;
     they may lie inside the standard library's folder)."""
 
-    never: tuple = ()
-    stdlib: tuple = ()
-    packages: tuple = ()
+    never: tuple[str, ...] = ()
+    stdlib: tuple[str, ...] = ()
+    packages: tuple[str, ...] = ()
 
 
-def _under(path: str, roots) -> bool:
+def _under(path: str, roots: tuple[str, ...]) -> bool:
     return any(path == root or path.startswith(root + os.sep) for root in roots)
 
 

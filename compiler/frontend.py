@@ -13,6 +13,7 @@ import functools
 import inspect
 import re
 import sys
+from types import CodeType
 from typing import Any
 
 import torch
@@ -111,23 +112,23 @@ class Tracer:
     def __init__(self, name: str):
         self.name = name
         self.names = NameGen("t")
-        self.values: dict = {}  # id(tensor) -> Value
-        self.alive: list = []  # keeps traced tensors alive so their ids stay unique
-        self.inputs: list = []
-        self.inputs_by_id: dict = {}  # id(tensor) -> its input Value (values[] moves on when it is updated)
-        self.known: dict = {}  # id(tensor) -> (role, name) for parameters and buffers
-        self.constants: dict = {}  # input name -> tensor, for parameters/buffers/captured
-        self.bound_symbols: list = []
-        self.notes: list = []
-        self.extra_globals: dict = {}
-        self.named: set = set()  # ids of the argument objects named in extra_globals
+        self.values: dict[int, Value] = {}  # id(tensor) -> Value
+        self.alive: list[torch.Tensor] = []  # keeps traced tensors alive so their ids stay unique
+        self.inputs: list[Value] = []
+        self.inputs_by_id: dict[int, Value] = {}  # id(tensor) -> its input Value (values[] moves on when it is updated)
+        self.known: dict[int, tuple[str, str]] = {}  # id(tensor) -> (role, name) for parameters and buffers
+        self.constants: dict[str, torch.Tensor] = {}  # input name -> tensor, for parameters/buffers/captured
+        self.bound_symbols: list[BoundSymbol] = []
+        self.notes: list[Note] = []
+        self.extra_globals: dict[str, Any] = {}
+        self.named: set[int] = set()  # ids of the argument objects named in extra_globals
         # the program's own globals
-        self.taken: set = {"torch", "prims", "operator", "math", "inf", "nan", OUTPUT_BUILDER, "setitem"}
+        self.taken: set[str] = {"torch", "prims", "operator", "math", "inf", "nan", OUTPUT_BUILDER, "setitem"}
         self.eager_only: str | None = None  # why calls of this signature must run eagerly
-        self.updated_at: dict = {}  # id(tensor) -> where it was first updated in place
-        self.stop = None  # the code object of `trace`: frames beyond it are not the traced call's
+        self.updated_at: dict[int, provenance.Provenance | None] = {}  # id(tensor) -> where it was first updated
+        self.stop: CodeType | None = None  # the code object of `trace`: frames beyond it are not the traced call's
         self.call: provenance.Provenance | None = None  # the user's call of what is traced
-        self.frozen: set = set()  # names of op outputs eager's autograd does not track (Trace.frozen)
+        self.frozen: set[str] = set()  # names of op outputs eager's autograd does not track (Trace.frozen)
         self.grad = torch.is_grad_enabled()  # the caller's grad mode, which the call is traced in
 
     def where(self) -> provenance.Provenance | None:
@@ -196,7 +197,8 @@ class Tracer:
         where = self.where()
         sym, args2, kwargs2, note = self.symbol_for(func, args, kwargs, where)
         vargs, vkwargs = pytree.tree_map(self.argument, (args2, kwargs2))
-        flat, spec = pytree.tree_flatten(out)
+        flat, whole = pytree.tree_flatten(out)
+        spec: pytree.TreeSpec | None = whole
         outs = [self.new_output(t) for t in flat if isinstance(t, torch.Tensor)]
         single = isinstance(out, torch.Tensor)
         if not single and len(outs) != len(flat):  # (attn_output, None): call it for its tensors only
@@ -270,9 +272,9 @@ class Tracer:
             return only(sym.impl(*args, **kwargs))
         printed = self._unique(f"{_sanitize(sym.name.rsplit('.', 1)[-1])}_tensors")
         self.extra_globals[printed] = impl
-        decomposition = None
-        if sym.decomposition is not None:
-            decomposition = functools.wraps(sym.decomposition)(lambda *a, **k: only(sym.decomposition(*a, **k)))
+        decomposition, decompose = None, sym.decomposition
+        if decompose is not None:
+            decomposition = functools.wraps(decompose)(lambda *a, **k: only(decompose(*a, **k)))
         return Symbol(printed, impl, kind=sym.kind, decomposition=decomposition, tags=sym.tags, flops=sym.flops)
 
     def opaque(self, func, label, args, kwargs, where, why=None, called=None):
@@ -322,12 +324,12 @@ _PROPERTIES = {
 }
 
 
-def _parameter_names(fn) -> dict:
+def _parameter_names(fn) -> dict[int, tuple[str, str]]:
     """id(tensor) -> (role, name) for a module's parameters and buffers."""
     module = fn if isinstance(fn, torch.nn.Module) else getattr(fn, "__self__", None)
     if not isinstance(module, torch.nn.Module):
         return {}
-    known = {}
+    known: dict[int, tuple[str, str]] = {}
     for name, p in module.named_parameters():
         known.setdefault(id(p), ("param", "p_" + _sanitize(name)))
     for name, b in module.named_buffers():
@@ -476,9 +478,9 @@ def _trace(tracer: Tracer, fn, args, kwargs, originals: dict) -> TraceResult:
     eager_only = tracer.eager_only or (
         "the result holds tensors FusionLens cannot take apart" if hidden else None)
     constants = {k: originals.get(id(x), x) for k, x in tracer.constants.items()}  # the module's own buffers
-    copies = tuple(x for x in tracer.alive if id(x) in originals)
+    alive_copies = tuple(x for x in tracer.alive if id(x) in originals)
     return TraceResult(t, out, constants, tracer.notes, eager_only=eager_only, mutated=mutated,
-                       originals=originals, copies=tuple({id(x): x for x in copies}.values()))
+                       originals=originals, copies=tuple({id(x): x for x in alive_copies}.values()))
 
 
 def _mutations(tracer: Tracer, versions: dict, originals: dict) -> tuple:

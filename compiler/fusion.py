@@ -319,7 +319,7 @@ def prepare(optimised: Trace, fusers: list) -> Trace:
     no fusion executor the trace is unchanged."""
     if not fusers:
         return optimised.with_("fusion", list(optimised.bound_symbols))
-    leaves = []
+    leaves: list[BoundSymbol] = []
     for b in optimised.bound_symbols:
         leaves.extend(passes.flatten([b]) if b.subsymbols and _fuses_anything(b, fusers) else [b])
     flat = passes.dce(passes.cse(optimised.with_("fusion", leaves)))

@@ -140,6 +140,7 @@ class Symbol:
     @functools.cached_property
     def decomposition_signature(self) -> inspect.Signature:
         """The decomposition's parameters: how the op's arguments bind, and their defaults."""
+        assert self.decomposition is not None, f"{self.name} has no decomposition"
         return inspect.signature(self.decomposition)
 
     def __repr__(self) -> str:
@@ -149,12 +150,12 @@ class Symbol:
 @dataclass
 class BoundSymbol:
     sym: Symbol
-    args: tuple
-    kwargs: dict
-    outputs: list  # output Values, flat
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    outputs: list[Value]  # flat
     out_spec: Any = None  # pytree spec of the result; None means a single Value
     provenance: Provenance | None = None
-    subsymbols: list = field(default_factory=list)
+    subsymbols: list[BoundSymbol] = field(default_factory=list)
     note: str = ""  # e.g. why an op is opaque
 
     @property
@@ -184,21 +185,21 @@ class BoundSymbol:
 @dataclass
 class Trace:
     name: str
-    inputs: list  # trace-input Values, in call order
-    bound_symbols: list
+    inputs: list[Value]  # in call order
+    bound_symbols: list[BoundSymbol]
     output: Any  # pytree of Values (and constants)
     stage: str = "acquired"
-    signature: list = field(default_factory=list)  # human-readable specialisation assumptions
-    extra_globals: dict = field(default_factory=dict)  # name -> object the program refers to
+    signature: list[str] = field(default_factory=list)  # human-readable specialisation assumptions
+    extra_globals: dict[str, Any] = field(default_factory=dict)  # name -> object the program refers to
     # (input Value, Value) for each input the call updates in place: the program copies the
     # second into the first at its end, so the caller sees the update as in eager
-    writeback: list = field(default_factory=list)
+    writeback: list[tuple[Value, Value]] = field(default_factory=list)
     # index of a bound symbol -> the profiler range it runs in (compiler/profiling.py; the
     # execution trace with CompileOptions.profile); the program calls PROFILE_RANGE(name)
-    ranges: dict = field(default_factory=dict)
+    ranges: dict[int, str] = field(default_factory=dict)
     # names of values whose eager tensor did not require grad though grad was enabled (after
     # detach(), inside `with torch.no_grad()`): the autograd transform stops there, as eager
-    frozen: frozenset = frozenset()
+    frozen: frozenset[str] = frozenset()
     # the first `packed` inputs (None: none) arrive in one list, which the program empties once
     # it has named them (a backward program's saved tensors: it then holds the only reference
     # to each, and frees it after its last use)
@@ -291,7 +292,7 @@ class TraceContext:
 
     def __init__(self, names: NameGen, provenance: Provenance | None = None):
         self.names = names
-        self.bound_symbols: list = []
+        self.bound_symbols: list[BoundSymbol] = []
         self.provenance = provenance
 
     def new_value(self, like: torch.Tensor, device) -> Value:
@@ -505,8 +506,8 @@ def format_call(bsym: BoundSymbol) -> str:
 class TracePrinter:
     def __init__(self, trace: Trace, nested: bool):
         self.trace, self.nested = trace, nested
-        self.lines: list = []
-        self.last_loc = None
+        self.lines: list[str] = []
+        self.last_loc: tuple[str, int] | None = None  # the last source comment's (file, line)
 
     def source(self) -> str:
         global _NAMED

@@ -8,11 +8,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch.utils import _pytree as pytree
 
 from compiler import api, frontend, report as R
+from compiler.ir import Trace
 from compiler.options import CompileOptions
 from compiler.pipeline import Compiled
 
@@ -42,11 +44,11 @@ torch.nn.modules.module.register_module_buffer_registration_hook(_bump)
 
 @dataclass
 class CacheEntry:
-    compiled: Compiled | None
+    compiled: Compiled
     report: R.CompileReport
-    signature: tuple
+    signature: tuple[Any, ...]
     eager_fallback: bool = False  # the program failed its check: run eager for this signature
-    grad_mask: tuple = ()  # which of the program's constants (parameters) required grad at compile
+    grad_mask: tuple[bool, ...] = ()  # which of the program's constants (parameters) required grad at compile
 
 
 class JitFunction:
@@ -59,15 +61,15 @@ class JitFunction:
         if executors is not None:
             self.options = self.options.replace(executors=executors)
         self.max_entries = max_entries  # a Python number that changes every call would grow it forever
-        self.cache: dict = {}
+        self.cache: dict[tuple[Any, ...], CacheEntry] = {}
         self.hits = 0
         self.misses = 0
         self.last: CacheEntry | None = None
         self._module = isinstance(fn, torch.nn.Module)
         self._state_generation = -1
-        self._state: tuple = ()
+        self._state: tuple[tuple[int, ...], ...] = ()
 
-    def signature(self, args, kwargs) -> tuple:
+    def signature(self, args, kwargs) -> tuple[Any, ...]:
         """The cache key. Positional tensors only (the common call) key as a pair and are
         passed to the program as they are; anything else keys with its pytree spec."""
         # A module traced in eval mode must not serve calls in training mode (dropout).
@@ -111,7 +113,7 @@ class JitFunction:
             return c.fn(*args, *c.constants)
         return c.fn(*frontend.user_tensors(self.fn, args, kwargs), *c.constants)
 
-    def _state_ids(self) -> tuple:
+    def _state_ids(self) -> tuple[tuple[int, ...], ...]:
         """Ids of the module's parameters and buffers, recomputed only after some module
         somewhere registered a parameter or buffer (walking the module on every call costs
         more than the rest of the call)."""
@@ -125,21 +127,20 @@ class JitFunction:
         # from it): the program's first run then takes the draws (dropout's masks) eager would.
         # Not when the signature runs eagerly: its first result is the traced run's own.
         cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
-        state = (torch.random.get_rng_state(), torch.cuda.get_rng_state() if cuda else None)
+        cpu_state, cuda_state = torch.random.get_rng_state(), torch.cuda.get_rng_state() if cuda else None
         entry = self._compile_here(key, args, kwargs)
         if not entry.eager_fallback:
-            torch.random.set_rng_state(state[0])
-            if cuda:
-                torch.cuda.set_rng_state(state[1])
+            torch.random.set_rng_state(cpu_state)
+            if cuda_state is not None:
+                torch.cuda.set_rng_state(cuda_state)
         return entry
 
     def _compile_here(self, key, args, kwargs) -> CacheEntry:
         c, rep, failed = api.compile_checked(self.fn, args, kwargs, self.options, frontend.target_name(self.fn),
                                              benchmark=False, eager_on_failure=True)
-        return CacheEntry(c, rep, key, eager_fallback=failed,
-                          grad_mask=tuple(t.requires_grad for t in c.constants) if c is not None else ())
+        return CacheEntry(c, rep, key, eager_fallback=failed, grad_mask=tuple(t.requires_grad for t in c.constants))
 
-    def cache_info(self) -> dict:
+    def cache_info(self) -> dict[str, Any]:
         return {"hits": self.hits, "misses": self.misses, "entries": len(self.cache),
                 "signatures": [e.report.signature for e in self.cache.values()]}
 
@@ -155,24 +156,24 @@ def jit(fn, executors: list[str] | None = None, max_entries: int = 64,
     return JitFunction(fn, executors, max_entries, options)
 
 
-def _require_jit(jfn) -> JitFunction:
+def _last_entry(jfn) -> CacheEntry:
     if not isinstance(jfn, JitFunction):
         raise TypeError("expected a function returned by compiler.jit")
     if jfn.last is None:
         raise RuntimeError("this function has not been called yet")
-    return jfn
+    return jfn.last
 
 
 def last_report(jfn) -> R.CompileReport:
-    return _require_jit(jfn).last.report
+    return _last_entry(jfn).report
 
 
-def last_traces(jfn) -> dict:
+def last_traces(jfn) -> dict[str, Trace]:
     """Stage name -> Trace of the last call's forward program (print one with `.python()`);
     `last_compiled(jfn).programs` has every program's."""
-    return dict(_require_jit(jfn).last.compiled.forward.traces)
+    return dict(_last_entry(jfn).compiled.forward.traces)
 
 
-def last_compiled(jfn):
+def last_compiled(jfn) -> Compiled:
     """The pipeline.Compiled of the last call: its programs, traces and plans."""
-    return _require_jit(jfn).last.compiled
+    return _last_entry(jfn).compiled

@@ -66,8 +66,8 @@ def template(obj, to_value, computed, keep: set, seen=None, depth: int = MAX_DEP
         items = [template(x, to_value, computed, keep, seen, depth - 1) for x in obj]
         return obj if all(a is b for a, b in zip(items, obj)) else type(obj)(items)
     if type(obj) is dict:
-        items = {k: template(v, to_value, computed, keep, seen, depth - 1) for k, v in obj.items()}
-        return obj if all(items[k] is v for k, v in obj.items()) else items
+        entries = {k: template(v, to_value, computed, keep, seen, depth - 1) for k, v in obj.items()}
+        return obj if all(entries[k] is v for k, v in obj.items()) else entries
     attrs = getattr(obj, "__dict__", None)
     if not isinstance(attrs, dict):
         return obj

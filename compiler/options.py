@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 # variable -> (option, how its text becomes the option's value)
 _TRUE = ("1", "true", "yes", "on")
@@ -27,7 +28,7 @@ def _level(text: str) -> int:
         return 0
 
 
-ENVIRONMENT = {
+ENVIRONMENT: dict[str, tuple[str, Callable[[str], Any]]] = {
     "FUSIONLENS_DEBUG": ("debug", _level),
     "FUSIONLENS_PROFILE": ("profile", _flag),
     "FUSIONLENS_GPU": ("gpu", str.strip),
@@ -58,7 +59,7 @@ class CompileOptions:
     def from_env(cls, environ: Mapping[str, str] | None = None, **given) -> CompileOptions:
         """The options the environment sets (ENVIRONMENT), then those `given` (not None) over them."""
         environ = os.environ if environ is None else environ
-        values: dict = {}
+        values: dict[str, Any] = {}
         for variable, (option, parse) in ENVIRONMENT.items():
             text = environ.get(variable)
             if text is not None and text.strip():

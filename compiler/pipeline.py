@@ -31,6 +31,7 @@ import torch
 
 from compiler import executors as executor_registry, frontend, fusion, lowering, passes
 from compiler.autograd import runtime as autograd_runtime, transform as autograd
+from compiler.executors.base import FusionExecutor
 from compiler.ir import Trace, output_builder
 from compiler.options import CompileOptions
 from compiler.report import PROGRAM_STAGES, DiagnosticCode
@@ -100,7 +101,8 @@ class _StageLog:
         self.traces: dict[str, Trace] = {}
         self.last = time.perf_counter()
 
-    def __call__(self, trace: Trace, plan: lowering.Plan | None = None, fusers: list | None = None) -> Trace:
+    def __call__(self, trace: Trace, plan: lowering.Plan | None = None,
+                 fusers: list[FusionExecutor] | None = None) -> Trace:
         """Record `trace`; `fusers`: the fusion executors its stage was prepared for (the
         verifier checks that no op left whole holds a prim one of them takes)."""
         assert trace.stage in PROGRAM_STAGES[self.kind] and trace.stage not in self.traces, trace.stage
@@ -192,7 +194,8 @@ def _preview_plan(trace: Trace, ex, device, prefix: str, options: CompileOptions
                           verify=options.verifying)
 
 
-def _differentiate(optimised: Trace, tensors: list) -> tuple:
+def _differentiate(optimised: Trace,
+                   tensors: list[torch.Tensor]) -> tuple[autograd.Differentiated | None, frontend.Note | None]:
     """(the forward and backward traces where the call records autograd, else None; a note
     when it cannot be differentiated). An op the transform cannot differentiate makes the
     signature run eagerly (said at its line)."""

@@ -97,7 +97,7 @@ class Provenance:
     end_line: int
     col: int
     end_col: int
-    stack: tuple = field(default=())  # user Frames, innermost first
+    stack: tuple[Frame, ...] = field(default=())  # user frames, innermost first
 
     def source(self) -> str:
         return linecache.getline(self.file, self.line).strip()

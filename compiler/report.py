@@ -86,7 +86,7 @@ class Frame:
 @dataclass
 class TensorInfo:
     name: str
-    shape: list
+    shape: list[int]
     dtype: str
     device: str
 
@@ -163,11 +163,11 @@ class DevicePeaks:
 class Region:
     id: str
     executor: str
-    ops: list  # symbol names, in execution order
-    source_lines: list  # [SourceLine]
+    ops: list[str]  # symbol names, in execution order
+    source_lines: list[SourceLine]
     code: str
-    inputs: list  # [TensorInfo]
-    outputs: list  # [TensorInfo]
+    inputs: list[TensorInfo]
+    outputs: list[TensorInfo]
     timing: RegionTiming | None = None
     boundary: Boundary | None = None
     kernels: int = 1  # device kernels this region launches (torch ops: an estimate of 1)
@@ -192,9 +192,9 @@ class OpRecord:
     end_line: int
     col: int
     end_col: int
-    stack: list  # [Frame], innermost first, user frames only
+    stack: list[Frame]  # innermost first, user frames only
     trace: str  # the op's line in the optimised trace
-    prims: list  # names of the prims it decomposed into
+    prims: list[str]  # names of the prims it decomposed into
 
 
 @dataclass
@@ -257,7 +257,7 @@ class SavedTensor:
     """A tensor the forward program keeps for the backward."""
 
     name: str
-    shape: list
+    shape: list[int]
     dtype: str
     bytes: int
     kind: str  # "activation" (computed by the forward: the memory training costs) or the input's role
@@ -330,14 +330,14 @@ class CompileReport:
     peaks: DevicePeaks | None = None  # what the rooflines are computed for
     schema_version: int = SCHEMA_VERSION
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
     def to_json(self, indent: int | None = None) -> str:
         return json.dumps(self.to_dict(), indent=indent)
 
     @classmethod
-    def from_dict(cls, data: dict) -> CompileReport:
+    def from_dict(cls, data: dict[str, Any]) -> CompileReport:
         return _build(cls, data)
 
     @classmethod
@@ -389,7 +389,7 @@ def format_ms(ms: float | None, missing: str = "?") -> str:
 
 
 # (class, field) -> dataclass of the list elements or nested object, for from_dict.
-_NESTED: dict = {
+_NESTED: dict[tuple[type, str], type] = {
     (CompileReport, "target"): Target, (CompileReport, "error"): Diagnostic,
     (CompileReport, "regions"): Region, (CompileReport, "ops"): OpRecord,
     (CompileReport, "fallbacks"): Fallback, (CompileReport, "diagnostics"): Diagnostic,
@@ -404,10 +404,10 @@ _NESTED: dict = {
 }
 
 
-def _build(cls, data: Any):
+def _build(cls: type, data: Any) -> Any:
     if data is None:
         return None
-    kwargs = {}
+    kwargs: dict[str, Any] = {}
     for f in dataclasses.fields(cls):
         if f.name not in data:
             continue

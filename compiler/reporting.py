@@ -58,7 +58,7 @@ def _last_nvfuser(dists) -> str | None:
     return version
 
 
-def _listdir(path: str) -> list:
+def _listdir(path: str) -> list[str]:
     try:
         return sorted(os.listdir(path))
     except OSError:
@@ -66,7 +66,7 @@ def _listdir(path: str) -> list:
 
 
 @functools.lru_cache(maxsize=1)
-def versions() -> dict:
+def versions() -> dict[str, str]:
     """python, torch, and fusionlens, triton, nvfuser where installed. Only these packages
     are looked up (scanning every installed distribution costs tens of ms a process)."""
     out = {"python": platform.python_version(), "torch": torch.__version__}
@@ -120,7 +120,7 @@ def _region(r, timed: R.RegionTiming | None, gpu, estimate: bool) -> R.Region:
                     c, line)
 
 
-def _roofline_gpu(device, target: str | None) -> tuple:
+def _roofline_gpu(device, target: str | None) -> tuple[roofline.Gpu, bool, str | None]:
     """(the GPU the rooflines are for, whether they are estimates, a note or None): the GPU
     the program ran on when the table knows it, else the target GPU (roofline.target_name)."""
     why = None
@@ -134,6 +134,7 @@ def _roofline_gpu(device, target: str | None) -> tuple:
     gpu = roofline.find(target)
     if gpu is None:
         gpu = roofline.find(roofline.DEFAULT_TARGET)
+        assert gpu is not None  # the table has its default target
         return gpu, True, (f"unknown target GPU {target!r} (known: {', '.join(roofline.names())}): "
                            f"rooflines are estimates for {gpu.name}")
     return gpu, True, why and f"{why}: rooflines are estimates for {gpu.name}"
@@ -164,11 +165,11 @@ def _training(c, measured) -> R.Training | None:
         return None
     made = {o.name: f for f in d.forward.bound_symbols for o in f.outputs}
     roles = {v.name: v.role for v in d.forward.inputs}
-    saved = []
+    saved: list[R.SavedTensor] = []
     for v in d.saved:
         where = made[v.name].provenance if v.name in made else None
-        role = roles.get(v.name)
-        kind = "activation" if v.name in made else {"param": "parameter"}.get(role, role or "input")
+        role = roles.get(v.name) or "input"
+        kind = "activation" if v.name in made else {"param": "parameter"}.get(role, role)
         saved.append(R.SavedTensor(v.name, list(v.shape), str(v.dtype).removeprefix("torch."),
                                    v.numel() * v.dtype.itemsize, kind, where.file if where else None,
                                    where.line if where else None))
@@ -177,12 +178,12 @@ def _training(c, measured) -> R.Training | None:
                       measured.training if measured is not None else None)
 
 
-def _ops(c) -> list:
+def _ops(c) -> list[R.OpRecord]:
     traces = c.forward.traces
     region_of = {o.name: r.id for r in c.forward.plan.regions for b in r.bsyms for o in b.outputs}
     decomposed_by_output = {o.name: b for b in traces["decomposed"].bound_symbols for o in b.outputs}
     optimised_by_output = {o.name: b for b in traces["optimised"].bound_symbols for o in b.outputs}
-    ops = []
+    ops: list[R.OpRecord] = []
     for i, b in enumerate(traces["acquired"].bound_symbols):
         p = b.provenance
         region = next((region_of[o.name] for o in b.outputs if o.name in region_of), None)

@@ -35,7 +35,7 @@ from torch.utils import _pytree as pytree
 
 from compiler import checking, executors as executor_registry, frontend, lowering, pipeline, targets
 from compiler.contract import Decline, Layout
-from compiler.ir import Value, format_arg, run_ops
+from compiler.ir import BoundSymbol, Value, format_arg, run_ops
 from compiler.ops import prims
 from compiler.options import CompileOptions
 from compiler.report import RegionRef
@@ -61,10 +61,10 @@ class _Material:
     rid: str
     executor: str
     preview: bool
-    bsyms: list  # the region's ops (prims), in order
-    inputs: list  # Values
-    outputs: list  # Values
-    tensors: list  # the inputs the region saw
+    bsyms: list[BoundSymbol]  # the region's ops (prims), in order
+    inputs: list[Value]
+    outputs: list[Value]
+    tensors: list[torch.Tensor]  # the inputs the region saw
     kernel: str  # the generated source
     device: torch.device
 
@@ -184,9 +184,9 @@ def prim_spelling(name: str) -> tuple:
     """(expression, function definitions it needs) of the prim `name` ("add") in plain torch;
     ReproError for a prim nobody spelled yet."""
     sym = prims.ALL.get(name)
-    impl = getattr(sym, "impl", None)
-    if impl is None:
+    if sym is None:
         raise ReproError(f"prims.{name} is no prim")
+    impl = sym.impl
     if getattr(torch, getattr(impl, "__name__", ""), None) is impl:
         return f"torch.{impl.__name__}", []
     if getattr(operator, getattr(impl, "__name__", ""), None) is impl:
@@ -321,9 +321,9 @@ class Prepared:
     path: str
     target: str
     compiled: pipeline.Compiled
-    inputs: list  # the program's inputs: the user's tensors, then constants
+    inputs: list[torch.Tensor]  # the program's inputs: the user's tensors, then constants
 
-    def choices(self) -> list:
+    def choices(self) -> list[str]:
         return region_choices(self.compiled)
 
     def script(self, region: str) -> Repro:

@@ -21,7 +21,7 @@ class Gpu:
     fp32_tflops: float  # FP32 on CUDA cores (no tensor cores)
     tf32_tflops: float  # TF32 tensor cores, dense (datasheets print 2x "with sparsity")
     bf16_tflops: float  # BF16 (and FP16) tensor cores with FP32 accumulate, dense
-    aliases: tuple = ()  # substrings of torch.cuda.get_device_name() that mean this GPU
+    aliases: tuple[str, ...] = ()  # substrings of torch.cuda.get_device_name() that mean this GPU
 
 
 # Most specific first: "A100-SXM4-40GB" must not be taken for the 80 GB part.
@@ -39,7 +39,7 @@ MATH = ("fp32", "tf32", "bf16")  # which peak bounds a region's FLOPs (compiler/
 
 
 
-def names() -> list:
+def names() -> list[str]:
     return [g.name for g in GPUS]
 
 

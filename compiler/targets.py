@@ -16,7 +16,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from compiler.discovery import find_targets
+from compiler.discovery import TargetInfo, find_targets
 from compiler import provenance
 from compiler.provenance import user_location
 
@@ -72,6 +72,7 @@ def load_module(path: str, source: str | None = None):
     sys.modules[name] = module
     try:
         if source is None:
+            assert spec.loader is not None  # a file's spec has one (checked above)
             spec.loader.exec_module(module)
         else:
             exec(compile(source, path, "exec"), module.__dict__)
@@ -176,9 +177,9 @@ class Example:
     whether it compiles for training, and where it was made (its return line)."""
 
     fn: Any
-    args: tuple
-    kwargs: dict
-    info: Any  # discovery.TargetInfo
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    info: TargetInfo
     path: str
     train: bool
 

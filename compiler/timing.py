@@ -9,7 +9,8 @@ from __future__ import annotations
 import functools
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 
@@ -18,14 +19,14 @@ from compiler.report import Timing
 CPU = torch.device("cpu")
 
 
-def _quartiles(samples):
+def _quartiles(samples: list[float]) -> tuple[float, float]:
     if len(samples) < 2:
         return samples[0], samples[0]
     q = statistics.quantiles(samples, n=4)
     return q[0], q[2]
 
 
-def summarize(samples_ms: list, method: str, device: str) -> Timing:
+def summarize(samples_ms: list[float], method: str, device: str) -> Timing:
     q1, q3 = _quartiles(samples_ms)
     return Timing(median_ms=statistics.median(samples_ms), min_ms=min(samples_ms), max_ms=max(samples_ms),
                   iqr_ms=q3 - q1, repeats=len(samples_ms), method=method, device=device)
@@ -56,13 +57,14 @@ def measure(fn: Callable, *args, device: torch.device = CPU, warmup: int = 3,
         return summarize(samples, "perf_counter", str(device))
 
 
-def compare(fns: list, device: torch.device = CPU, warmup: int = 3, repeats: int = 20) -> list:
+def compare(fns: list[tuple[Callable, Sequence[Any], dict[str, Any]]], device: torch.device = CPU, warmup: int = 3,
+            repeats: int = 20) -> list[Timing]:
     """Time several (fn, args, kwargs) against each other, interleaving their repeats so a
     busy machine slows them alike (measuring one after the other makes ratios noise).
     Returns one Timing per entry."""
     device = torch.device(device)
     cuda = device.type == "cuda"
-    samples = [[] for _ in fns]
+    samples: list[list[float]] = [[] for _ in fns]
     with torch.no_grad():
         for _ in range(warmup):
             for fn, args, kwargs in fns:

@@ -74,7 +74,8 @@ class Result:
         report = self.report
         if report is None:
             return out
-        named: list[str | None] = [f.file for op in report.ops for f in [op, *op.stack]]  # every frame's file
+        named: list[str | None] = [op.file for op in report.ops]
+        named += [f.file for op in report.ops for f in op.stack]  # every frame's file
         named += [s.file for r in report.all_regions() for s in r.source_lines]
         named += [d.file for d in [report.error, *report.diagnostics] if d is not None]
         named += [fb.file for fb in report.fallbacks]

@@ -133,14 +133,15 @@ def _classify(c) -> Outcome:
 def run_sample(op, args, kwargs) -> Outcome:
     """Compile `op` on one sample and classify it (eager must work on the sample)."""
     from compiler import api
+    from compiler.options import CompileOptions
 
     fn = lambda *a, **k: op(*a, **k)  # noqa: E731
     torch.manual_seed(0)
     try:
         with torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            c, report, failed = api.compile_checked(fn, _clone(args), _clone(kwargs), ["torch"], "op",
-                                                    previews=False, benchmark=False)
+            options = CompileOptions.from_env(executors=["torch"])  # the suite's FUSIONLENS_VERIFY too
+            c, report, failed = api.compile_checked(fn, _clone(args), _clone(kwargs), options, "op", benchmark=False)
     except Exception as e:  # noqa: BLE001 - a raise is what this sweep looks for
         message = getattr(e, "message", None) or str(e)
         return Outcome("raise", f"{type(e).__name__}: {message}".splitlines()[0][:300])

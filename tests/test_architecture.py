@@ -171,6 +171,33 @@ def test_no_function_is_too_long():
     assert not long, long
 
 
+_CONTAINERS = ("list", "dict", "tuple", "set", "frozenset")
+
+
+def test_data_types_name_their_element_types():
+    """A class field says what it holds (`list[Region]`), not `list  # [Region]`: the type
+    checker reads the first."""
+    bare = []
+    for name, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ClassDef):
+                bare += [f"{name}:{st.lineno} {node.name}.{ast.unparse(st.target)}: {st.annotation.id}"
+                         for st in node.body if isinstance(st, ast.AnnAssign)
+                         and isinstance(st.annotation, ast.Name) and st.annotation.id in _CONTAINERS]
+    assert not bare, bare
+
+
+def test_the_linter_and_the_type_checker_are_clean():
+    """ruff and mypy as pyproject.toml configures them (.ci/run runs them too, with their output)."""
+    import shutil
+    import subprocess
+
+    for tool, args in (("ruff", ["check", "compiler", "lsp_server", "benchmarks"]), ("mypy", [])):
+        assert shutil.which(tool), f"{tool} is not installed: pip install -e '.[test]' installs it"
+        done = subprocess.run([tool, *args], cwd=REPO, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, f"{tool}:\n{done.stdout[-4000:]}{done.stderr[-2000:]}"
+
+
 def test_only_the_executors_import_a_backend():
     """Triton and nvFuser are the executors' business: everything else asks their contract."""
     bad = []

@@ -13,25 +13,28 @@ Random ops are never cheap: their draws cannot be replayed.
 
 from __future__ import annotations
 
-from compiler.ir import OpTag, SymbolKind
+from compiler.ir import BoundSymbol, OpTag, SymbolKind, Value
 from compiler.ops import prims as P
 
 _CHEAP_SHAPE = {P.broadcast_in_dim, P.reshape, P.permute, P.convert_element_type}
 MAX_CONE = 32  # ops recomputed for one value at most: past that the backward grows too long
 
 
-def _cheap(b) -> bool:
+def _cheap(b: BoundSymbol) -> bool:
     return b.sym.kind is SymbolKind.PRIM and (OpTag.ELEMENTWISE in b.sym.tags or b.sym in _CHEAP_SHAPE)
 
 
-def _bytes(v) -> int:
+def _bytes(v: Value) -> int:
     return v.numel() * v.dtype.itemsize
 
 
-def _cone(v, producer: dict, stop: set):
+def _cone(v: Value, producer: dict[str, BoundSymbol],
+          stop: set[str]) -> tuple[list[BoundSymbol], dict[str, Value]] | None:
     """(cheap ops that make `v`, in any order; the values they read that are anchors), or
     None when `v` is not made by cheap ops within MAX_CONE."""
-    ops, anchors, todo, seen = {}, {}, [v], set()
+    ops: dict[int, BoundSymbol] = {}  # id -> op
+    anchors: dict[str, Value] = {}
+    todo, seen = [v], set()
     while todo:
         x = todo.pop()
         if x.name in seen:
@@ -48,14 +51,15 @@ def _cone(v, producer: dict, stop: set):
     return list(ops.values()), anchors
 
 
-def recompute(forward: list, backward: list, saved: list, inputs: set) -> tuple:
+def recompute(forward: list[BoundSymbol], backward: list[BoundSymbol], saved: list[Value],
+              inputs: set[str]) -> tuple[list[BoundSymbol], list[str]]:
     """(the backward with recomputed values' ops prepended, names recomputed). `saved` are the
     forward values the backward reads; `inputs` the names of the program's inputs."""
     producer = {o.name: b for b in forward for o in b.outputs}
     order = {id(b): i for i, b in enumerate(forward)}
     keep = {v.name for v in saved}  # what memory holds for the backward
-    chosen_ops: dict = {}
-    recomputed = []
+    chosen_ops: dict[int, BoundSymbol] = {}
+    recomputed: list[str] = []
     for v in sorted(saved, key=_bytes, reverse=True):
         if v.name in inputs or v.name not in keep:
             continue

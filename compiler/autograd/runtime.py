@@ -45,5 +45,4 @@ def training_program(forward: Callable, backward: Callable, n_inputs: int, n_res
 
     def run(*inputs):
         return build(*CompiledFunction.apply(*inputs))
-    run.function = CompiledFunction
     return run

@@ -41,10 +41,10 @@ class Differentiated:
     forward: Trace  # returns (*results, *saved)
     backward: Trace  # takes ([*saved], *cotangents), returns the gradients of `grad_inputs`
     n_results: int  # the forward's first n outputs are the call's tensors (values_in order)
-    differentiable: list  # per result: whether it gets a cotangent
-    grad_inputs: list  # indices into the trace's inputs that get a gradient
-    saved: list  # Values the backward reads from the forward
-    recomputed: list = field(default_factory=list)  # names the backward recomputes instead
+    differentiable: list[bool]  # per result: whether it gets a cotangent
+    grad_inputs: list[int]  # indices into the trace's inputs that get a gradient
+    saved: list[Value]  # what the backward reads from the forward
+    recomputed: list[str] = field(default_factory=list)  # names the backward recomputes instead
 
 
 def _differentiable(v: Value) -> bool:

@@ -14,16 +14,21 @@ import importlib.util
 import os
 import sys
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:  # annotations only: at run time this registry loads no executor code
+    from compiler.executors.base import Executor, FusionExecutor
+    from compiler.provenance import Provenance
 
 KNOWN = ("nvfuser", "triton", "torch")
 _MODULES = {"nvfuser": "compiler.executors.nvfuser", "triton": "compiler.executors.triton",
             "torch": "compiler.executors.torch_executor"}
-_PLUGINS: dict = {}  # name -> executor object registered at run time
+_PLUGINS: dict[str, Executor] = {}  # name -> executor object registered at run time
 
 
-def register(executor) -> None:
+def register(executor: Executor) -> None:
     """Make an executor object usable by name (a plugin, or a test double)."""
     _PLUGINS[executor.name] = executor
 
@@ -62,13 +67,13 @@ def _surely_unusable(name: str, device: torch.device) -> bool:
     return False
 
 
-def default_executors(device: torch.device) -> list:
+def default_executors(device: torch.device) -> list[str]:
     """Every executor usable on this device, in priority order (torch last, always)."""
     return [n for n in KNOWN
             if n == "torch" or (not _surely_unusable(n, device) and get(n).available(device)[0])]
 
 
-def resolve(names: list | None, device: torch.device) -> list:
+def resolve(names: list[str] | None, device: torch.device) -> list[str]:
     names = list(names) if names else default_executors(device)
     for n in names:
         get(n)  # validates the name
@@ -79,12 +84,12 @@ def resolve(names: list | None, device: torch.device) -> list:
 
 @dataclass
 class Selection:
-    fusers: list = field(default_factory=list)  # usable fusion executors asked for, in priority order
-    notes: list = field(default_factory=list)  # (severity, message, where) for the report
-    previews: list = field(default_factory=list)  # (fusion executor, why it cannot run here)
+    fusers: list[FusionExecutor] = field(default_factory=list)  # usable ones asked for, in priority order
+    notes: list[tuple[str, str, Provenance | None]] = field(default_factory=list)  # (severity, message, where)
+    previews: list[tuple[FusionExecutor, str]] = field(default_factory=list)  # (executor, why it cannot run here)
 
 
-def select(names: list, device: torch.device, preview_all: bool = False) -> Selection:
+def select(names: list[str], device: torch.device, preview_all: bool = False) -> Selection:
     """The fusion executors of `names` usable on `device`; those asked for but unusable here
     (and, with `preview_all`, every other known one unusable here) still write the code they
     would run, so a report on a CPU can show what Triton would generate."""

@@ -36,7 +36,7 @@ class Backend:
             self.label = f"{self.api} {self.version}".strip()
 
 
-_loaded: tuple | None = None  # (Backend or None, reason)
+_loaded: tuple[Backend | None, str] | None = None  # (Backend or None, reason)
 
 
 def version(module) -> str:
@@ -52,12 +52,12 @@ def version(module) -> str:
         return ""
 
 
-def load_backend() -> tuple:
+def load_backend() -> tuple[Backend | None, str]:
     """(Backend, "") when an nvFuser Python package imports; else (None, exactly why not)."""
     global _loaded
     if _loaded is not None:
         return _loaded
-    errors = []
+    errors: list[str | None] = []  # None: that package is not installed
     for api in ("nvfuser_direct", "nvfuser"):
         try:
             module = importlib.import_module(api)
@@ -92,7 +92,7 @@ def installed_api() -> str | None:
     return next((api for api in ("nvfuser_direct", "nvfuser") if _find_spec(api) is not None), None)
 
 
-def current_backend(device=None, given: Backend | None = None) -> tuple:
+def current_backend(device=None, given: Backend | None = None) -> tuple[Backend | None, str]:
     """(Backend, "") usable for `device`: `given` if there is one, else the installed
     nvFuser; or (None, exactly why not).
 

@@ -25,7 +25,7 @@ from compiler.ops import prims
 _RESERVED = {"fd", "FusionDefinition", "DataType", "torch", "float", "int", "bool"}
 
 
-def _scalar_source(x) -> tuple:
+def _scalar_source(x) -> tuple[str, str]:
     """(literal, DataType member) of a python number as nvFuser defines constant scalars."""
     if isinstance(x, bool):
         return repr(x), "Bool"
@@ -40,14 +40,14 @@ def _scalar_source(x) -> tuple:
 
 
 class _Writer:
-    def __init__(self, group: FusionGroup, specs: list, api: str):
+    def __init__(self, group: FusionGroup, specs: list[InputSpec], api: str):
         self.group, self.specs, self.api = group, specs, api
-        self.lines: list = []
-        self.names: dict = {}  # trace value name -> python name in the definition
-        self.dtypes: dict = {}  # python name -> torch dtype of that nvFuser value
-        self.used: set = set()
+        self.lines: list[str] = []
+        self.names: dict[str, str] = {}  # trace value name -> python name in the definition
+        self.dtypes: dict[str, torch.dtype] = {}  # python name -> torch dtype of that nvFuser value
+        self.used: set[str] = set()
         self.scalars = 0
-        self.last_loc = None
+        self.last_loc: tuple[str, int] | None = None  # (file, line) of the latest source comment
 
     def fresh(self, base: str) -> str:
         base = re.sub(r"\W", "_", base) or "v"
@@ -100,7 +100,7 @@ class _Writer:
             self.last_loc = (p.file, p.line)
             self.emit(f"# {p.source_comment()}")
 
-    def header(self) -> list:
+    def header(self) -> list[str]:
         g = self.group
         head = [f"# nvFuser FusionDefinition for fusion region {g.id} ({g.kind}); "
                 f"iteration domain {list(g.domain)}"
@@ -113,7 +113,8 @@ class _Writer:
         head.append(f"from {self.api} import FusionDefinition, DataType")
         return head
 
-    def write(self) -> tuple:
+    def write(self) -> tuple[str, str]:
+        """(the definition function and the block that builds `fd`, the function's name)."""
         g = self.group
         fname = "nvfuser_fusion_" + re.sub(r"\W", "_", g.id)
         self.lines.append(f"def {fname}(fd: FusionDefinition) -> None:")
@@ -236,7 +237,7 @@ class _Writer:
         return float(x) if dtype.is_floating_point and not isinstance(x, bool) else x
 
 
-def write_source(group: FusionGroup, specs: list, api: str) -> tuple:
+def write_source(group: FusionGroup, specs: list[InputSpec], api: str) -> tuple[str, str, str]:
     """(the definition as a script, its body without the import line, its function's name)
     for inputs described by `specs`."""
     w = _Writer(group, specs, api)

@@ -9,7 +9,9 @@ through torch from then on, and Generated records it.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -39,8 +41,8 @@ class Generated(base.Generated):
     scheduler: str | None = None  # e.g. "pointwise", "inner_persistent" (from kernel names)
     scheduled_ir: str | None = None
     note: str = ""  # in words: did nvFuser run, and if not, why
-    definitions: dict = field(default_factory=dict)  # InputSpec tuple -> definition source built
-    errors: list = field(default_factory=list)  # what failed collecting kernels or IR
+    definitions: dict[tuple[InputSpec, ...], str] = field(default_factory=dict)  # input signature -> source built
+    errors: list[str] = field(default_factory=list)  # what failed collecting kernels or IR
 
     def status(self) -> str:
         """One line for a report: did nvFuser run this region, on what, with which kernels."""
@@ -66,10 +68,10 @@ _KERNEL = re.compile(r"__global__\s+void\s+(\w+)\s*\(")
 _SCHEDULER = re.compile(r"nvfuser_([a-z_]+?)_f\d+")
 
 
-def kernel_info(cuda: str) -> tuple:
+def kernel_info(cuda: str) -> tuple[int, str | None]:
     """(kernel count, scheduler names) from generated CUDA source."""
     names = _KERNEL.findall(cuda or "")
-    schedulers = []
+    schedulers: list[str] = []
     for n in names:
         m = _SCHEDULER.match(n)
         if m and m.group(1) not in schedulers:
@@ -77,7 +79,7 @@ def kernel_info(cuda: str) -> tuple:
     return len(names), ", ".join(schedulers) or None
 
 
-def _collect(gen: Generated, fd, backend: Backend, inputs: list):
+def _collect(gen: Generated, fd, backend: Backend, inputs: list[torch.Tensor]) -> None:
     """Generated CUDA and scheduled IR after the first real execution of a definition."""
     if not backend.real:
         return
@@ -100,7 +102,7 @@ _FAILED = object()
 
 
 def _make_fn(group: FusionGroup, gen: Generated, backend: Backend | None, why_not: str,
-             device_type: str) -> tuple:
+             device_type: str) -> tuple[Callable, Callable]:
     """(fn, run): fn(*tensors) for the program; run(tensors, fallback) underneath.
 
     With fallback (the program's calls on the real package), an input signature nvFuser
@@ -108,8 +110,14 @@ def _make_fn(group: FusionGroup, gen: Generated, backend: Backend | None, why_no
     from then on, and the Generated records it: `torch_fallbacks`, `errors`, `status()`.
     Without it (compiling in generate, or a stand-in backend), failures raise.
     """
-    cache: dict = {}  # InputSpec tuple -> fd, or _FAILED
+    cache: dict[tuple[InputSpec, ...], Any] = {}  # input signature -> fd, or _FAILED
     n_inputs = len(group.inputs)
+
+    def through_torch(tensors):
+        """The group's prims one by one through torch, for inputs nvFuser failed on."""
+        assert gen.eager_fn is not None  # generate() always gives one
+        gen.torch_fallbacks += 1
+        return gen.eager_fn(*tensors)
 
     def run(tensors, fallback: bool):
         if backend is None:
@@ -119,11 +127,10 @@ def _make_fn(group: FusionGroup, gen: Generated, backend: Backend | None, why_no
         key = tuple(InputSpec.of_tensor(t, device_type) for t in tensors)
         fd = cache.get(key)
         if fd is _FAILED:
-            gen.torch_fallbacks += 1
-            return gen.eager_fn(*tensors)
+            return through_torch(tensors)
         first = fd is None
         try:
-            if first:
+            if fd is None:
                 source, body, _ = write_source(group, list(key), backend.api)
                 gen.definitions[key] = source
                 fd = build_definition(body, backend)
@@ -135,8 +142,7 @@ def _make_fn(group: FusionGroup, gen: Generated, backend: Backend | None, why_no
             first_line = (str(e).strip().splitlines() or [""])[0]
             gen.errors.append(f"nvFuser failed on inputs {list(key)}: {type(e).__name__}: {first_line}; "
                               "these inputs run the region's prims through torch")
-            gen.torch_fallbacks += 1
-            return gen.eager_fn(*tensors)
+            return through_torch(tensors)
         cache[key] = fd
         gen.executions += 1
         if backend.real and not gen.nvfuser_ran:
@@ -151,7 +157,7 @@ def _make_fn(group: FusionGroup, gen: Generated, backend: Backend | None, why_no
     return fn, run
 
 
-def example_inputs(group: FusionGroup, device) -> list:
+def example_inputs(group: FusionGroup, device) -> list[torch.Tensor]:
     """Contiguous inputs of the group's shapes and dtypes, to compile a definition on."""
     out = []
     for v in group.inputs:
@@ -169,13 +175,12 @@ def generate(group: FusionGroup, dev: torch.device, backend: Backend | None, why
         if v.device.type == "cpu" and v.ndim > 0 and dev.type == "cuda":
             raise Decline(f"input {v.name} is a CPU tensor with {v.ndim} dims; nvFuser takes only "
                           "0-dim CPU tensors")
-    usable = backend is not None
-    api = backend.api if usable else (installed_api() or "nvfuser_direct")
+    api = backend.api if backend is not None else (installed_api() or "nvfuser_direct")
     source = definition_source(group, api, dev.type)
     gen = Generated(source=source, fn=None, kernels=1,
                     eager_fn=ops_callable(group.bsyms, group.inputs, group.outputs), api=api,
-                    backend=backend.label if usable else "", runnable=usable)
-    if not usable:
+                    backend=backend.label if backend is not None else "", runnable=backend is not None)
+    if backend is None:
         gen.note = f"nvFuser did not run: {why}. This is the definition that would run."
     elif not backend.real:
         gen.note = (f"nvFuser did not run: this region runs through {backend.label}"
@@ -184,7 +189,7 @@ def generate(group: FusionGroup, dev: torch.device, backend: Backend | None, why
         gen.note = f"{backend.label} ready; not run yet"
     gen.source = f"# status: {gen.note}\n{source}"
     gen.fn, run = _make_fn(group, gen, backend, why, dev.type)
-    if usable and backend.real:
+    if backend is not None and backend.real:
         # Compile now on contiguous example inputs: the report gets the CUDA and the
         # scheduler, and a definition nvFuser rejects is declined rather than failing later.
         try:

@@ -50,7 +50,7 @@ INTEGER_ACCUMULATING = {prims.sum, prims.prod}  # nvFuser gives Int for integer 
 
 # --- tensor descriptors (nvFuser's convention) -----------------------------------------------
 
-def tensor_descriptor(shape, strides) -> tuple:
+def tensor_descriptor(shape, strides) -> tuple[tuple[int, ...], tuple[bool | None, ...], tuple[int, ...]]:
     """(symbolic shape, contiguity, stride_order) of a tensor, as nvFuser defines its inputs.
 
     Symbolic shape: 1 for a size-1 dim (nvFuser specialises on broadcast dims), -1 otherwise.
@@ -67,7 +67,7 @@ def tensor_descriptor(shape, strides) -> tuple:
     for pos, d in enumerate(physical):
         stride_order[d] = n - 1 - pos
     broadcast = [shape[d] == 1 or strides[d] == 0 for d in physical]
-    contiguity: list = []
+    contiguity: list[bool | None] = []
     for pos, d in enumerate(physical):
         if broadcast[pos]:
             contiguity.append(None)
@@ -85,9 +85,9 @@ def tensor_descriptor(shape, strides) -> tuple:
 @dataclass(frozen=True)
 class InputSpec:
     dtype: torch.dtype
-    shape: tuple  # symbolic: -1 or 1
-    contiguity: tuple
-    stride_order: tuple
+    shape: tuple[int, ...]  # symbolic: -1 or 1
+    contiguity: tuple[bool | None, ...]  # in physical order; None for a broadcast dim
+    stride_order: tuple[int, ...]
     is_cpu: bool
 
     @staticmethod

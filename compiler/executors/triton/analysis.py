@@ -11,7 +11,7 @@ import re
 from torch.utils import _pytree as pytree
 
 from compiler.contract import Decline, FusionGroup
-from compiler.ir import Value
+from compiler.ir import BoundSymbol, Value
 from compiler.ops import prims
 
 from . import tuning
@@ -49,7 +49,7 @@ def _ident(name: str) -> str:
     return clean
 
 
-def _value_args(b) -> list:
+def _value_args(b: BoundSymbol) -> list[Value]:
     return [a for a in pytree.tree_leaves((b.args, b.kwargs)) if isinstance(a, Value)]
 
 
@@ -68,7 +68,7 @@ class _Analysis:
         self.inputs = list(group.inputs)
         self.outputs = list(group.outputs)
         self.input_index = {v.name: i for i, v in enumerate(self.inputs)}
-        self.producer = {}
+        self.producer: dict[str, BoundSymbol] = {}  # value name -> the op computing it
         self.values = {v.name: v for v in self.inputs}
         for b in group.bsyms:
             for o in b.outputs:
@@ -93,7 +93,7 @@ class _Analysis:
                 raise Decline(f"output {o.name} is not computed in the region")
         # A value is "pure" when no reduction is upstream: it can be computed anywhere.
         self.pure = {v.name: True for v in self.inputs}
-        self.reductions = []
+        self.reductions: list[BoundSymbol] = []
         for b in group.bsyms:
             ins = _value_args(b)
             for a in ins:
@@ -134,13 +134,14 @@ class _Analysis:
             return "row"
         return None
 
-    def canonical(self, v) -> tuple:
+    def canonical(self, v) -> tuple[int | None, ...]:
         """The mapping (value dim -> domain dim or None) of a full or row-level value."""
         s = tuple(v.shape)
         kind = self.level_shape(v)
         if kind is None:
             raise Decline(f"{v.name} has shape {list(s)}, neither the region's domain {list(self.domain)} "
                           "nor its reduced shape")
+        m: tuple[int | None, ...]
         if kind == "full" and s == self.domain:
             m = tuple(range(self.n))
         elif s == self.keepdim_shape:
@@ -151,8 +152,8 @@ class _Analysis:
 
     def _passes(self):
         """Assign each reduction to a pass over the rows; find online softmax pairs."""
-        self.pass_of = {}  # reduction output name -> pass
-        self.online = {}  # sum bsym id -> amax bsym (sum(exp(A - bcast(amax(A))))
+        self.pass_of: dict[str, int] = {}  # reduction output name -> pass
+        self.online: dict[int, BoundSymbol] = {}  # sum bsym id -> amax bsym (sum(exp(A - bcast(amax(A))))
         level = {v.name: 0 for v in self.inputs}
         for b in self.group.bsyms:
             base = max((level[a.name] for a in _value_args(b)), default=0)
@@ -171,13 +172,14 @@ class _Analysis:
         self.npasses = 1 + max(self.pass_of.values(), default=-1)
 
     def _follow_broadcasts(self, v):
-        while True:
-            b = self.producer.get(getattr(v, "name", None))
+        while isinstance(v, Value):
+            b = self.producer.get(v.name)
             if b is None or b.sym is not prims.broadcast_in_dim:
                 return v
             v = b.args[0]
+        return v
 
-    def _online_partner(self, b):
+    def _online_partner(self, b: BoundSymbol) -> BoundSymbol | None:
         e = b.args[0]
         eb = self.producer.get(e.name)
         if eb is None or eb.sym is not prims.exp:

@@ -22,17 +22,17 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from .module import load_source
 
 
-def compile_one(source: str, spec: dict, arch: int = 90) -> dict:
+def compile_one(source: str, spec: dict[str, Any], arch: int = 90) -> dict[str, Any]:
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    namespace_fn = load_source(source, spec["name"], "aot")  # returns the named object
-    kernel = namespace_fn
+    kernel: Any = load_source(source, spec["name"], "aot")  # the named @triton.jit kernel (a JITFunction)
     try:
         src = ASTSource(fn=kernel, signature=dict(spec["signature"]), constexprs=dict(spec["constexprs"]))
     except TypeError:  # Triton < 3.3 spelt it `constants`, keyed by argument index
@@ -43,7 +43,8 @@ def compile_one(source: str, spec: dict, arch: int = 90) -> dict:
     compiled = triton.compile(src, target=GPUTarget("cuda", arch, 32),
                               options={"num_warps": int(spec["num_warps"])})
     asm = compiled.asm
-    out = {"ok": True, "ptx_lines": len(asm.get("ptx", "").splitlines()), "cubin_bytes": len(asm.get("cubin", b""))}
+    out: dict[str, Any] = {"ok": True, "ptx_lines": len(asm.get("ptx", "").splitlines()),
+                           "cubin_bytes": len(asm.get("cubin", b""))}
     meta = getattr(compiled, "metadata", None)
     for key in ("shared", "num_warps"):
         if meta is not None and hasattr(meta, key):
@@ -52,13 +53,13 @@ def compile_one(source: str, spec: dict, arch: int = 90) -> dict:
     return out
 
 
-def resource_usage(cubin: bytes) -> dict:
+def resource_usage(cubin: bytes) -> dict[str, int]:
     """Registers, stack and local (spill) bytes per thread from the cubin, read with the
     cuobjdump bundled in the triton wheel; {} when it is not there."""
     import triton
 
-    tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
-    tool = str(tool) if tool.exists() else shutil.which("cuobjdump")
+    bundled = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    tool = str(bundled) if bundled.exists() else shutil.which("cuobjdump")
     if not tool or not cubin:
         return {}
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
@@ -69,7 +70,7 @@ def resource_usage(cubin: bytes) -> dict:
                                   timeout=60).stdout
         except Exception:
             return {}
-    out = {}
+    out: dict[str, int] = {}
     for key, name in (("REG", "regs"), ("STACK", "stack_bytes"), ("LOCAL", "local_bytes")):
         m = re.search(rf"\b{key}:(\d+)", text)
         if m:

@@ -85,24 +85,27 @@ def _fl_min(a, b):
     return tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)
 ''',
 }
-HELPER_DEPS: dict = {}
+HELPER_DEPS: dict[str, list[str]] = {}  # helper -> the helpers it calls
+
+# value dim -> domain dim (None: a size-1 or broadcast dim), how a value is read
+DimMap = tuple[int | None, ...]
 
 
 @dataclass
 class _Run:
     """Adjacent domain dims indexed together (coalesced): their index variable and size."""
 
-    dims: list
+    dims: list[int]
     size: int
     var: str
 
 
 class _Scope:
     def __init__(self, indent: str):
-        self.lines: list = []
-        self.memo: dict = {}
+        self.lines: list[str] = []
+        self.memo: dict[tuple[str, DimMap], str] = {}  # (value name, mapping) -> its variable
         self.indent = indent
-        self.last_loc = None
+        self.last_loc: tuple[str, int] | None = None  # (file, line) of the latest source comment
 
     def add(self, text: str):
         self.lines.append(self.indent + text)
@@ -119,21 +122,25 @@ class _Scope:
 class _Emitter:
     """Generates the module source for one stride signature (None: collect accesses only)."""
 
-    def __init__(self, an: _Analysis, strides: list, runs: dict | None, rid: str):
+    def __init__(self, an: _Analysis, strides: list[tuple[int, ...]], runs: dict[str, list[_Run]] | None,
+                 rid: str):
         self.an = an
         self.strides = strides
         self.runs = runs  # group name -> [_Run]; None in the collecting dry run
         self.rid = rid
-        self.accesses: list = []  # domain-stride vectors of every load
-        self.helpers: set = set()
+        self.accesses: list[tuple[int, ...]] = []  # domain-stride vectors of every load
+        self.helpers: set[str] = set()
         self.counter = itertools.count()
-        self.alt_names: dict = {}
-        self.rowmemo: dict = {}  # row-level values (one per row), visible everywhere once emitted
-        self.finished: set = set()  # reductions whose results exist
-        self.loop = self.prologue = self.rowscope = None
+        self.alt_names: dict[tuple[str, DimMap], str] = {}
+        # row-level values (one per row), visible everywhere once emitted
+        self.rowmemo: dict[tuple[str, DimMap], str] = {}
+        self.finished: set[str] = set()  # reductions whose results exist
+        self.loop: _Scope | None = None
+        self.prologue: _Scope | None = None
+        self.rowscope: _Scope | None = None
 
     # domain-stride vector of input `v` read through mapping M
-    def dstrides(self, v, mapping) -> tuple:
+    def dstrides(self, v, mapping) -> tuple[int, ...]:
         ds = [0] * self.an.n
         st = self.strides[self.an.input_index[v.name]]
         for i, d in enumerate(mapping):
@@ -141,11 +148,12 @@ class _Emitter:
                 ds[d] += st[i]
         return tuple(ds)
 
-    def offset(self, ds) -> tuple:
+    def offset(self, ds) -> tuple[str, set[str]]:
         """(offset expression, which index bases it uses: subset of {"rows", "cols", "offs"})."""
         if self.runs is None:
             return "0", set()
-        terms, used = [], set()
+        terms: list[str] = []
+        used: set[str] = set()
         for group, runs in self.runs.items():
             if len(runs) > 1 and all(ds[a.dims[-1]] == ds[b.dims[-1]] * b.size for a, b in zip(runs, runs[1:])):
                 # this access is dense over the whole group: index it by the flat index itself
@@ -162,7 +170,7 @@ class _Emitter:
                 used.add(group)
         return (" + ".join(terms) if terms else "0"), used
 
-    def mask_for(self, used: set) -> str | None:
+    def mask_for(self, used: set[str]) -> str | None:
         if not used:
             return None
         if not self.an.is_reduction:
@@ -190,12 +198,15 @@ class _Emitter:
         return self.an.is_reduction and all(d is None or d not in self.an.rdims for d in mapping)
 
     # scopes: set by the kernel writer
-    def scope_for(self, v, mapping) -> tuple:
+    def scope_for(self, v, mapping) -> tuple[_Scope, dict[tuple[str, DimMap], str]]:
         """(scope to write the value's line into, memo it is remembered in)."""
         if not self.an.is_reduction:
+            assert self.loop is not None  # the pointwise writer sets it before emitting
             return self.loop, self.loop.memo
         if self.is_row(mapping):
-            return (self.prologue if self.an.pure[v.name] else self.rowscope), self.rowmemo
+            scope = self.prologue if self.an.pure[v.name] else self.rowscope
+            assert scope is not None  # the reduction writer sets both before emitting
+            return scope, self.rowmemo
         if self.loop is None:
             raise Decline(f"internal: {v.name} is needed outside a pass over the row")
         return self.loop, self.loop.memo
@@ -331,6 +342,7 @@ def _pow_expr(a: str, e) -> str:
             n >>= 1
             if n:
                 base = f"({base} * {base})"
+        assert out is not None  # n >= 1: the loop set it
         return out if e > 0 else f"1.0 / {out}"
     if e == 0.5:
         return f"tl.sqrt({a})"

@@ -9,6 +9,7 @@ import os
 import threading
 from dataclasses import dataclass
 from collections.abc import Callable
+from typing import Any
 
 from compiler.contract import FusionGroup
 
@@ -28,8 +29,8 @@ class KernelSpec:
     """What an ahead-of-time compile of one kernel needs (triton.compile with ASTSource)."""
 
     name: str
-    signature: dict  # arg name -> "*fp32" | "constexpr" ...
-    constexprs: dict  # arg name -> value
+    signature: dict[str, str]  # arg name -> "*fp32" | "constexpr" ...
+    constexprs: dict[str, int]  # arg name -> value
     num_warps: int
 
 
@@ -37,7 +38,7 @@ def _region_ident(rid: str) -> str:
     return "fl_" + _ident(str(rid)).removeprefix("v_")
 
 
-def build_source(group: FusionGroup, an: _Analysis, strides: list) -> tuple:
+def build_source(group: FusionGroup, an: _Analysis, strides: list[tuple[int, ...]]) -> tuple[str, str, str, KernelSpec]:
     """(source, kernel name, launcher name, KernelSpec)."""
     rid = _region_ident(group.id)
     w = (ReductionWriter if an.is_reduction else PointwiseWriter)(an, strides, rid)
@@ -75,7 +76,7 @@ def build_source(group: FusionGroup, an: _Analysis, strides: list) -> tuple:
     ret = ", ".join(f"out{k}" for k in range(len(an.outputs)))
     out.append(f"    return ({ret},)" if len(an.outputs) == 1 else f"    return ({ret})")
     source = "\n".join(out) + "\n"
-    sig = {}
+    sig: dict[str, str] = {}
     for v, a in zip(an.inputs, args):
         sig[a] = PTR_TYPE[v.dtype]
     for k, o in enumerate(an.outputs):
@@ -87,7 +88,8 @@ def build_source(group: FusionGroup, an: _Analysis, strides: list) -> tuple:
 
 
 _module_ids = itertools.count()
-_MODULES: dict = {}  # (source, interpreted?) -> namespace: identical regions share compiled kernels
+# (source, interpreted?) -> namespace: identical regions share compiled kernels
+_MODULES: dict[tuple[str, bool], dict[str, Any]] = {}
 _MODULES_LOCK = threading.Lock()
 
 
@@ -103,11 +105,11 @@ def load_source(source: str, launcher: str, label: str) -> Callable:
     return namespace[launcher]
 
 
-def _exec_source(source: str, label: str) -> dict:
+def _exec_source(source: str, label: str) -> dict[str, Any]:
     import triton  # noqa: F401  (imported here: TRITON_INTERPRET must be set before this)
 
     filename = f"<fusionlens-triton {label} #{next(_module_ids)}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    namespace = {"__name__": f"fusionlens_triton_{label}", "__file__": filename}
+    namespace: dict[str, Any] = {"__name__": f"fusionlens_triton_{label}", "__file__": filename}
     exec(compile(source, filename, "exec"), namespace)
     return namespace

@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import math
 
+from compiler.ir import Value
+
 from . import tuning
 from .emitter import _Emitter, _Scope, _type_str
 from .writer import _next_pow2, _store_cast, _Writer
 
 
-def _pick_pointwise(numel: int) -> tuple:
+def _pick_pointwise(numel: int) -> tuple[int, int]:
+    """(BLOCK, num_warps)."""
     block = min(tuning.POINTWISE_BLOCK, _next_pow2(numel))
     block = max(block, 16)
     warps = 4 if block >= 512 else (2 if block >= 128 else 1)
@@ -26,14 +29,14 @@ class PointwiseWriter(_Writer):
         an = self.an
         return f"# kind: pointwise over {list(an.domain)} ({math.prod(an.domain)} elements)"
 
-    def _body(self, em: _Emitter) -> list:
+    def _body(self, em: _Emitter) -> list[str]:
         an = self.an
         numel = math.prod(an.domain)
         self.block, self.warps = _pick_pointwise(numel)
         int64 = self.needs_int64()
         body = _Scope("    ")
         em.loop, em.prologue, em.rowscope = body, body, body
-        outs = []
+        outs: list[tuple[int, Value, str]] = []  # (index, output, its variable)
         for k, o in enumerate(an.outputs):
             outs.append((k, o, em.val(o, an.canonical(o))))
         head = [

@@ -24,7 +24,7 @@ from .support import FLOATS, REDUCTIONS, TL_DTYPE
 from .writer import _next_pow2, _store_cast, _Writer
 
 
-def _pick_reduction(an: _Analysis, rows_contiguous: bool) -> tuple:
+def _pick_reduction(an: _Analysis, rows_contiguous: bool) -> tuple[int, int, bool, int]:
     """(BLOCK_M, BLOCK_N, looped, num_warps)."""
     ncols, nrows = an.ncols, an.nrows
     single = ncols <= tuning.MAX_SINGLE_PASS
@@ -96,6 +96,7 @@ class ReductionWriter(_Writer):
     def _flush_rows(self, em: _Emitter, stored: set[int]):
         """Every non-pure row-level value whose reductions are done, and the row outputs ready."""
         an = self.an
+        assert em.rowscope is not None  # _body sets it before any pass
         for b in an.group.bsyms:
             if b.sym in REDUCTIONS:
                 continue
@@ -143,6 +144,7 @@ class ReductionWriter(_Writer):
         an = self.an
         # pieces: lines or scopes, joined at the end (a scope may still grow: a row value
         # first needed in a later pass is written after the pass that made it possible)
+        assert em.prologue is not None and em.rowscope is not None  # set by _body
         pieces: list[str | _Scope] = [em.prologue, em.rowscope]
         for p in range(an.npasses):
             pieces += self._pass(em, p)
@@ -324,7 +326,8 @@ def _reduce_expr(sym, dtype, em) -> str:
     return "tl.max({v}, axis=1)" if sym is prims.amax else "tl.min({v}, axis=1)"
 
 
-def _identity(sym, dtype) -> tuple:
+def _identity(sym, dtype) -> tuple[str, str]:
+    """(the reduction's identity as a literal, its accumulator's tl type)."""
     acc_t = "tl.float32" if dtype in FLOATS else ("tl.int64" if dtype == torch.int64 else TL_DTYPE[dtype])
     if dtype in FLOATS:
         ident = {prims.sum: "0.0", prims.prod: "1.0", prims.amax: 'float("-inf")', prims.amin: 'float("inf")'}[sym]
@@ -335,7 +338,7 @@ def _identity(sym, dtype) -> tuple:
     return ident, acc_t
 
 
-def _var_mean_names(b, ncols: int) -> tuple:
+def _var_mean_names(b, ncols: int) -> tuple[Value, Value, str, str, float, int | float]:
     """(var value, mean value, mean name, var name, variance divisor, correction)."""
     var_o, mean_o = b.outputs
     corr = b.args[2] if len(b.args) > 2 else b.kwargs.get("correction", 1)

@@ -20,17 +20,20 @@ from compiler.executors import base
 from compiler.ir import contiguous_strides, ops_callable
 
 from .analysis import _Analysis
-from .module import _region_ident, build_source, load_source
+from .module import KernelSpec, _region_ident, build_source, load_source
+
+# every input's strides (0 for a size-1 dim): what one generated variant is specialised to
+StrideSignature = tuple[tuple[int, ...], ...]
 
 
 @dataclass
 class Generated(base.Generated):
     """`source` is the module (kernels + launcher) for contiguous inputs; `fn` the launcher."""
 
-    specs: list = field(default_factory=list)  # [KernelSpec] of the contiguous variant
-    variants: dict = field(default_factory=dict)  # stride signature -> source, filled as seen
-    default_key: tuple = ()  # the stride signature of contiguous inputs
-    last_key: tuple | None = None  # the stride signature of the latest call
+    specs: list[KernelSpec] = field(default_factory=list)  # the kernels of the contiguous variant
+    variants: dict[StrideSignature, str] = field(default_factory=dict)  # stride signature -> source, as seen
+    default_key: StrideSignature = ()  # the stride signature of contiguous inputs
+    last_key: StrideSignature | None = None  # the stride signature of the latest call
     interpreted: bool = False  # generated under TRITON_INTERPRET=1
 
     def report_code(self) -> str:
@@ -48,11 +51,11 @@ class Generated(base.Generated):
         return "; ".join(parts)
 
 
-def _stride_key(shape, stride) -> tuple:
+def _stride_key(shape, stride) -> tuple[int, ...]:
     return tuple(0 if s == 1 else int(x) for s, x in zip(shape, stride))
 
 
-def _contiguous_key(an: _Analysis) -> list:
+def _contiguous_key(an: _Analysis) -> list[tuple[int, ...]]:
     return [_stride_key(v.shape, contiguous_strides(v.shape)) for v in an.inputs]
 
 

@@ -79,7 +79,7 @@ def _interpreter_problem() -> str | None:
     return None
 
 
-def available(device) -> tuple:
+def available(device) -> tuple[bool, str]:
     """(ok, why not) for running generated kernels on `device`."""
     device = torch.device(device)
     if device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":

@@ -29,7 +29,11 @@ def _store_cast(v: str, o) -> str:
 class _Writer:
     """Writes one kernel's body; subclasses give `_body` (and set constexprs, grid, warps)."""
 
-    def __init__(self, an: _Analysis, strides: list, rid: str):
+    constexprs: dict[str, int]  # the kernel's tl.constexpr arguments (block sizes) -> value
+    grid: tuple[int, ...]
+    warps: int
+
+    def __init__(self, an: _Analysis, strides: list[tuple[int, ...]], rid: str):
         self.an = an
         self.strides = [tuple(int(x) for x in s) for s in strides]
         self.rid = rid
@@ -39,11 +43,11 @@ class _Writer:
         """The `# kind: ...` header line of the module."""
         raise NotImplementedError
 
-    def _body(self, em: _Emitter) -> list:
+    def _body(self, em: _Emitter) -> list[str]:
         """The kernel's lines, written through `em`."""
         raise NotImplementedError
 
-    def out_ds(self, o) -> tuple:
+    def out_ds(self, o) -> tuple[int, ...]:
         # full outputs are contiguous in the domain
         ds, acc = [0] * self.an.n, 1
         for d in reversed(range(self.an.n)):
@@ -51,14 +55,14 @@ class _Writer:
             acc *= self.an.domain[d]
         return tuple(ds)
 
-    def make_runs(self, accesses: list) -> dict:
+    def make_runs(self, accesses: list[tuple[int, ...]]) -> dict[str, list[_Run]]:
         an = self.an
         groups = {"rows": list(an.kept), "cols": list(an.rdims)} if an.is_reduction else {"offs": list(range(an.n))}
         prefix = {"rows": "r_", "cols": "c_", "offs": "i_"}
-        runs = {}
+        runs: dict[str, list[_Run]] = {}
         for g, dims in groups.items():
             dims = [d for d in dims if an.domain[d] != 1]
-            merged: list = []
+            merged: list[list[int]] = []
             for d in dims:
                 if merged and all(ds[merged[-1][-1]] == ds[d] * an.domain[d] for ds in accesses):
                     merged[-1].append(d)
@@ -67,7 +71,7 @@ class _Writer:
             runs[g] = [_Run(m, math.prod(an.domain[d] for d in m), f"{prefix[g]}{k}") for k, m in enumerate(merged)]
         return runs
 
-    def index_lines(self, group: str, runs: list) -> list:
+    def index_lines(self, group: str, runs: list[_Run]) -> list[str]:
         out = []
         for k, r in enumerate(runs):
             inner = math.prod(x.size for x in runs[k + 1:])
@@ -89,7 +93,7 @@ class _Writer:
             worst = max(worst, sum((s - 1) * abs(x) for s, x in zip(v.shape, st)) + 1)
         return worst >= _INT32_LIMIT - tuning.POINTWISE_BLOCK * 4
 
-    def write(self) -> tuple:
+    def write(self) -> tuple[list[str], set[str], dict[str, list[_Run]]]:
         """(kernel body lines, helper functions it uses, index runs)."""
         # dry run to learn every access, then coalesce dims against all of them
         dry = _Emitter(self.an, self.strides, None, self.rid)
@@ -100,7 +104,7 @@ class _Writer:
         lines = self._body(em)
         return lines, em.helpers, runs
 
-    def _signature(self) -> list:
+    def _signature(self) -> list[str]:
         an = self.an
         args = [f"{_ident(v.name)}_ptr" for v in an.inputs]
         args += [f"out{k}_ptr" for k in range(len(an.outputs))]

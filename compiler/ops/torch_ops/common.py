@@ -27,13 +27,14 @@ def result_dtype(*operands) -> torch.dtype:
     tensors = [m for m in metas if isinstance(m, torch.Tensor)]
     if len(metas) == 1:
         return tensors[0].dtype if tensors else torch.tensor(metas[0]).dtype
-    dtype = None
+    dtype: torch.dtype | None = None
     acc = metas[0]
     for m in metas[1:]:
         dtype = torch.result_type(acc, m)
         # carry the promoted category forward: a tensor of the promoted dtype
         shape = next((t.shape for t in tensors), ())
         acc = torch.empty(shape, dtype=dtype, device="meta") if tensors else m
+    assert dtype is not None  # two operands or more: the loop ran
     return dtype
 
 

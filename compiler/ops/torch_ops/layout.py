@@ -62,7 +62,7 @@ def movedim(input, source, destination):
     dst = [destination] if isinstance(destination, int) else list(destination)
     n = input.ndim
     src, dst = [s % builtins.max(n, 1) for s in src], [d % builtins.max(n, 1) for d in dst]
-    order = [None] * n
+    order: list[int | None] = [None] * n
     for s, d in zip(src, dst):
         order[d] = s
     rest = iter(i for i in range(n) if i not in src)

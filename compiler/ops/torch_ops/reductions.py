@@ -58,7 +58,9 @@ def _max_min(which):
         values = reduction(reduce_prim, input, d, keepdim, accumulate=False)
         indices = _keep(arg_prim(input, d), input, (d,), keepdim)
         result = torch.return_types.max if which == "max" else torch.return_types.min
-        return result((values, indices))
+        # torch's stubs type a return_types structseq's fields as Tensors; it takes any object
+        # and the trace's result holds Values in it, the structure eager's result has
+        return result((values, indices))  # type: ignore[arg-type]
 
     decomposition.__name__ = which
     return decomposition

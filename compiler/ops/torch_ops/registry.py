@@ -41,7 +41,7 @@ def qualified_name(fn) -> str | None:
         parts = dotted.split(".")
         if parts[0] != "torch":
             continue
-        obj = torch
+        obj: object = torch
         for part in parts[1:]:
             obj = getattr(obj, part, None)
             if obj is None:

@@ -208,13 +208,15 @@ def _advanced_getitem(input, key):
         x = permute(x, adv + [i for i in range(x.ndim) if i not in adv])
         key, adv = tuple(key[i] for i in adv), list(range(len(adv)))
     p, sizes = adv[0], [x.shape[i] for i in adv]
-    linear, stride = 0, 1
+    linear: Value | int = 0
+    stride = 1
     for i, size in reversed(list(zip(adv, sizes))):
         k = key[i]
-        k = wrap_index(k, size) if _is_value(k) else k % size
-        term = (mul(k, stride) if stride != 1 else k) if _is_value(k) else k * stride
-        linear = add(term, linear) if _is_value(term) or _is_value(linear) else term + linear
+        k = wrap_index(k, size) if isinstance(k, Value) else k % size
+        term = (mul(k, stride) if stride != 1 else k) if isinstance(k, Value) else k * stride
+        linear = add(term, linear) if isinstance(term, Value) or isinstance(linear, Value) else term + linear
         stride *= size
+    assert isinstance(linear, Value)  # getitem comes here only with a tensor (or list) index
     merged = reshape(x, x.shape[:p] + (math.prod(sizes),) + x.shape[p + len(adv):])
     return take_dim(merged, linear, p, wrap=False)
 

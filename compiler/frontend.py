@@ -24,6 +24,7 @@ from compiler import objects, provenance
 from compiler.ir import (OUTPUT_BUILDER, BoundSymbol, NameGen, Symbol, SymbolKind, Trace, Value, dtype_name,
                          printable)
 from compiler.ops import torch_ops
+from compiler.ops.torch_ops.fallbacks import DynamicShapes, shape_checked, shapes_text, static_shapes
 from compiler.report import DiagnosticCode
 
 MAX_OPS = 100_000  # a trace this long almost surely comes from a loop that never ends
@@ -96,11 +97,12 @@ class _Recorder(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        seen = self.tracer.dynamic.count
         out = func(*args, **kwargs)
         if getattr(func, "__name__", "") == "__setitem__":  # mutates args[0], returns None
             self.tracer.record(func, args, kwargs, args[0])
         elif any(isinstance(leaf, torch.Tensor) for leaf in pytree.tree_leaves(out)):
-            self.tracer.record(func, args, kwargs, out)
+            self.tracer.record(func, args, kwargs, out, dynamic=self.tracer.dynamic.count != seen)
         else:
             name = getattr(func, "__name__", "")
             if name in _DATA_DEPENDENT:
@@ -130,6 +132,9 @@ class Tracer:
         self.call: provenance.Provenance | None = None  # the user's call of what is traced
         self.frozen: set[str] = set()  # names of op outputs eager's autograd does not track (Trace.frozen)
         self.grad = torch.is_grad_enabled()  # the caller's grad mode, which the call is traced in
+        self.dynamic = DynamicShapes()  # counts the aten ops with a data-dependent output shape
+        self.layout_noted = False  # whether a note says that sparse tensors' ops run whole
+        self.shape_checked_names: list[str] = []  # the values whose shape the program checks at each call
 
     def where(self) -> provenance.Provenance | None:
         """The provenance of the op being recorded now."""
@@ -189,15 +194,18 @@ class Tracer:
 
     # --- recording ------------------------------------------------------------------------
 
-    def record(self, func, args, kwargs, out):
+    def record(self, func, args, kwargs, out, dynamic: bool = False):
         if len(self.bound_symbols) >= MAX_OPS:
             where = self.where()
             raise TraceError(f"the trace passed {MAX_OPS} ops: does this code loop forever?",
                              where.file if where else None, where.line if where else None)
         where = self.where()
         sym, args2, kwargs2, note = self.symbol_for(func, args, kwargs, where)
-        vargs, vkwargs = pytree.tree_map(self.argument, (args2, kwargs2))
         flat, whole = pytree.tree_flatten(out)
+        layouts = {x.layout for x in pytree.tree_leaves((args, kwargs, flat)) if isinstance(x, torch.Tensor)}
+        if layouts - {torch.strided}:  # sparse: torch's kernels only, so the program has its torch call
+            sym, note = self.whole(sym, min(str(x).removeprefix("torch.") for x in layouts - {torch.strided}), where)
+        vargs, vkwargs = pytree.tree_map(self.argument, (args2, kwargs2))
         spec: pytree.TreeSpec | None = whole
         outs = [self.new_output(t) for t in flat if isinstance(t, torch.Tensor)]
         single = isinstance(out, torch.Tensor)
@@ -205,6 +213,9 @@ class Tracer:
             sym = self.tensors_only(sym)
             spec = None if len(outs) == 1 else pytree.tree_flatten(tuple(outs))[1]
             single = len(outs) == 1
+        if dynamic and (torch_ops.lookup(func) is None  # a user's function is not run again on meta tensors
+                        or static_shapes(func, args, kwargs) != [tuple(v.shape) for v in outs]):
+            sym, note = self.shape_checked(sym, outs, where, note)
         leaves = pytree.tree_leaves((args, kwargs))
         if self.grad and any(isinstance(a, torch.Tensor) and a.requires_grad for a in leaves):
             # where eager's autograd stops though an input requires grad (detach, no_grad blocks)
@@ -212,6 +223,30 @@ class Tracer:
                                if not t.requires_grad and _differentiable(t))
         self.bound_symbols.append(BoundSymbol(sym, vargs, vkwargs, outs, None if single else spec, where,
                                               note=note))
+
+    def shape_checked(self, sym: Symbol, outs: list[Value], where, note: str) -> tuple[Symbol, str]:
+        """`sym` for an op whose results' shapes depend on the data (fallbacks.shape_checked), and
+        its note: a decomposition's own reason why it does not decompose, where it has one."""
+        shapes, names = [tuple(v.shape) for v in outs], ", ".join(v.name for v in outs)
+        self.shape_checked_names += [v.name for v in outs]
+        self.notes.append(Note("information", f"the shape of {names} depends on the data ({shapes_text(shapes)} "
+                               "here): the compiled program checks it at each call, and a call where it "
+                               "differs runs eagerly", where, DiagnosticCode.DATA_DEPENDENT))
+        printed = self._unique(f"{_sanitize(sym.name.rsplit('.', 1)[-1])}_shape_checked")
+        checked = shape_checked(sym, printed, shapes, names, where)
+        self.extra_globals[printed] = checked.impl
+        return checked, note or ("" if sym.decomposition else "its shape depends on the data; it runs whole")
+
+    def whole(self, sym: Symbol, layout: str, where) -> tuple[Symbol, str]:
+        """`sym` as one torch call, never decomposed (prims and fusion executors take strided
+        tensors only), and its note; the first such op is also a diagnostic at its line."""
+        if not self.layout_noted:
+            self.layout_noted = True
+            self.notes.append(Note("information", f"an operand has the {layout} layout: ops on tensors of other "
+                                   "layouts than strided run as torch calls, never fused", where,
+                                   DiagnosticCode.EXECUTOR))
+        sym = sym if sym.decomposition is None else Symbol(sym.name, sym.impl, kind=sym.kind, tags=sym.tags)
+        return sym, f"an operand has the {layout} layout; it runs as one torch call"
 
     def symbol_for(self, func, args, kwargs, where):
         """The Symbol for a torch call, with its arguments in that symbol's convention."""
@@ -444,7 +479,7 @@ def _trace(tracer: Tracer, fn, args, kwargs, originals: dict) -> TraceResult:
     try:
         # in the caller's grad mode, as eager runs it: user code that asks torch.is_grad_enabled()
         # or x.requires_grad sees what eager sees, and what autograd would not track is known
-        with _Recorder(tracer):
+        with _Recorder(tracer), tracer.dynamic:
             out = fn(*args, **kwargs)
     except TraceError:
         raise
@@ -473,6 +508,12 @@ def _trace(tracer: Tracer, fn, args, kwargs, originals: dict) -> TraceResult:
         if v not in user_inputs:
             signature.append(describe_input(v.name, tracer.constants[v.name]))
     writeback, mutated = _mutations(tracer, versions, originals)
+    inside = sorted(set(mutated) - {v.name for v, _ in writeback})  # updated by a library call, as it runs
+    if tracer.shape_checked_names and inside and tracer.eager_only is None:
+        tracer.eager_only = (f"{inside[0]} is updated in place inside a torch call, and a shape the program checks "
+                             "depends on the data: a call where it differs could not rerun eagerly without "
+                             "updating it twice, so calls with this signature run eagerly")
+        tracer.notes.append(Note("warning", tracer.eager_only, None, DiagnosticCode.DATA_DEPENDENT))
     t = Trace(tracer.name, tracer.inputs, tracer.bound_symbols, output, "acquired", signature,
               tracer.extra_globals, writeback, frozen=frozenset(tracer.frozen))
     eager_only = tracer.eager_only or (

@@ -15,6 +15,7 @@ from torch.utils import _pytree as pytree
 
 from compiler import api, frontend, report as R
 from compiler.ir import Trace
+from compiler.ops.torch_ops.fallbacks import ShapeChanged
 from compiler.options import CompileOptions
 from compiler.pipeline import Compiled
 
@@ -23,12 +24,18 @@ __all__ = ["jit", "last_report", "last_traces", "JitFunction"]
 
 def _leaf_key(x):
     if isinstance(x, torch.Tensor):
-        return (x.shape, x.dtype, x.device, x.requires_grad, x.is_contiguous())
+        return (x.shape, x.dtype, x.device, x.requires_grad, _layout(x))
     try:
         hash(x)
         return (type(x), x)
     except TypeError:
         return (type(x), id(x))
+
+
+def _layout(x: torch.Tensor) -> bool | torch.layout:
+    """Whether a strided tensor is contiguous; another layout (sparse CSR, which has no
+    is_contiguous) keys as itself."""
+    return x.is_contiguous() if x.layout is torch.strided else x.layout
 
 
 _STATE_GENERATION = [0]  # bumped whenever any module registers (or replaces) a parameter or buffer
@@ -82,7 +89,8 @@ class JitFunction:
             for a in args:
                 if not isinstance(a, torch.Tensor):
                     break
-                keys.append((a.shape, a.dtype, a.device, a.requires_grad, a.is_contiguous()))
+                keys.append((a.shape, a.dtype, a.device, a.requires_grad,
+                             a.is_contiguous() if a.layout is torch.strided else a.layout))
             else:
                 return (mode, tuple(keys))
         flat, spec = pytree.tree_flatten((args, kwargs))
@@ -109,9 +117,13 @@ class JitFunction:
         if entry.eager_fallback:
             return self.fn(*args, **kwargs)
         c = entry.compiled
-        if len(key) == 2:  # positional tensors only: they are the program's inputs
-            return c.fn(*args, *c.constants)
-        return c.fn(*frontend.user_tensors(self.fn, args, kwargs), *c.constants)
+        try:
+            if len(key) == 2:  # positional tensors only: they are the program's inputs
+                return c.fn(*args, *c.constants)
+            return c.fn(*frontend.user_tensors(self.fn, args, kwargs), *c.constants)
+        except ShapeChanged as e:  # raised before the program wrote anything back
+            _fall_back(entry, e)
+            return self.fn(*args, **kwargs)
 
     def _state_ids(self) -> tuple[tuple[int, ...], ...]:
         """Ids of the module's parameters and buffers, recomputed only after some module
@@ -148,6 +160,14 @@ class JitFunction:
         self.cache.clear()
         self.hits = self.misses = 0
         self.last = None
+
+
+def _fall_back(entry: CacheEntry, e: ShapeChanged) -> None:
+    """A data-dependent shape changed since the signature was compiled: its calls run eagerly
+    from now on (it is likely to change again), and its report says so at the op's line."""
+    entry.eager_fallback = True
+    entry.report.diagnostics.append(R.Diagnostic("warning", f"{e}: this signature runs eagerly from now on",
+                                                 e.file, e.line, code=R.DiagnosticCode.EAGER_FALLBACK))
 
 
 def jit(fn, executors: list[str] | None = None, max_entries: int = 64,

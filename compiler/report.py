@@ -226,6 +226,7 @@ class DiagnosticCode(enum.StrEnum):
     MISMATCH = "mismatch"  # the compiled result does not match eager
     GRADIENT_MISMATCH = "gradient-mismatch"  # a compiled gradient does not match eager's
     ILL_CONDITIONED = "ill-conditioned"  # a gradient past float32's tolerance, as close to float64 as eager
+    PRECISION = "precision"  # a result past eager's tolerance, as close to a float64 run as eager's (or closer)
     EAGER_FALLBACK = "eager-fallback"  # the signature runs eagerly (jit)
     TRAINING_EAGER = "training-eager"  # the training program runs eagerly
     DATA_DEPENDENT = "data-dependent"  # control flow or a shape depends on tensor values

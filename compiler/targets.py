@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import io
 import itertools
 import linecache
 import os
@@ -47,7 +48,9 @@ def _use_source(path: str, source: str | None) -> None:
     if entry is not None and len(entry) == 4 and entry[1] is None:  # one of ours (no mtime)
         del linecache.cache[path]
     if source is not None:
-        linecache.cache[path] = (len(source), None, source.splitlines(True), path)
+        # lines as Python (and linecache, reading a file) count them: not str.splitlines, which
+        # also splits at a form feed or U+2028 and would shift every line below one
+        linecache.cache[path] = (len(source), None, io.StringIO(source, newline=None).readlines(), path)
 
 
 def load_module(path: str, source: str | None = None):

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from compiler.ops import prims
 from compiler.ops.torch_ops.common import _LOW_PRECISION, _keep, cast
 from compiler.ops.torch_ops.pointwise import add, clamp_min, div, exp, log, mul, rsqrt, sub
-from compiler.ops.torch_ops.reductions import amax, mean, sum, vector_norm
+from compiler.ops.torch_ops.reductions import mean, stabiliser, sum, vector_norm
 from compiler.ops.torch_ops.registry import NoDecomposition, register
 
 
@@ -32,7 +32,7 @@ def softmax(input, dim=None, _stacklevel=3, dtype=None):
     dim = _softmax_dim(input, dim)
     x, compute = _softmax_dtype(input, dtype)
     xc = cast(x, compute)
-    shifted = sub(xc, amax(xc, dim, True))
+    shifted = sub(xc, stabiliser(xc, dim))
     e = exp(shifted)
     return cast(div(e, sum(e, dim, True)), x.dtype)
 
@@ -42,7 +42,7 @@ def log_softmax(input, dim=None, _stacklevel=3, dtype=None):
     dim = _softmax_dim(input, dim)
     x, compute = _softmax_dtype(input, dtype)
     xc = cast(x, compute)
-    shifted = sub(xc, amax(xc, dim, True))
+    shifted = sub(xc, stabiliser(xc, dim))
     return cast(sub(shifted, log(sum(exp(shifted), dim, True))), x.dtype)
 
 

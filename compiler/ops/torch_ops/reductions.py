@@ -8,6 +8,7 @@ import math
 
 import torch
 
+from compiler.ir import Value
 from compiler.ops import prims
 from compiler.ops.torch_ops.common import _LOW_PRECISION, _dims, _is_value, _keep, cast, reduction
 from compiler.ops.torch_ops.pointwise import abs, add, div, eq, exp, log, maximum, minimum, mul, sqrt, sub, where
@@ -104,15 +105,33 @@ def var(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
     return var_mean(input, dim, unbiased, keepdim, correction=correction)[0]
 
 
+def sqrt_of_variance(v: Value) -> Value:
+    """sqrt(v), whose gradient is 0 where v is 0, as torch's std_backward masks it (a constant
+    row, or one value with correction=0): through sqrt's own rule it would be 0 * inf = nan."""
+    zero = eq(v, 0.0)
+    return where(zero, 0.0, sqrt(where(zero, 1.0, v)))
+
+
 @register(torch.std, torch.Tensor.std)
 def std(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
-    return sqrt(var(input, dim, unbiased, keepdim, correction=correction))
+    return sqrt_of_variance(var(input, dim, unbiased, keepdim, correction=correction))
+
+
+def stabiliser(input, dim) -> Value:
+    """The max over `dim`, kept: what softmax and logsumexp subtract so that exp stays finite.
+    Over an empty dim it is 0: amax has no identity there (it raises, as torch's does), and
+    any shift gives the same empty (softmax) or -inf (logsumexp) result."""
+    dims = _dims(input, dim)
+    if input.ndim and builtins.any(input.shape[d] == 0 for d in dims):
+        shape = tuple(1 if d in dims else s for d, s in enumerate(input.shape))
+        return prims.full(shape, 0.0, dtype=input.dtype, device=input.device)
+    return amax(input, dims, True)
 
 
 @register(torch.logsumexp, torch.Tensor.logsumexp)
 def logsumexp(input, dim, keepdim=False):
     dims = _dims(input, dim)
-    m = amax(input, dims, True)
+    m = stabiliser(input, dims)
     m = where(eq(abs(m), math.inf), 0.0, m)  # as torch: rows of -inf give -inf, not nan
     s = sum(exp(sub(input, m)), dims, True)
     out = add(log(s), m)

@@ -8,8 +8,8 @@ import torch
 
 from compiler.ops import prims
 from compiler.ops.torch_ops.common import _dims, _is_float, cast
-from compiler.ops.torch_ops.pointwise import div, eq, gt, isnan, ne, sqrt, where
-from compiler.ops.torch_ops.reductions import amax, amin, sum, var_mean
+from compiler.ops.torch_ops.pointwise import div, eq, gt, isnan, ne, where
+from compiler.ops.torch_ops.reductions import amax, amin, sqrt_of_variance, sum, var_mean
 from compiler.ops.torch_ops.registry import NoDecomposition, library, register
 
 
@@ -59,7 +59,7 @@ def aminmax(input, *, dim=None, keepdim=False):
 @register(torch.std_mean)
 def std_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
     var, mean = var_mean(input, dim, unbiased, keepdim, correction=correction)
-    return sqrt(var), mean
+    return sqrt_of_variance(var), mean
 
 
 cov = library(torch.cov, torch.Tensor.cov)

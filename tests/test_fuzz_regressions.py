@@ -1,0 +1,277 @@
+"""Regressions found by fuzzing (issue 21): each a program of a few lines, as a new user
+would write it, that gave a wrong value, raised where eager does not, or was rejected by the
+check though it was right.
+
+The Triton cases run Triton's interpreter where no GPU is (tests/test_triton.py says how).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import os
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import compiler
+from compiler import checking, pipeline
+from compiler.ops.torch_ops.fallbacks import ShapeChanged
+from compiler.options import CompileOptions
+from compiler.report import DiagnosticCode
+
+CUDA = torch.cuda.is_available()
+DEVICE = torch.device("cuda" if CUDA else "cpu")
+
+
+def _triton_problem() -> str | None:
+    if CUDA:
+        return None
+    try:
+        import numpy  # noqa: F401  (the interpreter's)
+        import triton  # noqa: F401  (tests/conftest.py imported it for the interpreter)
+    except ImportError as e:
+        return f"no triton interpreter: {e}"
+    from compiler.executors.triton import support
+    return support._interpreter_problem()
+
+
+@pytest.fixture
+def triton(monkeypatch):
+    """executors=["triton"], on the interpreter where no GPU is."""
+    problem = _triton_problem()
+    if problem:
+        pytest.skip(problem)
+    if not CUDA:
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
+    return ["triton"]
+
+
+EXECUTORS = [pytest.param("torch", id="torch"), pytest.param("triton", id="triton")]
+
+
+@pytest.fixture(params=EXECUTORS)
+def executors(request):
+    return request.getfixturevalue("triton") if request.param == "triton" else ["torch"]
+
+
+def _codes(report) -> list[str]:
+    return [d.code for d in report.diagnostics]
+
+
+def _with_count(n: int, size: int = 40) -> torch.Tensor:
+    """Values in [0, 1) of which exactly `n` are above 0.5, shuffled."""
+    x = torch.cat([torch.rand(n) * 0.4 + 0.55, torch.rand(size - n) * 0.4])
+    return x[torch.randperm(size)].to(DEVICE)
+
+
+# --- 1. a data-dependent shape: right on every call, never silently wrong ------------------------
+
+def test_a_masked_sum_is_right_on_every_call(executors):
+    f = compiler.jit(lambda x: x[x > 0.5].sum(), executors=executors)
+    for n in (10, 25, 3):
+        x = _with_count(n)
+        torch.testing.assert_close(f(x), x[x > 0.5].sum())
+    report = compiler.last_report(f)
+    assert DiagnosticCode.DATA_DEPENDENT in _codes(report)
+    fallback = next(d for d in report.diagnostics if d.code == DiagnosticCode.EAGER_FALLBACK)
+    assert "[25]" in fallback.message and "[10]" in fallback.message
+    assert fallback.line is not None and fallback.file == __file__
+
+
+DATA_DEPENDENT = {
+    "mask": lambda x: x[x > 0.5],
+    "nonzero": lambda x: torch.nonzero(x > 0.5),
+    "masked_select": lambda x: torch.masked_select(x, x > 0.5),
+    "unique": lambda x: torch.unique(torch.where(x > 0.5, x, 0.0)),
+    "where": lambda x: torch.where(x > 0.5)[0],
+    "repeat_interleave": lambda x: torch.repeat_interleave((x > 0.5).long()),
+}
+
+
+@pytest.mark.parametrize("name", DATA_DEPENDENT)
+def test_a_count_that_the_trace_baked_in_is_never_reused(name):
+    """The count the trace read (y.shape[0], a Python int) is wrong for the next call's data;
+    the torch executor runs every op whole, so only the shape check can notice."""
+    op = DATA_DEPENDENT[name]
+
+    def mean_by_count(x):
+        y = op(x)
+        return y.float().sum() / y.shape[0]
+    f = compiler.jit(mean_by_count, executors=["torch"])
+    for n in (10, 25, 25):
+        x = _with_count(n)
+        torch.testing.assert_close(f(x), mean_by_count(x))
+    assert f.cache_info()["misses"] == 1 and f.last is not None and f.last.eager_fallback
+
+
+def test_a_shape_that_does_not_change_keeps_the_compiled_program():
+    mask = torch.arange(40, device=DEVICE) % 3 == 0
+    f = compiler.jit(lambda x, m: (x[m] * 2).sum(), executors=["torch"])
+    for _ in range(3):
+        x = torch.randn(40, device=DEVICE)
+        torch.testing.assert_close(f(x, mask), (x[mask] * 2).sum())
+    entry = f.last
+    assert entry is not None and not entry.eager_fallback and f.cache_info()["hits"] == 2
+
+
+def test_integer_indexing_has_no_shape_check():
+    c = pipeline.compile_program(lambda x, i: x[i] * 2, (torch.randn(8), torch.tensor([1, 5, 2])), {},
+                                 CompileOptions(executors=["torch"]), "f")
+    assert not any(n.code == DiagnosticCode.DATA_DEPENDENT for n in c.notes)
+    assert "shape_checked" not in c.acquired.python()
+
+
+def test_a_masked_gradient_is_right_on_every_call():
+    f = compiler.jit(lambda x: (x[x > 0.5] ** 2).sum(), executors=["torch"])
+    for n in (10, 30):
+        x = _with_count(n).requires_grad_()
+        f(x).backward()
+        expected = torch.where(x > 0.5, 2 * x, 0.0).detach()
+        torch.testing.assert_close(x.grad, expected)
+
+
+def test_a_shape_check_raises_where_no_jit_catches_it():
+    c = pipeline.compile_program(lambda x: x[x > 0.5].sum(), (_with_count(5),), {},
+                                 CompileOptions(executors=["torch"]), "f")
+    with pytest.raises(ShapeChanged, match=r"it is \[7\] in this call and was \[5\]"):
+        c.fn(_with_count(7))
+
+
+# --- 3. empty tensors: what eager returns, raising only where eager raises ---------------------
+
+EMPTY = {
+    "log_softmax": lambda x: torch.log_softmax(x, -1),
+    "softmax": lambda x: torch.softmax(x, -1),
+    "softmax-beside": lambda x: torch.softmax(x, 0),
+    "logsumexp": lambda x: torch.logsumexp(x, -1),
+    "logsumexp-beside": lambda x: torch.logsumexp(x, 0),
+    "sum": lambda x: x.sum(-1) + x.sum(0).sum(),
+    "mean-var-std": lambda x: (x.mean(-1), x.var(-1), x.std(0, correction=0)),
+    "norms": lambda x: (torch.linalg.vector_norm(x, dim=-1), F.normalize(x, dim=0), x.norm()),
+    "amax-beside": lambda x: x.amax(0),
+    "cross_entropy": lambda x: F.cross_entropy(x.T, torch.zeros(0, dtype=torch.long, device=x.device)),
+    "layer_norm": lambda x: F.layer_norm(x.T, (3,)),
+}
+
+
+@pytest.mark.parametrize("name", EMPTY)
+def test_reductions_over_or_beside_an_empty_dim_match_eager(name, triton):
+    fn, x = EMPTY[name], torch.randn(3, 0, device=DEVICE)
+    report = compiler.compile(fn, x, executors=triton)
+    assert report.error is None
+    assert not [d.message for d in report.diagnostics if d.severity == "error"]
+
+
+def test_an_empty_softmax_has_eagers_gradient(triton):
+    x = torch.randn(3, 0, device=DEVICE, requires_grad=True)
+    report = compiler.compile(lambda x: torch.log_softmax(x, -1) * 2, x, executors=triton)
+    assert not [d.message for d in report.diagnostics if d.severity == "error"]
+
+
+def test_amax_over_an_empty_dim_raises_as_eager_does(triton):
+    x = torch.randn(3, 0, device=DEVICE)
+    with pytest.raises(IndexError):
+        x.amax(-1)
+    with pytest.raises(compiler.CompileError, match="amax"):
+        compiler.compile(lambda x: x.amax(-1), x, executors=triton)
+
+
+# --- 4. backward at degenerate sizes: eager's gradients, not NaN -------------------------------
+
+DEGENERATE = {
+    "std-of-one": (lambda x: torch.std(x, dim=-1, correction=0), (4, 1)),
+    "std-of-constant-rows": (lambda x: (x * 0 + 1).std(-1), (4, 3)),
+    "std_mean-of-one": (lambda x: torch.std_mean(x, -1, correction=0)[0] * 2, (4, 1)),
+    "Tensor.std-unbiased-false": (lambda x: x.std(-1, False, keepdim=True), (4, 1)),
+    "norm-of-zeros": (lambda x: torch.linalg.vector_norm(x * 0, dim=-1), (4, 3)),
+    "normalize-zeros": (lambda x: F.normalize(x * 0, dim=-1), (4, 3)),
+    "amax-ties": (lambda x: (x * 0).amax(-1), (4, 3)),
+    "max-ties": (lambda x: (x * 0).max(-1).values, (4, 3)),
+}
+
+
+@pytest.mark.parametrize("name", DEGENERATE)
+def test_reduction_gradients_at_degenerate_sizes_match_eager(name, executors):
+    fn, shape = DEGENERATE[name]
+    x = torch.randn(shape, device=DEVICE, requires_grad=True)
+    report = compiler.compile(fn, x, executors=executors)
+    assert not [d.message for d in report.diagnostics if d.severity == "error"]
+    f = compiler.jit(fn, executors=executors)
+    f(x).sum().backward()
+    got, x.grad = x.grad, None
+    fn(x).sum().backward()
+    assert not f.last.eager_fallback
+    torch.testing.assert_close(got, x.grad, equal_nan=False)
+
+
+# --- 5. the check judges a mismatch against float64, as the gradients' check does -------------
+
+def _compiled_half_chain():
+    fn = lambda x: (torch.sin(x) * 3).float() + 1  # noqa: E731
+    x = torch.randn(64, 33, device=DEVICE).half()
+    c = pipeline.compile_program(fn, (x,), {}, CompileOptions(executors=["torch"]), "f")
+    return c, x
+
+
+class _Target:
+    file, line = __file__, 1
+
+
+def test_a_result_closer_to_float64_than_eager_passes_with_a_note():
+    c, x = _compiled_half_chain()
+    in_float32 = dataclasses.replace(c, fn=lambda x: (torch.sin(x.float()) * 3) + 1)
+    checked = checking.check_program(in_float32, [x], _Target)
+    assert [d.code for d in checked] == [DiagnosticCode.PRECISION]
+    assert checked[0].severity == "information" and "RMS error" in checked[0].message
+
+
+def test_a_result_further_from_float64_than_eager_still_fails():
+    c, x = _compiled_half_chain()
+    off = dataclasses.replace(c, fn=lambda x: (torch.sin(x) * 3).float() + 1.01)
+    assert [d.code for d in checking.check_program(off, [x], _Target)] == [DiagnosticCode.MISMATCH]
+
+
+def test_the_float16_chain_under_triton_passes_the_check(triton):
+    x = torch.randn(64, 33, device=DEVICE).half()
+    report = compiler.compile(lambda x: (torch.sin(x) * 3).float() + 1, x, executors=triton)
+    assert DiagnosticCode.MISMATCH not in _codes(report)
+    f = compiler.jit(lambda x: (torch.sin(x) * 3).float() + 1, executors=triton)
+    f(x)
+    assert not f.last.eager_fallback
+
+
+# --- 6. sparse inputs run as torch calls, with a diagnostic at the user's line -----------------
+
+def _csr(rows: int, cols: int) -> torch.Tensor:
+    return torch.randn(rows, cols, device=DEVICE).relu().to_sparse_csr()
+
+
+SPARSE = {
+    "sparse.mm-reduce": (lambda a, b: torch.sparse.mm(a, b, "sum") * 2, lambda: (_csr(4, 5), torch.randn(5, 3))),
+    "sampled_addmm": (lambda m, x, y: torch.sparse.sampled_addmm(m, x, y).to_dense() + 1,
+                      lambda: (_csr(4, 4), torch.randn(4, 6), torch.randn(6, 4))),
+    "elementwise": (lambda a: (a * 2).to_dense() + 1, lambda: (_csr(4, 5),)),
+}
+SPARSE_LINES = {name: inspect.getsourcelines(fn)[1] for name, (fn, _) in SPARSE.items()}
+
+
+@pytest.mark.parametrize("name", SPARSE)
+def test_sparse_inputs_run_as_torch_calls(name, executors):
+    fn, make = SPARSE[name]
+    if name == "sparse.mm-reduce" and DEVICE.type == "cuda":
+        pytest.skip("torch.sparse.mm's reduce runs on the CPU only")
+    f = compiler.jit(fn, executors=executors)
+    for _ in range(2):
+        args = tuple(a.to(DEVICE) for a in make())
+        torch.testing.assert_close(f(*args).to_dense(), fn(*args).to_dense())
+    report = compiler.last_report(f)
+    note = next(d for d in report.diagnostics if d.code == DiagnosticCode.EXECUTOR and "sparse_csr" in d.message)
+    assert (note.file, note.line) == (__file__, SPARSE_LINES[name])
+    assert not f.last.eager_fallback
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([os.path.abspath(__file__), "-q"]))

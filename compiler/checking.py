@@ -8,7 +8,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from compiler.autograd import torch_rules
-from compiler.ir import OpTag, run_ops, values_in
+from compiler.ir import OpTag
 from compiler.report import Diagnostic, DiagnosticCode
 
 # (rtol, atol). Compiled programs reorder and fuse float math, so these are those of a
@@ -81,11 +81,12 @@ def _is_random(acquired) -> bool:
     return any(OpTag.RANDOM in b.sym.tags or torch_rules.draws_dropout(b) for b in acquired.bound_symbols)
 
 
-def check_program(c, inputs: list[torch.Tensor], target) -> list[Diagnostic]:
+def check_program(c, inputs: list[torch.Tensor], target, call: tuple | None = None) -> list[Diagnostic]:
     """Run the compiled program `c` (a pipeline.Compiled) on `inputs` and compare it with the
     eager result recorded while tracing, and the inputs it updates in place with their values
     after the eager call (on copies: checking must not update the caller's tensors); the
-    report's diagnostics, located at `target`."""
+    report's diagnostics, located at `target`. `call`: the user's (fn, args, kwargs), run in
+    float64 to judge a result past its tolerance (without it, such a result is an error)."""
     names = [v.name for v in c.acquired.inputs]
     mutated = c.traced.mutated
     run_on = [x.clone() if n in mutated else x for n, x in zip(names, inputs)]
@@ -93,7 +94,8 @@ def check_program(c, inputs: list[torch.Tensor], target) -> list[Diagnostic]:
     problem = mismatch(actual, c.traced.eager_output)
     random = _is_random(c.acquired)
     judged = []
-    if problem and not random and (errors := _judged_in_float64(c, inputs, actual)) is not None:
+    errors = _judged_in_float64(c, inputs, actual, call) if problem and not random and call is not None else None
+    if errors is not None:
         judged = [Diagnostic("information", f"the compiled result differs from eager's beyond the tolerance "
                              f"({problem}), but is as close to a float64 run as eager's is ({errors}): computed "
                              "in another precision or order, not wrong", target.file, target.line,
@@ -111,14 +113,14 @@ def check_program(c, inputs: list[torch.Tensor], target) -> list[Diagnostic]:
     return judged
 
 
-def _judged_in_float64(c, inputs: list[torch.Tensor], actual) -> str | None:
+def _judged_in_float64(c, inputs: list[torch.Tensor], actual, call: tuple) -> str | None:
     """Where the compiled results differ from eager's, whether each differing one is as close
     to a float64 run of the call as eager's is (as_accurate_as_eager, as the gradients are
     judged): the RMS errors in words when all are, else None. A program that computes a
     float16 chain in float32 is closer to float64 than eager, not wrong."""
     got = [t for t in pytree.tree_leaves(actual) if isinstance(t, torch.Tensor)]
     expected = [t for t in pytree.tree_leaves(c.traced.eager_output) if isinstance(t, torch.Tensor)]
-    exact = _float64_results(c, inputs)
+    exact = _float64_results(c, inputs, call)
     if exact is None or not len(got) == len(expected) == len(exact):
         return None
     errors = []
@@ -132,21 +134,21 @@ def _judged_in_float64(c, inputs: list[torch.Tensor], actual) -> str | None:
     return "; ".join(errors) or None
 
 
-def _float64_results(c, inputs: list[torch.Tensor]) -> list[torch.Tensor] | None:
-    """The traced call's tensors run op by op with torch's kernels, as eager does, on float64
-    copies of its floating inputs (factories making float64): None where it does not run so."""
-    acquired = c.acquired
-    env = {v.name: x.detach().to(torch.float64, copy=True) if x.is_floating_point() else x.detach().clone()
-           for v, x in zip(acquired.inputs, inputs)}
-    default = torch.get_default_dtype()
+def _float64_results(c, inputs: list[torch.Tensor], call: tuple) -> list[torch.Tensor] | None:
+    """The user's call run eagerly in float64 (every floating input, parameter and buffer
+    promoted for it, as for the gradients), its state restored after: not the traced ops
+    replayed, which would share any fault of the trace (an update through a view it missed).
+    None where the call does not run in float64."""
+    fn, args, kwargs = call
+    state = [x for v, x in zip(c.acquired.inputs, inputs) if v.role == "buffer" or v.name in c.traced.mutated]
     try:
-        torch.set_default_dtype(torch.float64)
-        env = run_ops(acquired.bound_symbols, env)
-        return [env[v.name] for v in values_in(acquired.output)]
-    except Exception:  # noqa: BLE001 - an op with no float64 kernel: no second opinion
+        with restored(state), in_float64(inputs), torch.no_grad(), \
+                torch.random.fork_rng(devices=_cuda_devices(inputs)):
+            torch.manual_seed(0)
+            out = fn(*args, **kwargs)
+            return [t.detach().clone() for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
+    except Exception:  # noqa: BLE001 - user code that cannot run in float64: no second opinion
         return None
-    finally:
-        torch.set_default_dtype(default)
 
 
 # --- gradients of a training compile against eager's ---------------------------------------
@@ -242,7 +244,7 @@ class in_float64:
 
 
 def _rmse(a: torch.Tensor, b: torch.Tensor) -> float:
-    return float(torch.sqrt(torch.mean(torch.square(a.double() - b.double())))) if a.numel() else 0.0
+    return float(torch.sqrt(torch.mean(torch.square(a.detach().double() - b.detach().double())))) if a.numel() else 0.0
 
 
 def as_accurate_as_eager(actual, expected, exact) -> bool:

@@ -213,7 +213,7 @@ def _compiled_half_chain():
     fn = lambda x: (torch.sin(x) * 3).float() + 1  # noqa: E731
     x = torch.randn(64, 33, device=DEVICE).half()
     c = pipeline.compile_program(fn, (x,), {}, CompileOptions(executors=["torch"]), "f")
-    return c, x
+    return c, x, fn
 
 
 class _Target:
@@ -221,17 +221,17 @@ class _Target:
 
 
 def test_a_result_closer_to_float64_than_eager_passes_with_a_note():
-    c, x = _compiled_half_chain()
+    c, x, fn = _compiled_half_chain()
     in_float32 = dataclasses.replace(c, fn=lambda x: (torch.sin(x.float()) * 3) + 1)
-    checked = checking.check_program(in_float32, [x], _Target)
+    checked = checking.check_program(in_float32, [x], _Target, (fn, (x,), {}))
     assert [d.code for d in checked] == [DiagnosticCode.PRECISION]
     assert checked[0].severity == "information" and "RMS error" in checked[0].message
 
 
 def test_a_result_further_from_float64_than_eager_still_fails():
-    c, x = _compiled_half_chain()
+    c, x, fn = _compiled_half_chain()
     off = dataclasses.replace(c, fn=lambda x: (torch.sin(x) * 3).float() + 1.01)
-    assert [d.code for d in checking.check_program(off, [x], _Target)] == [DiagnosticCode.MISMATCH]
+    assert [d.code for d in checking.check_program(off, [x], _Target, (fn, (x,), {}))] == [DiagnosticCode.MISMATCH]
 
 
 def test_the_float16_chain_under_triton_passes_the_check(triton):

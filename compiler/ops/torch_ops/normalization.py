@@ -65,7 +65,7 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
 def rms_norm(input, normalized_shape, weight=None, eps=None):
     dims = tuple(range(input.ndim - len(normalized_shape), input.ndim))
     compute = torch.float32 if input.dtype in _LOW_PRECISION else input.dtype
-    eps = torch.finfo(input.dtype).eps if eps is None else eps
+    eps = torch.finfo(compute).eps if eps is None else eps  # eager's: the computing dtype's (float32 for bf16)
     x = cast(input, compute)
     out = mul(x, rsqrt(add(mean(mul(x, x), dims, True), eps)))
     if weight is not None:

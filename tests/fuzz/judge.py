@@ -1,0 +1,195 @@
+"""One program compiled once by `compiler.jit`, called three times, judged against eager.
+
+This module needs torch and FusionLens only: the fuzzer's standalone scripts carry its text
+verbatim (tests/fuzz/script.py), so a script judges exactly as the fuzzer did.
+
+The rule: each call's results, the inputs it updated in place and (training) the gradients
+of the inputs that require grad must match eager's within compiler/checking.py's tolerance
+of their dtype; a floating result that does not passes when it is as close to a float64 run
+of the same call as eager's own result is (`checking.as_accurate_as_eager`, dynamo's rule).
+A discrete result (integers, booleans) that differs from eager passes where it equals the
+float64 run's. A call where eager raises skips the program. Where the jit's own check
+rejected the program (the call ran eagerly), the compiled program is run directly and
+judged too: a wrong program is a defect even when the check hides it, and so is a right
+one the check rejects.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+import compiler
+from compiler import checking
+from compiler.options import CompileOptions
+
+PASS, SKIP, FAIL = "pass", "skip", "fail"
+RAISES = "raises"  # FusionLens raised where eager does not
+WRONG = "wrong-result"  # a call returned a wrong value, or updated an input wrongly, silently
+WRONG_GRAD = "wrong-gradient"  # a call's gradients are wrong, silently
+CAUGHT = "caught-wrong"  # the check caught a wrong program, so the signature runs eagerly
+REJECTS = "check-rejects"  # the check rejected a program that is as accurate as eager
+CALLS = 3
+
+
+@dataclass
+class Verdict:
+    status: str  # PASS, SKIP or FAIL
+    category: str = ""  # for FAIL: one of the categories above
+    call: int = -1  # the call that failed or skipped
+    detail: str = ""
+    eager_only: bool = False  # FusionLens chose to run a call eagerly, with a warning (no error)
+    hits: int = 0  # calls the cached program served
+
+    def key(self) -> str:
+        """What a shrunk program must keep failing with: its category (and exception type)."""
+        return f"{RAISES}:{self.detail.split(':')[0]}" if self.category == RAISES else self.category
+
+    def summary(self) -> str:
+        if self.status != FAIL:
+            return self.status + (f" (call {self.call}: {self.detail})" if self.detail else "")
+        return f"{self.category} on call {self.call}: {self.detail}"
+
+
+@dataclass
+class Observed:
+    """What one call did: its results, its inputs after it, and the gradients of the inputs
+    that require grad for fixed cotangents of the results that do."""
+    outputs: list[torch.Tensor]
+    inputs: list[torch.Tensor]
+    positions: list[int]  # the results that require grad
+    cotangents: list[torch.Tensor]
+    grads: list[torch.Tensor | None]
+
+
+def observe(fn: Callable, args: list[torch.Tensor], grad: bool, call: int,
+            cots: list[torch.Tensor] | None = None) -> Observed:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        result = fn(*args)
+        outs = list(result) if isinstance(result, (tuple, list)) else [result]
+        diff = [(i, o) for i, o in enumerate(outs) if isinstance(o, torch.Tensor) and o.requires_grad]
+        wrt = [a for a in args if a.requires_grad]
+        grads: list[torch.Tensor | None] = []
+        if cots is not None and [c.shape for c in cots] != [o.shape for _, o in diff]:
+            grad = False  # not eager's differentiable results: `problems` says so
+        if grad and diff and wrt:
+            cots = cots if cots is not None else checking.cotangents(diff, seed=call)
+            grads = list(torch.autograd.grad([o for _, o in diff], wrt, cots, allow_unused=True))
+    detach = lambda t: t.detach() if isinstance(t, torch.Tensor) else t
+    return Observed([detach(o) for o in outs], [a.detach() for a in args], [i for i, _ in diff],
+                    list(cots or []), [detach(g) for g in grads])
+
+
+def float64_run(fn: Callable, args: list[torch.Tensor], grad: bool, call: int,
+                expected: Observed) -> Observed | None:
+    """The call in float64 (every floating input promoted, as checking.in_float64 does), with
+    eager's cotangents; None where the program does not run so."""
+    try:
+        with checking.in_float64(args):
+            seen = observe(fn, args, grad, call, [c.double() for c in expected.cotangents])
+            return Observed(seen.outputs, [a.detach().clone() for a in args], seen.positions, seen.cotangents,
+                            seen.grads)
+    except Exception:  # noqa: BLE001 - no second opinion for a program that fixes its own dtypes
+        return None
+
+
+def tensor_problem(got, expected, exact, grad: bool = False) -> str | None:
+    """None when `got` is right by the rule above; else what is wrong, in words. `grad`:
+    `got` is a gradient (checking.grad_mismatch's tolerance)."""
+    problem = checking.grad_mismatch(got, expected) if grad else checking.mismatch(got, expected)
+    if problem is None:
+        return None
+    if not all(isinstance(t, torch.Tensor) for t in (got, expected, exact)) or got.shape != expected.shape \
+            or got.dtype != expected.dtype or exact.shape != expected.shape:
+        return problem
+    if got.is_floating_point():
+        if checking.as_accurate_as_eager(got.detach(), expected.detach(), exact.detach()):
+            return None
+        return (f"{problem}; further from float64 than eager (RMS {_rmse(got, exact):.3g}, "
+                f"eager's {_rmse(expected, exact):.3g})")
+    differ = got != expected
+    if bool((got[differ] == exact.to(got.dtype)[differ]).all()):
+        return None
+    return problem
+
+
+def _rmse(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a.double() - b.double()).square().mean().sqrt()) if a.numel() else 0.0
+
+
+def _at(seen: Observed | None, part: str, i: int) -> torch.Tensor | None:
+    values = getattr(seen, part) if seen is not None else []
+    return values[i] if i < len(values) else None
+
+
+def problems(got: Observed, expected: Observed, exact: Callable[[], Observed | None]) -> tuple[str, str] | None:
+    """(category, what differs) for the first thing `got` gets wrong, or None. `exact` runs
+    the float64 call, only when a comparison needs it."""
+    if len(got.outputs) != len(expected.outputs):
+        return WRONG, f"{len(got.outputs)} results, eager returns {len(expected.outputs)}"
+    if got.positions != expected.positions:
+        return WRONG_GRAD, f"results {got.positions} require grad, eager's {expected.positions}"
+    parts = [("outputs", "result {}", WRONG), ("inputs", "input {}, updated in place,", WRONG),
+             ("grads", "the gradient of input {}", WRONG_GRAD)]
+    ref: list[Observed | None] = []
+    for part, what, category in parts:
+        grad = part == "grads"
+        for i, (a, e) in enumerate(zip(getattr(got, part), getattr(expected, part))):
+            if tensor_problem(a, e, None, grad) is None:
+                continue
+            if not ref:
+                ref.append(exact())
+            problem = tensor_problem(a, e, _at(ref[0], part, i), grad)
+            if problem is not None:
+                return category, f"{what.format(i)}: {problem}"
+    return None
+
+
+def describe(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0][:300] if text else ''}"
+
+
+def check(fn: Callable, make_inputs: Callable[[int], list[torch.Tensor]], executors: list[str] | None,
+          grad: bool) -> Verdict:
+    """`fn` compiled once with `executors` (None: the defaults), called CALLS times on
+    `make_inputs(call)`; the first thing it gets wrong, or PASS (SKIP where eager raises)."""
+    jfn = compiler.jit(fn, executors=executors, options=CompileOptions(verify=True))
+    eager_only = False
+    for call in range(CALLS):
+        try:
+            expected = observe(fn, make_inputs(call), grad, call)
+        except Exception as e:  # noqa: BLE001 - eager raises: nothing to compare with
+            return Verdict(SKIP, call=call, detail=f"eager raises {describe(e)}")
+        exact = lambda call=call, expected=expected: float64_run(fn, make_inputs(call), grad, call, expected)
+        try:
+            got = observe(jfn, make_inputs(call), grad, call, expected.cotangents or None)
+        except Exception as e:  # noqa: BLE001 - FusionLens raises where eager does not
+            return Verdict(FAIL, RAISES, call, describe(e), eager_only, jfn.hits)
+        entry = jfn.last
+        assert entry is not None
+        found = problems(got, expected, exact)
+        if found:
+            return Verdict(FAIL, found[0], call, found[1], eager_only, jfn.hits)
+        errors = [d.message for d in entry.report.diagnostics if d.severity == "error"]
+        if entry.eager_fallback and (entry.compiled.eager_only is not None or not errors):
+            # FusionLens chose to run it eagerly, and said why (an in-place update of a view; a
+            # data-dependent shape that changed): by design, whatever the check said
+            eager_only = True
+        elif entry.eager_fallback:  # the check rejected the program
+            c = entry.compiled
+            raw = lambda *args, c=c: c.fn(*args, *c.constants)
+            try:
+                found = problems(observe(raw, make_inputs(call), grad, call, expected.cotangents or None),
+                                 expected, exact)
+            except Exception as e:  # noqa: BLE001 - it raises on this call (ShapeChanged, say): still rejected
+                found = (CAUGHT, f"the compiled program raises {describe(e)}")
+            if found:
+                return Verdict(FAIL, CAUGHT, call, f"{found[1]} (the jit's check caught it: this signature runs "
+                               "eagerly)", eager_only, jfn.hits)
+            return Verdict(FAIL, REJECTS, call, errors[0], eager_only, jfn.hits)
+    return Verdict(PASS, eager_only=eager_only, hits=jfn.hits)

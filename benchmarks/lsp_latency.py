@@ -1,11 +1,14 @@
 """Latency of the language server's cached answers: hover, inlay hints, code lenses.
 
-Generates a ~500-line model file, compiles its target once through the real server process
-(the real compiler by default; `--fake` uses tests/lsp/lsp_fake_compile.py, which runs nothing),
-then times requests that must answer from the cache, also right after an edit (when the
-server re-maps annotations onto the new text). Prints a table; not a test.
+Generates a model file (`--blocks 70`: 513 lines; `--blocks 700`: 4,923), compiles its
+target once through the real server process (the real compiler by default; `--fake` uses
+tests/lsp/lsp_fake_compile.py, which runs nothing), then times requests that must answer from
+the cache, also right after an edit (when the server maps annotations onto the new text):
+each edit inserts a line at the top or deletes it again, so every annotation moves. Prints
+a table; not a test. `--profile FILE` runs the server under cProfile and writes its stats
+there (read them with `python -m pstats FILE`).
 
-    python benchmarks/lsp_latency.py [--requests 300] [--fake]
+    python benchmarks/lsp_latency.py [--requests 300] [--blocks 70] [--fake] [--profile FILE]
 """
 
 from __future__ import annotations
@@ -39,6 +42,25 @@ def make_source(blocks: int = 70) -> str:
     return "\n".join(out)
 
 
+# The server under cProfile, its stats written when it exits (it ends with os._exit, which
+# skips cProfile's own writing and atexit).
+PROFILED_SERVER = """
+import cProfile, os, runpy, sys
+out, profile, real_exit = sys.argv[1], cProfile.Profile(), os._exit
+def _exit(code):
+    profile.disable()
+    profile.dump_stats(out)
+    real_exit(code)
+os._exit = _exit
+sys.argv = ["lsp_server"]
+profile.enable()
+try:
+    runpy.run_module("lsp_server", run_name="__main__")
+finally:
+    _exit(0)
+"""
+
+
 def percentile(values, q):
     values = sorted(values)
     k = max(0, min(len(values) - 1, int(round(q / 100 * (len(values) - 1)))))
@@ -57,14 +79,17 @@ async def timed(n, make_request) -> list[float]:
 async def main(args) -> None:
     folder = Path(tempfile.mkdtemp(prefix="fusionlens-latency-"))
     path = folder / "big_model.py"
-    source = make_source()
+    source = make_source(args.blocks)
     path.write_text(source)
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), str(REPO / "tests" / "lsp"),
                                                     env.get("PYTHONPATH")) if p)
     if args.fake:
         env["FUSIONLENS_WORKER_COMPILE"] = "lsp_fake_compile:compile_target"
-    client = await ClientServerConfig([sys.executable, "-m", "lsp_server"], server_env=env).start()
+    command = [sys.executable, "-m", "lsp_server"]
+    if args.profile:
+        command = [sys.executable, "-c", PROFILED_SERVER, str(Path(args.profile).resolve())]
+    client = await ClientServerConfig(command, server_env=env).start()
     # start() is typed as returning a bare JsonRPCClient; its default factory makes a LanguageClient
     assert isinstance(client, LanguageClient)
     client.feature("fusionlens/status")(lambda *a: None)
@@ -79,7 +104,7 @@ async def main(args) -> None:
         T.TextDocumentItem(uri=uri, language_id="python", version=1, text=source)))
     t0 = time.perf_counter()
     res = await client.workspace_execute_command_async(
-        T.ExecuteCommandParams(command="fusionlens.compile", arguments=[uri, "model_example"]))
+        T.ExecuteCommandParams(command="fusionlens.compile", arguments=[uri, "model_example", {"wait": True}]))
     compile_s = time.perf_counter() - t0
     assert res is not None, "fusionlens.compile answered nothing"  # the command returns {"ok": ...}
     doc = T.TextDocumentIdentifier(uri)
@@ -108,16 +133,29 @@ async def main(args) -> None:
 
     version = [1]
 
-    async def edit_then_hints(i):
+    def edit(i: int) -> None:
+        """Insert a line at the top, or delete it again: every annotation moves."""
         version[0] += 1
+        end = T.Position(0, 0) if i % 2 == 0 else T.Position(1, 0)
         client.text_document_did_change(T.DidChangeTextDocumentParams(
             T.VersionedTextDocumentIdentifier(uri=uri, version=version[0]),
-            [T.TextDocumentContentChangePartial(range=T.Range(T.Position(0, 0), T.Position(0, 0)),
+            [T.TextDocumentContentChangePartial(range=T.Range(T.Position(0, 0), end),
                                                 text="# edit\n" if i % 2 == 0 else "")]))
+
+    async def edit_then_hints(i):
+        edit(i)
         await client.text_document_inlay_hint_async(T.InlayHintParams(
             doc, T.Range(T.Position(0, 0), T.Position(n_lines, 0))))
 
-    await run("edit + inlayHint (re-map)", max(20, n // 5), edit_then_hints)
+    async def edit_then_viewport(i):
+        edit(i)
+        first = (i * 37) % (n_lines - 60)
+        await client.text_document_inlay_hint_async(T.InlayHintParams(
+            doc, T.Range(T.Position(first, 0), T.Position(first + 60, 0))))
+
+    edits = max(20, n // 5)
+    await run("edit + inlayHint (whole file)", edits, edit_then_hints)
+    await run("edit + inlayHint (60 lines)", edits, edit_then_viewport)
 
     await client.shutdown_session()
     await client.stop()
@@ -131,5 +169,7 @@ async def main(args) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=300)
+    parser.add_argument("--blocks", type=int, default=70, help="model blocks: 70 make 513 lines, 700 make 4,923")
     parser.add_argument("--fake", action="store_true", help="use the stand-in compiler (runs no user code)")
+    parser.add_argument("--profile", metavar="FILE", help="run the server under cProfile, its stats to FILE")
     asyncio.run(main(parser.parse_args()))

@@ -11,12 +11,14 @@ the current text of a buffer.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import pathlib
 from typing import Any, NamedTuple
 
 from compiler.report import (Boundary, CompileReport, Diagnostic, OpRecord, Preview, ProgramReport, Region,
                              SavedTensor)
+from lsp_server.linemap import split_lines
 from lsp_server.protocol import Where
 from lsp_server.settings import CompileSettings
 
@@ -26,6 +28,13 @@ Location = tuple[str, int]  # (normalised path, 1-based line)
 def norm_path(path: str | None) -> str | None:
     if not path:
         return None
+    return _norm_path(path)
+
+
+@functools.lru_cache(maxsize=16384)
+def _norm_path(path: str) -> str:
+    # memoised: a report names the same few files in every op and frame, and realpath is a
+    # syscall per path component
     return os.path.normcase(os.path.realpath(path))
 
 
@@ -58,8 +67,10 @@ class Result:
     seq: int = 0
     # where the user's code was when the worker timed out or died (WorkerError.where)
     where: Where | None = None
+    imports: dict[str, str] = dataclasses.field(default_factory=dict)  # workspace file -> text digest (jobs.py)
     _file_set: set[str] | None = dataclasses.field(default=None, repr=False)
     _annotations: dict[str, FileAnnotations] = dataclasses.field(default_factory=dict, repr=False)
+    _lines: dict[str, list[str]] = dataclasses.field(default_factory=dict, repr=False)
 
     def files(self) -> set[str]:
         """The normalised paths of every file the result annotates."""
@@ -83,10 +94,21 @@ class Result:
         return out | {p for p in map(norm_path, named) if p}
 
     def annotations(self, path: str) -> FileAnnotations:
+        """What the result puts on the file's lines, built once."""
         ann = self._annotations.get(path)
         if ann is None:
             ann = self._annotations[path] = build_annotations(self, path)
         return ann
+
+    def snapshot_lines(self, path: str) -> list[str] | None:
+        """The lines (LSP's) of the text of `path` this result was compiled from, split once."""
+        lines = self._lines.get(path)
+        if lines is None:
+            snap = self.snapshots.get(path)
+            if snap is None:
+                return None
+            lines = self._lines[path] = split_lines(snap)
+        return lines
 
 
 @dataclasses.dataclass
@@ -101,6 +123,11 @@ class LineNote:
     # the preview region (and its preview) this line's ops would join where a fusion executor
     # that cannot run here can (Triton's first); None where there is none
     preview: tuple[Preview, Region] | None = None
+    # made on first use, kept with the result (a view is made again after every edit):
+    # views.region_tooltip's text of the note but its lines, and the hint labels of the line's
+    # group of notes this note leads, by (prefix, id of the saved tensors' list)
+    tooltip_parts: tuple[str, str] | None = dataclasses.field(default=None, repr=False, compare=False)
+    labels: dict[tuple[str, int], str] = dataclasses.field(default_factory=dict, repr=False, compare=False)
 
 
 @dataclasses.dataclass

@@ -3,10 +3,11 @@
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import os
-import re
 import sys
+from collections.abc import Generator
 from typing import Any
 
 from lsprotocol import types as T
@@ -15,8 +16,9 @@ from compiler.report import PROGRAM_KINDS, CompileReport, Preview, ProgramReport
 from lsp_server import __version__
 from lsp_server.annotations import Result, norm_path
 from lsp_server.documents import DocState, View
+from lsp_server.jobs import existing_cwd
 from lsp_server.protocol import Failure, ReproAnswer, ReproRequest
-from lsp_server.server import FusionLensServer
+from lsp_server.server import SETTINGS_PENDING, FusionLensServer
 from lsp_server.views import headroom_ms, roofline_text
 from lsp_server.worker_client import WorkerError
 
@@ -26,16 +28,49 @@ CMD_SHOW_KERNEL = "fusionlens.showKernel"
 CMD_CLEAR_CACHE = "fusionlens.clearCache"
 CMD_DEBUG_INFO = "fusionlens.debugInfo"
 CMD_EXPORT_REPRO = "fusionlens.exportRepro"
+CMD_CANCEL = "fusionlens.cancel"
 REGIONS_REQUEST = "fusionlens/regions"
 Answer = dict[str, Any]  # a command's JSON answer
 
 
+# The params of the workspace/executeCommand request being handled (pygls gives a command its
+# arguments only): its workDoneToken is where a compile reports progress.
+_COMMAND_PARAMS: contextvars.ContextVar[Any] = contextvars.ContextVar("fusionlens_command_params", default=None)
+
+
 async def cmd_compile(ls: FusionLensServer, *args: Any) -> Answer:
+    """[uri, target | null, {"wait": true}?]: queue the compile and answer at once (results
+    come through progress, status, diagnostics and lenses); with wait, answer when done."""
     uri = _arg(args, 0)
     if not uri:
         raise ValueError("fusionlens.compile needs [uri, target | null]")
     target = _arg(args, 1)
-    return await ls.jobs.compile_targets(uri, None if target is None else [target], reason="command", force=True)
+    options = _arg(args, 2)
+    wait = isinstance(options, dict) and options.get("wait") is True
+    if not await ls.settings_ready():  # they may say allowExecution false: nothing runs before
+        ls.tell(T.MessageType.Warning, SETTINGS_PENDING)
+        return {"targets": [] if target is None else [target], "ok": False, "message": SETTINGS_PENDING}
+    token = getattr(_COMMAND_PARAMS.get(), "work_done_token", None)
+    return await ls.jobs.compile_targets(uri, None if target is None else [target], reason="command", force=True,
+                                         token=token, wait=wait, request=_request_future(ls) if wait else None)
+
+
+def _request_future(ls: FusionLensServer) -> Any:
+    """pygls' future of the request being handled: $/cancelRequest cancels it (and answers
+    -32800), but not the command's own task, so a waiting compile watches it."""
+    protocol: Any = ls.protocol
+    try:
+        return protocol._request_futures.get(protocol.msg_id)
+    except AttributeError:  # another pygls: no cancel then
+        return None
+
+
+def cmd_cancel(ls: FusionLensServer, *args: Any) -> Answer:
+    """[uri?]: cancel the compiles of one document (all documents without a uri), queued and
+    running; a running compile's worker is killed (the next compile starts a new one)."""
+    uri = _arg(args, 0)
+    names = ls.jobs.cancel_all(uri or None, "asked by fusionlens.cancel")
+    return {"cancelled": names, "ok": True} if names else {"cancelled": [], "ok": True, "message": "nothing to cancel"}
 
 
 def _shown(ls: FusionLensServer, uri: str, target: str) -> tuple[DocState, Result | None, str]:
@@ -114,10 +149,11 @@ def _repro_request(ls: FusionLensServer, state: DocState, res: Result, target: s
         saved = None
     settings = res.key.settings if res.key is not None else ls.settings.options_key()
     root = ls.documents.workspace_root(state)
-    ls.worker.cwd = root
+    folders = [root] if os.path.isdir(root) else []  # an untitled buffer's folder is never made
+    ls.worker.cwd = root if folders else existing_cwd()
     return ReproRequest(state.fs_path, target, list(settings.executors) if settings.executors is not None else None,
                         settings.device, None if compiled is None or compiled == saved else compiled,
-                        [root], root, region=rid)
+                        folders, ls.worker.cwd, region=rid, overlays=ls.jobs.overlays(state.path))
 
 
 async def cmd_export_repro(ls: FusionLensServer, *args: Any) -> Answer:
@@ -128,6 +164,9 @@ async def cmd_export_repro(ls: FusionLensServer, *args: Any) -> Answer:
     uri, target, rid = _arg(args, 0), _arg(args, 1), _arg(args, 2)
     if not uri or not target or not rid:
         raise ValueError("fusionlens.exportRepro needs [uri, target, region id]")
+    if not await ls.settings_ready():
+        ls.tell(T.MessageType.Warning, SETTINGS_PENDING)
+        return {"uri": None, "message": f"FusionLens: {SETTINGS_PENDING}"}
     if not ls.settings.allowExecution:
         msg = "no repro script: running user code is disabled (fusionlens.allowExecution is false)"
         ls.tell(T.MessageType.Warning, msg)
@@ -151,11 +190,10 @@ async def cmd_export_repro(ls: FusionLensServer, *args: Any) -> Answer:
                 f"no repro script of {rid}: {problem}")
         return {"uri": None, "message": f"FusionLens: no repro script of {rid}: {problem}"}
     r = answer.script
-    folder = os.path.join(ls.settings.cache_root(), "repro")
-    os.makedirs(folder, exist_ok=True)
-    path = os.path.join(folder, re.sub(r"[^A-Za-z0-9_.-]+", "_", r.file_name))
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(r.text)
+    try:
+        path = ls.write_generated("repro", r.file_name, r.text, mode=0o644)  # a script to edit and run
+    except OSError as e:
+        return {"uri": None, "message": f"FusionLens: no repro script of {rid}: not written: {e}"}
     shown = await ls.show_path(path)
     if not shown["shown"]:
         ls.tell(T.MessageType.Info, f"wrote {path}: {r.summary}")
@@ -264,8 +302,24 @@ def _get(obj: Any, name: str, default: Any = None) -> Any:
     return getattr(obj, name, default)
 
 
+def _keep_command_params(server: FusionLensServer) -> None:
+    """Wrap pygls' workspace/executeCommand handler (a generator it drives) so that the
+    command's task sees the request's params (_COMMAND_PARAMS): the task is created while
+    the handler runs, in a copy of this context."""
+    features = server.protocol.fm
+    builtin = features.builtin_features[T.WORKSPACE_EXECUTE_COMMAND]
+
+    def execute_command(params: T.ExecuteCommandParams) -> Generator[Any, Any, Any]:
+        _COMMAND_PARAMS.set(params)
+        return (yield from builtin(params))
+
+    features.add_builtin_feature(T.WORKSPACE_EXECUTE_COMMAND, execute_command)
+
+
 def register_commands(server: FusionLensServer) -> None:
+    _keep_command_params(server)
     server.command(CMD_COMPILE)(cmd_compile)
+    server.command(CMD_CANCEL)(cmd_cancel)
     server.command(CMD_SHOW_TRACE)(cmd_show_trace)
     server.command(CMD_SHOW_KERNEL)(cmd_show_kernel)
     server.command(CMD_CLEAR_CACHE)(cmd_clear_cache)

@@ -4,29 +4,41 @@ lenses and code actions. `register_features(server)` attaches them to a FusionLe
 from __future__ import annotations
 
 import asyncio
+import bisect
 import dataclasses
+import logging
+import os
 from typing import Any, NamedTuple
 
 from lsprotocol import types as T
 from pygls.uris import from_fs_path
-from pygls.workspace import TextDocument
 
-from compiler.report import RegionRef
+from compiler.report import RegionRef, SavedTensor
 from lsp_server.annotations import LineNote
 from lsp_server.commands import CMD_COMPILE, CMD_EXPORT_REPRO, CMD_SHOW_KERNEL, CMD_SHOW_TRACE
-from lsp_server.documents import View
-from lsp_server.server import FusionLensServer
+from lsp_server.documents import DocState, View
+from lsp_server.server import SETTINGS_PENDING, FusionLensServer
 from lsp_server.views import (SAVED_FOR, boundary_label, boundary_tooltip, hint_label, hint_tooltip, hover_markdown,
-                              lens_title, program_groups, target_hover)
+                              lens_title, plain_text, program_groups, target_hover)
 
 FUSION_EXECUTORS = ("triton", "nvfuser")  # the executors whose regions have a kernel to export
 
 
-# --- lifecycle ----------------------------------------------------------------------------
+# --- lifecycle and configuration ---------------------------------------------------------
+
+# No answer to workspace/configuration after this long: say so (once), and commands waiting
+# for the settings are refused; an answer that comes later still counts.
+CONFIG_NOTICE_S = 10.0
+
 
 def on_initialize(ls: FusionLensServer, params: T.InitializeParams) -> None:
+    ls.documents.adopt_workspace()  # LSP's line ends in pygls' documents (issue 22, item 5)
     _changed, warnings = ls.settings.update(params.initialization_options)
     _warn(ls, warnings)
+    if not ls.caps("workspace", "configuration"):
+        ls.settings_known.set()  # initializationOptions are all the client will send
+    else:  # counted from here: a client that never sends `initialized` is late too
+        asyncio.get_running_loop().call_later(CONFIG_NOTICE_S, _settings_overdue, ls)
 
 
 def _warn(ls: FusionLensServer, warnings: list[str]) -> None:
@@ -40,16 +52,48 @@ async def on_initialized(ls: FusionLensServer, params: T.InitializedParams) -> N
     await pull_configuration(ls)
 
 
+def _settings_overdue(ls: FusionLensServer) -> None:
+    if ls.settings_known.is_set():
+        return
+    ls.settings_overdue.set()
+    msg = (f"no answer to workspace/configuration after {CONFIG_NOTICE_S:g} s: nothing runs until the "
+           "client sends its settings")
+    ls.log(T.MessageType.Warning, msg)
+    ls.notify_status("idle", f"waiting for the client's settings: {msg}", None)
+
+
 async def pull_configuration(ls: FusionLensServer) -> None:
+    """Ask the client for the `fusionlens` section and apply the answer whenever it comes (no
+    timeout: a late answer counts); the settings are known then."""
     if not ls.caps("workspace", "configuration"):
         return
     try:
-        items = await asyncio.wait_for(ls.workspace_configuration_async(
-            T.ConfigurationParams(items=[T.ConfigurationItem(section="fusionlens")])), 10)
-    except Exception:  # noqa: BLE001
-        return
-    if items and isinstance(items[0], dict):
+        items = await ls.workspace_configuration_async(
+            T.ConfigurationParams(items=[T.ConfigurationItem(section="fusionlens")]))
+    except Exception as e:  # noqa: BLE001 - an error answer: the client has no settings to give
+        ls.log(T.MessageType.Warning, f"workspace/configuration failed ({e}); using initializationOptions only")
+        items = None
+    if isinstance(items, (list, tuple)) and items:  # pygls gives the answer's array as a tuple
         apply_settings(ls, items[0])
+    _settings_arrived(ls)
+
+
+def _settings_arrived(ls: FusionLensServer) -> None:
+    """The settings are known: run the compiles that opens and saves asked for meanwhile."""
+    if ls.settings_known.is_set():
+        return
+    ls.settings_known.set()
+    if ls.settings_overdue.is_set():
+        ls.log(T.MessageType.Info, "the client's settings arrived")
+        ls.notify_status("idle", "the client's settings arrived", None)
+    pending, ls.pending_triggers = ls.pending_triggers, {}
+    for uri, reason in pending.items():
+        if uri in ls.documents.uris():
+            state = ls.documents.doc(uri)
+            for name in [n for n, note in state.notes.items() if note == SETTINGS_PENDING]:
+                del state.notes[name]
+            _auto_compile(ls, state, reason)
+    ls.refresh()
 
 
 def apply_settings(ls: FusionLensServer, data: Any) -> None:
@@ -78,14 +122,43 @@ async def on_shutdown(ls: FusionLensServer, params: Any) -> None:
     await ls.worker.kill()
 
 
+def on_exit(ls: FusionLensServer, params: Any) -> None:
+    """`exit`: end now and quietly, the worker killed: status 0 after `shutdown`, else 1
+    (LSP). Not through pygls' sys.exit, which its loop swallows (status 0), and whose
+    teardown of running compiles wrote tracebacks to a closed client."""
+    code = 0 if getattr(ls.protocol, "_shutdown", False) else 1
+    ls.worker.discard()
+    logging.shutdown()
+    os._exit(code)
+
+
+def on_progress_cancel(ls: FusionLensServer, params: T.WorkDoneProgressCancelParams) -> None:
+    """The client cancels a compile's progress: its jobs are cancelled (the worker killed)."""
+    ls.jobs.cancel_progress(params.token, "asked by the client (window/workDoneProgress/cancel)")
+
+
 # --- documents ----------------------------------------------------------------------------
 
 def did_open(ls: FusionLensServer, params: T.DidOpenTextDocumentParams) -> None:
     state = ls.documents.doc(params.text_document.uri)
     ls.documents.publish(state)
-    if ls.settings.compileTrigger == "onOpen" and state.targets and state.syntax_error is None:
-        if ls.settings.allowExecution:
-            ls.jobs.schedule(state.uri, "opened")
+    _auto_compile(ls, state, "opened")
+
+
+def _auto_compile(ls: FusionLensServer, state: DocState, reason: str) -> None:
+    """The compile an open or a save starts (fusionlens.compileTrigger); before the client's
+    settings are known it waits for them (they may say allowExecution false)."""
+    if not state.targets or state.syntax_error is not None:
+        return
+    if not ls.settings_known.is_set():
+        if ls.pending_triggers.get(state.uri) != "saved":  # a save asks for more than an open
+            ls.pending_triggers[state.uri] = reason
+        for t in state.targets:
+            state.notes.setdefault(t.name, SETTINGS_PENDING)
+        return
+    triggers = ("onOpen",) if reason == "opened" else ("onOpen", "onSave")
+    if ls.settings.compileTrigger in triggers and ls.settings.allowExecution:
+        ls.jobs.schedule(state.uri, reason)
 
 
 def did_change(ls: FusionLensServer, params: T.DidChangeTextDocumentParams) -> None:
@@ -97,13 +170,14 @@ def did_change(ls: FusionLensServer, params: T.DidChangeTextDocumentParams) -> N
 def did_save(ls: FusionLensServer, params: T.DidSaveTextDocumentParams) -> None:
     state = ls.documents.doc(params.text_document.uri)
     ls.documents.publish(state)
-    if ls.settings.compileTrigger in ("onOpen", "onSave") and ls.settings.allowExecution \
-            and state.targets and state.syntax_error is None:
-        ls.jobs.schedule(state.uri, "saved")
+    _auto_compile(ls, state, "saved")
+    for uri in ls.jobs.dependents(state):  # their results imported this file: compile them again
+        _auto_compile(ls, ls.documents.doc(uri), "saved")
 
 
 def did_close(ls: FusionLensServer, params: T.DidCloseTextDocumentParams) -> None:
     uri = params.text_document.uri
+    ls.pending_triggers.pop(uri, None)
     ls.jobs.cancel(uri, "the document was closed")
     ls.documents.close(uri)
     ls.text_document_publish_diagnostics(T.PublishDiagnosticsParams(uri=uri, diagnostics=[]))
@@ -111,15 +185,14 @@ def did_close(ls: FusionLensServer, params: T.DidCloseTextDocumentParams) -> Non
 
 # --- features -----------------------------------------------------------------------------
 
-def _line_range(text_doc: TextDocument, line: int) -> T.Range:
-    lines = text_doc.lines
-    text = lines[line].rstrip("\r\n") if line < len(lines) else ""
-    return T.Range(T.Position(line, 0), T.Position(line, text_doc.position_codec.client_num_units(text)))
+def _line_range(view: View, line: int) -> T.Range:
+    return T.Range(T.Position(line, 0), T.Position(line, view.line_end(line)))
 
 
 def hover(ls: FusionLensServer, params: T.HoverParams) -> T.Hover | None:
-    state = ls.documents.doc(params.text_document.uri)
-    text_doc = ls.documents.text_document(state.uri)
+    state = ls.documents.lookup(params.text_document.uri)
+    if state is None:
+        return None  # no such file (any more), or a URI the client never opened: nothing to say
     line = params.position.line
     view = ls.documents.view(state)
     notes = view.lines.get(line, [])
@@ -134,47 +207,62 @@ def hover(ls: FusionLensServer, params: T.HoverParams) -> T.Hover | None:
         status, message = ls.jobs.target_state(state, target.name)
         value = target_hover(target.name, status, message, ls.results.shown(state.path, target.name))
     formats = ls.caps("text_document", "hover", "content_format")
-    kind = T.MarkupKind.PlainText if formats and T.MarkupKind.Markdown not in formats else T.MarkupKind.Markdown
-    return T.Hover(contents=T.MarkupContent(kind=kind, value=value), range=_line_range(text_doc, line))
+    if formats and T.MarkupKind.Markdown not in formats:  # e.g. eglot without markdown-mode
+        return T.Hover(contents=T.MarkupContent(kind=T.MarkupKind.PlainText, value=plain_text(value)),
+                       range=_line_range(view, line))
+    return T.Hover(contents=T.MarkupContent(kind=T.MarkupKind.Markdown, value=value), range=_line_range(view, line))
 
 
 def inlay_hints(ls: FusionLensServer, params: T.InlayHintParams) -> list[T.InlayHint]:
+    """The hints of the lines in the range asked for; each line's are made once per view (a
+    view lasts until the text, its parse or the results shown change)."""
     if not ls.settings.inlayHints:
         return []
-    state = ls.documents.doc(params.text_document.uri)
-    text_doc = ls.documents.text_document(state.uri)
+    state = ls.documents.lookup(params.text_document.uri)
+    if state is None:
+        return []
     view = ls.documents.view(state)
-    if view.hints is None:
-        view.hints = build_hints(view, text_doc, stale=not ls.settings.allowExecution)
     first, last = params.range.start.line, params.range.end.line
-    return [hint for line, hint in view.hints if first <= line <= last]
+    stale = not ls.settings.allowExecution
+    out: list[T.InlayHint] = []
+    for line in view.hint_lines[bisect.bisect_left(view.hint_lines, first):bisect.bisect_right(view.hint_lines, last)]:
+        hints = view.hints.get(line)
+        if hints is None:
+            hints = view.hints[line] = line_hints(view, line, stale)
+        out += hints
+    return out
 
 
-def build_hints(view: View, text_doc: TextDocument, stale: bool = False) -> list[tuple[int, T.InlayHint]]:
-    """Inlay hints of a document's View, at the end of each line: one per program of the
+_NO_SAVED: list[SavedTensor] = []  # one list, so a label's memo key (its id) is the same each time
+
+
+def line_hints(view: View, line: int, stale: bool = False) -> list[T.InlayHint]:
+    """The inlay hints of a line of a document's View, at its end: one per program of the
     line's first result (the activations a line saves go with the backward's), then where a
     region ends. `stale`: execution was turned off after they were made."""
-    lines = text_doc.lines
+    if line >= len(view.text):
+        return []
+    pos = T.Position(line, view.line_end(line))
+    notes = view.lines.get(line, [])
+    saved = view.saved.get(line, _NO_SAVED)
+    groups = program_groups([n for n in notes if n.result is notes[0].result])
+    if saved and not any(g[0].program.kind == SAVED_FOR for g in groups):
+        groups.append([])  # a line that only saves activations
     out = []
-    for line in view.hint_lines:
-        if line >= len(lines):
-            continue
-        text = lines[line].rstrip("\r\n")
-        pos = T.Position(line, text_doc.position_codec.client_num_units(text))
-        notes = view.lines.get(line, [])
-        saved = view.saved.get(line, [])
-        groups = program_groups([n for n in notes if n.result is notes[0].result])
-        if saved and not any(g[0].program.kind == SAVED_FOR for g in groups):
-            groups.append([])  # a line that only saves activations
-        for group in groups:
-            kind = group[0].program.kind if group else SAVED_FOR
-            mine = saved if kind == SAVED_FOR else []
-            label = hint_label(group, "stale · " if stale else "", mine, kind)
-            tip = hint_tooltip([n for n in notes if n.program.kind == kind], view.region_lines_of, mine)
-            out.append((line, _hint(pos, label, tip)))
-        bounds = view.boundaries.get(line)
-        if bounds:
-            out.append((line, _hint(pos, boundary_label(bounds), boundary_tooltip(bounds))))
+    for group in groups:
+        kind = group[0].program.kind if group else SAVED_FOR
+        mine = saved if kind == SAVED_FOR else _NO_SAVED
+        prefix = "stale · " if stale else ""
+        label = group[0].labels.get((prefix, id(mine))) if group else None
+        if label is None:
+            label = hint_label(group, prefix, mine, kind)
+            if group:
+                group[0].labels[(prefix, id(mine))] = label
+        tip = hint_tooltip([n for n in notes if n.program.kind == kind], view.region_lines_of, mine)
+        out.append(_hint(pos, label, tip))
+    bounds = view.boundaries.get(line)
+    if bounds:
+        out.append(_hint(pos, boundary_label(bounds), boundary_tooltip(bounds)))
     return out
 
 
@@ -280,6 +368,8 @@ def register_features(server: FusionLensServer) -> None:
     server.feature(T.INITIALIZED)(on_initialized)
     server.feature(T.WORKSPACE_DID_CHANGE_CONFIGURATION)(on_config)
     server.feature(T.SHUTDOWN)(on_shutdown)
+    server.feature(T.EXIT)(on_exit)
+    server.feature(T.WINDOW_WORK_DONE_PROGRESS_CANCEL)(on_progress_cancel)
     server.feature(T.TEXT_DOCUMENT_DID_OPEN)(did_open)
     server.feature(T.TEXT_DOCUMENT_DID_CHANGE)(did_change)
     server.feature(T.TEXT_DOCUMENT_DID_SAVE)(did_save)

@@ -3,7 +3,13 @@ the worker process, and keeping its result (lsp_server.results).
 
 `Jobs` owns the queue and the running job; the documents, results and worker it uses are
 the server's, and it tells the user through the server's `Ui` (messages, status, progress,
-refreshing what the editor shows)."""
+refreshing what the editor shows). A compile request is answered once its jobs are queued;
+its progress (cancellable: that kills the running job's worker) follows them.
+
+A result knows the workspace files its compile imported (the worker says, with the digest of
+the text each was loaded from): once one of them differs, in its open buffer or on disk, the
+result is stale: the cache does not answer with it, and its target says so. The worker gets
+the text of other open buffers that differ from their files (overlays) to import from."""
 
 from __future__ import annotations
 
@@ -12,14 +18,15 @@ import dataclasses
 import hashlib
 import logging
 import os
+import tempfile
 from typing import Any, Protocol
 from collections.abc import Callable
 
 from lsprotocol import types as T
 
-from lsp_server.annotations import Result, ResultKey, load_report
+from lsp_server.annotations import Result, ResultKey, load_report, norm_path
 from lsp_server.documents import Documents, DocState
-from lsp_server.protocol import CompileAnswer, CompileRequest, Failure, Where
+from lsp_server.protocol import CompileAnswer, CompileRequest, Failure, Where, text_digest
 from lsp_server.results import Results
 from lsp_server.settings import Settings
 from lsp_server.views import report_summary
@@ -42,7 +49,8 @@ class Ui(Protocol):
 
     def refresh(self, uri: str | None = None) -> None: ...
 
-    async def progress_begin(self, token: Any, title: str, message: str) -> T.ProgressToken | None: ...
+    async def progress_begin(self, token: Any, title: str, message: str,
+                             cancellable: bool = False) -> T.ProgressToken | None: ...
 
     def progress_report(self, token: T.ProgressToken, message: str, percentage: int | None = None) -> None: ...
 
@@ -88,6 +96,9 @@ class Jobs:
         self._runner: asyncio.Task[None] | None = None
         self._timers: dict[str, asyncio.TimerHandle] = {}  # uri -> debounce
         self.last_device = "unknown"  # the device name the worker or a report last gave
+        self._progress: dict[Any, list[Job]] = {}  # progress token -> the jobs it follows
+        self._followers: set[asyncio.Task[list[Result | None]]] = set()  # requests' progress
+        self._texts = _Texts(documents)
 
     # --- scheduling and cancelling ------------------------------------------------------------
 
@@ -127,7 +138,26 @@ class Jobs:
             self.queue.remove(job)
             self._finish(job, None, reason)
         elif job is self.running and job.task is not None:
-            job.task.cancel(reason)
+            job.task.cancel(reason)  # Worker.request kills the worker; the next compile starts one
+
+    def cancel_jobs(self, jobs: list[Job], reason: str) -> list[str]:
+        """Cancel those of `jobs` still queued or running: the names of their targets."""
+        out = []
+        for job in jobs:
+            if self.active.get((job.path, job.target)) is job:
+                self.cancel_job(job, reason)
+                out.append(job.target)
+        return out
+
+    def cancel_all(self, uri: str | None, reason: str) -> list[str]:
+        """fusionlens.cancel: what is pending or running, of one document or of all."""
+        uris = [uri] if uri is not None else list(dict.fromkeys(
+            [*self._timers, *(j.uri for j in self.queue), *([self.running.uri] if self.running else [])]))
+        return [job.target for u in uris for job in self.cancel(u, reason)]
+
+    def cancel_progress(self, token: Any, reason: str) -> list[str]:
+        """window/workDoneProgress/cancel: the jobs that progress follows."""
+        return self.cancel_jobs(self._progress.get(token, []), reason)
 
     def target_state(self, state: DocState, name: str) -> tuple[str, str]:
         """(status, message) of a target (docs/lsp.md, fusionlens/regions): compiling; not
@@ -143,17 +173,37 @@ class Jobs:
             stale = " (the results shown are stale)" if res is not None else ""
             return "not allowed", EXECUTION_DISABLED + stale
         if res is not None:
+            changed = self.changed_imports(res)
+            if changed:
+                again = "saving compiles it again" if self._settings.compileTrigger != "manual" else "compile it again"
+                names = ", ".join(os.path.basename(p) for p in changed)
+                return res.status, f"stale: {names} changed since this compile; {again}"
             return res.status, res.message
         return "not compiled", state.notes.get(name, "")
+
+    def changed_imports(self, res: Result) -> list[str]:
+        """The files `res`'s compile imported whose text (open buffer, else file) is not the
+        text it imported."""
+        return [p for p, digest in res.imports.items() if self._texts.digest(p) != digest]
+
+    def dependents(self, state: DocState) -> list[str]:
+        """The open documents whose shown results imported the document's file (saving it
+        makes them stale)."""
+        paths = {res.path for _key, res in self._results.all_shown()
+                 if state.path in res.imports and res.path != state.path}
+        return [s.uri for s in self._docs if s.path in paths]
 
     # --- a compile request --------------------------------------------------------------------
 
     async def compile_targets(self, uri: str, names: list[str] | None, reason: str = "command",
-                              force: bool = True, token: Any = None) -> CompileAnswerDict:
+                              force: bool = True, token: Any = None, wait: bool = False,
+                              request: Any = None) -> CompileAnswerDict:
         """Compile the document's targets (all when `names` is None) as the buffer holds them:
-        an edited or untitled buffer compiles its own text. A request the user made (a
-        command) that is refused or fails says so with window/showMessage as well as in the
-        lens and the return value."""
+        an edited or untitled buffer compiles its own text. Answers once the jobs are queued
+        (`"queued": true`; progress on `token`, status, diagnostics and lenses follow them);
+        with `wait`, once they are done, and then the cancel of `request` (the LSP request's
+        future, pygls') cancels them. A request the user made (a command) that is refused or
+        fails says so with window/showMessage as well as in the lens and the answer."""
         state = self._docs.doc(uri)
         command = reason == "command"
         all_names = [t.name for t in state.targets]
@@ -163,11 +213,20 @@ class Jobs:
         refused = self._refusal(state, wanted, unknown, command)
         if refused is not None:
             return refused
-        futures = self._enqueue(state, wanted, force, command)
+        futures, jobs = self._enqueue(state, wanted, force, command)
+        loop = asyncio.get_running_loop()
         if self._runner is None or self._runner.done():
-            self._runner = asyncio.get_running_loop().create_task(self._run_queue())
+            self._runner = loop.create_task(self._run_queue())
         self._ui.refresh(uri)
-        results = await self._results_of(state, wanted, futures, token)
+        follow = loop.create_task(self._follow(state, futures, jobs, token))
+        self._followers.add(follow)
+        follow.add_done_callback(self._followers.discard)
+        if not wait:
+            return {"targets": wanted, "ok": not unknown, "queued": True}
+        if request is not None and jobs:
+            request.add_done_callback(lambda f: self.cancel_jobs(
+                jobs, "asked by the client ($/cancelRequest)") if f.cancelled() else None)
+        results = await asyncio.shield(follow)
         ok = all(r is not None and r.status == "ok" for r in results) and not unknown
         return {"targets": wanted, "ok": ok}
 
@@ -206,9 +265,10 @@ class Jobs:
         return {"targets": names, "ok": False, "message": msg}
 
     def _enqueue(self, state: DocState, names: list[str], force: bool,
-                 command: bool) -> list[asyncio.Future[Result | None]]:
-        """A future of each target's result: a cached one (unless `force`), the job already
-        queued for the same text, or a new job (which supersedes an older one)."""
+                 command: bool) -> tuple[list[asyncio.Future[Result | None]], list[Job]]:
+        """A future of each target's result: a cached one (unless `force`, or stale), the job
+        already queued for the same text, or a new job (which supersedes an older one); and
+        the jobs among them."""
         text = state.parsed_text or ""
         try:
             with open(state.fs_path, encoding="utf-8") as f:
@@ -219,17 +279,18 @@ class Jobs:
         infos = {t.name: t for t in state.targets}
         settings = self._settings.options_key()
         version = self._docs.text_document(state.uri).version
-        futures = []
+        futures, jobs = [], []
         for name in names:
             key = ResultKey(digest, state.path, name, settings)
             cached = self._results.cached(key)
-            if cached is not None and not force:
+            if cached is not None and not force and not self.changed_imports(cached):
                 self._results.show(cached)
                 futures.append(_done(cached))
                 continue
             job = self.active.get((state.path, name))
             if job is not None and job.key == key:
                 futures.append(job.future)
+                jobs.append(job)
                 continue
             if job is not None:  # an older version of this target is queued or running
                 self.cancel_job(job, "superseded by a newer compile")
@@ -244,31 +305,41 @@ class Jobs:
             self.queue.append(job)
             self.active[(state.path, name)] = job
             futures.append(job.future)
-        return futures
+            jobs.append(job)
+        return futures, jobs
 
-    async def _results_of(self, state: DocState, names: list[str], futures: list[asyncio.Future[Result | None]],
-                          token: Any) -> list[Result | None]:
-        """Wait for every future, reporting progress where the client shows it."""
+    async def _follow(self, state: DocState, futures: list[asyncio.Future[Result | None]], jobs: list[Job],
+                      token: Any) -> list[Result | None]:
+        """Wait for every future, reporting progress where the client shows it; the client
+        can cancel the progress, which cancels its jobs (cancel_progress)."""
         progress = await self._ui.progress_begin(token, f"FusionLens: compiling {os.path.basename(state.fs_path)}",
-                                                 f"compiling and benchmarking {len(names)} target(s)")
+                                                 f"compiling and benchmarking {len(futures)} target(s)",
+                                                 cancellable=bool(jobs))
         if progress is not None:
-            for name in names:
-                job = self.active.get((state.path, name))
-                if job is not None and not job.future.done():
-                    report = _reporter(self._ui, progress, f"running, tracing and benchmarking {name}")
+            self._progress[progress] = jobs
+            for job in jobs:
+                if not job.future.done():
+                    report = _reporter(self._ui, progress, f"running, tracing and benchmarking {job.target}")
                     if job.started:
                         report()
                     job.on_start.append(report)
-        results = []
-        for fut in asyncio.as_completed(futures):
-            res = await fut
-            results.append(res)
+        results: list[Result | None] = []
+        try:
+            for fut in asyncio.as_completed(futures):
+                res = await fut
+                results.append(res)
+                if progress is not None:
+                    label = "cancelled" if res is None else f"{res.target}: {res.status}"
+                    self._ui.progress_report(progress, f"{label} ({len(results)}/{len(futures)})",
+                                             int(100 * len(results) / len(futures)))
+        finally:
             if progress is not None:
-                label = "cancelled" if res is None else f"{res.target}: {res.status}"
-                self._ui.progress_report(progress, f"{label} ({len(results)}/{len(futures)})",
-                                         int(100 * len(results) / len(futures)))
-        if progress is not None:
-            self._ui.progress_end(progress, "done")
+                self._progress.pop(progress, None)
+                done = len(results) == len(futures) and None not in results
+                try:
+                    self._ui.progress_end(progress, "done" if done else "cancelled")
+                except Exception:  # noqa: BLE001 - the client is gone
+                    pass
         return results
 
     # --- running ------------------------------------------------------------------------------
@@ -299,10 +370,13 @@ class Jobs:
         name = f"{job.target} ({os.path.basename(job.fs_path)})"
         self._ui.notify_status("compiling", f"compiling and benchmarking {name}", job.uri)
         root = self._docs.workspace_root(self._docs.get(job.uri) or DocState(job.uri))
-        self._worker.cwd = root
+        folders = [root] if os.path.isdir(root) else []  # an untitled buffer's folder is never made
+        self._worker.cwd = root if folders else existing_cwd()
         s = job.key.settings
+        overlays = self.overlays(job.path)
         request = CompileRequest(job.fs_path, job.target, list(s.executors) if s.executors is not None else None,
-                                 s.device, job.source, [root], root, repeats=s.repeats, gpu=s.gpu, benchmark=True)
+                                 s.device, job.source, folders, self._worker.cwd, repeats=s.repeats, gpu=s.gpu,
+                                 benchmark=True, overlays=overlays)
         try:
             answer = await self._worker.request(request, self._settings.timeoutSeconds, job.mark_started)
         except WorkerError as e:
@@ -323,9 +397,22 @@ class Jobs:
         ok = report.status == "ok"
         message = report_summary(report) if ok else (
             report.error.message if report.error is not None else "compile failed")
+        imports = {norm_path(p) or p: digest for p, digest in answer.imports.items()}
         res = Result(job.target, job.path, job.key, "ok" if ok else "error", message, report,
-                     {job.path: job.snapshot}, job.target_line, "report", self._results.next_seq())
-        return _with_snapshots(res)
+                     {job.path: job.snapshot}, job.target_line, "report", self._results.next_seq(), imports=imports)
+        return _with_snapshots(res, {norm_path(p) or p: text for p, text in overlays.items()})
+
+    def overlays(self, path: str) -> dict[str, str]:
+        """The other open buffers of files (.py) whose text is not their file's: what a
+        compile of `path` imports instead of those files (the worker's overlays)."""
+        out = {}
+        for state in self._docs:
+            if state.path == path or not state.uri.startswith("file:") or not state.fs_path.endswith(".py"):
+                continue
+            text = self._docs.text_document(state.uri).source
+            if text != _read_text(state.fs_path):
+                out[state.fs_path] = text
+        return out
 
     def _note_device(self, name: str | None) -> None:
         if name and name != "unknown":
@@ -370,17 +457,71 @@ def _reporter(ui: Ui, token: T.ProgressToken, message: str) -> Callable[[], None
     return lambda: ui.progress_report(token, message)
 
 
-def _with_snapshots(res: Result) -> Result:
-    """The result with the text of every other file it annotates, as it is now on disk (the
-    compiled file's snapshot is the text that was compiled)."""
+def _with_snapshots(res: Result, overlays: dict[str, str] | None = None) -> Result:
+    """The result with the text of every other file it annotates: the overlay it was compiled
+    with, else the file as it is now (the compiled file's snapshot is the text that was
+    compiled). An imported file that changed since the worker loaded it gets none: its
+    annotations are not shown rather than shown on the wrong lines."""
     for path in res.files():
         if path not in res.snapshots:
-            try:
-                with open(path, encoding="utf-8") as f:
-                    res.snapshots[path] = f.read()
-            except (OSError, UnicodeDecodeError):
-                pass
+            text = (overlays or {}).get(path)
+            text = _read_text(path) if text is None else text
+            if text is not None and (path not in res.imports or text_digest(text) == res.imports[path]):
+                res.snapshots[path] = text
     return res
+
+
+def _read_text(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def existing_cwd() -> str:
+    """A working folder that exists, for a compile with no folder of its own (an untitled
+    buffer outside any workspace folder): the server's, else the home folder, else tmp."""
+    for folder in (_getcwd(), os.path.expanduser("~"), tempfile.gettempdir()):
+        if folder and os.path.isdir(folder):
+            return folder
+    return os.sep
+
+
+def _getcwd() -> str | None:
+    try:
+        return os.getcwd()
+    except OSError:  # it was removed
+        return None
+
+
+class _Texts:
+    """The digest of a file's text as a compile would import it now: its open buffer's, else
+    the file's; memoised by buffer version and file stat (targets' states ask often)."""
+
+    def __init__(self, docs: Documents):
+        self._docs = docs
+        self._memo: dict[str, tuple[Any, str | None]] = {}
+
+    def digest(self, path: str) -> str | None:
+        state = next((s for s in self._docs if s.path == path and s.uri.startswith("file:")), None)
+        text: str | None = None
+        if state is not None:
+            text = self._docs.text_document(state.uri).source
+            key: Any = ("buffer", self._docs.text_document(state.uri).version, len(text))
+        else:
+            try:
+                st = os.stat(path)
+            except OSError:
+                return None
+            key = ("file", st.st_mtime_ns, st.st_size)
+        memo = self._memo.get(path)
+        if memo is not None and memo[0] == key:
+            return memo[1]
+        text = _read_text(path) if state is None else text
+        value = text_digest(text) if text is not None else None
+        self._memo[path] = (key, value)
+        return value
 
 
 def _done(value: Result | None) -> asyncio.Future[Result | None]:

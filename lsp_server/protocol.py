@@ -16,6 +16,7 @@ Standard library only: the server imports it, and so does the worker before it i
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import logging
 from dataclasses import dataclass, field
@@ -66,10 +67,12 @@ class _RunsUserCode:
     executors: list[str] | None = None  # fusionlens.executors; None: the compiler's default
     device: str = "auto"
     source: str | None = None  # the buffer's text where it differs from the saved file
-    sys_path: list[str] = field(default_factory=list)  # put first on sys.path
+    sys_path: list[str] = field(default_factory=list)  # after the file's own folder, first on sys.path
     cwd: str | None = None
     id: int = 0  # set by Worker.request
     timeout: float | None = None  # seconds; the worker dumps its stacks shortly before
+    # other open buffers whose text differs from their file: path -> text (imported from that text)
+    overlays: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -128,6 +131,9 @@ class CompileAnswer:
     TYPE: ClassVar[str] = "compiled"
     id: int
     report: dict[str, Any]  # CompileReport.to_dict(); the server reads it with from_dict
+    # the workspace files the compile imported (not the compiled file): path -> text_digest of
+    # the text each was loaded from; a result is stale once one of them changes
+    imports: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -178,6 +184,11 @@ _NESTED: dict[tuple[type, str], type] = {
     (Ready, "stacks"): Stacks, (WhereEvent, "where"): Where, (Where, "stack"): UserFrame,
     (ReproAnswer, "script"): ReproScript,
 }
+
+
+def text_digest(text: str) -> str:
+    """The digest both sides compare module texts by (a file read as text, or a buffer)."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def encode(message: Message) -> str:

@@ -8,43 +8,136 @@ own their state: `settings` (Settings), `results` (the cache and the results sho
 `documents` (the open documents and their views), `worker` (the worker process) and `jobs`
 (the compile queue); it is itself their `Ui`. lsp_server.app attaches the handlers
 (features, commands) and runs it. Importing this module creates nothing.
+
+LSP's order is kept on every transport (FusionLensProtocol): before `initialize`, requests
+are answered ServerNotInitialized and notifications dropped. Over a socket the server takes
+one client (`serve_one_client`). Generated documents go to the private cache folder
+(lsp_server.files).
 """
 
 from __future__ import annotations
 
 import asyncio
 import atexit
-import os
+import logging
 import re
+import threading
 import uuid
 from typing import Any
 
 from lsprotocol import types as T
+from pygls.exceptions import JsonRpcInvalidRequest, JsonRpcServerNotInitialized
+from pygls.io_ import run_async
 from pygls.lsp.server import LanguageServer
+from pygls.protocol import LanguageServerProtocol
 from pygls.uris import from_fs_path
 
 from lsp_server import __version__
 from lsp_server.documents import Documents, capability
+from lsp_server.files import write_private
 from lsp_server.jobs import Jobs
 from lsp_server.results import Results
 from lsp_server.settings import Settings
 from lsp_server.worker_client import Worker
 
 STATUS_NOTIFICATION = "fusionlens/status"
+SETTINGS_PENDING = ("not compiled: waiting for the client's settings (its answer to workspace/configuration); "
+                    "nothing runs until they arrive")
+logger = logging.getLogger("fusionlens.lsp")
+
+
+class FusionLensProtocol(LanguageServerProtocol):
+    """pygls' protocol, keeping LSP's order: nothing but `initialize` and `exit` before
+    `initialize` (requests get -32002 ServerNotInitialized, notifications are dropped), and
+    one `initialize` only."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.initialize_received = False
+
+    def handle_message(self, message: Any) -> None:
+        method = getattr(message, "method", None)
+        msg_id = getattr(message, "id", None)
+        error: Any = None
+        if method == T.INITIALIZE:
+            if self.initialize_received:
+                error = JsonRpcInvalidRequest("initialize was already received")
+            self.initialize_received = True
+        elif method is not None and method != T.EXIT and not self.initialize_received:
+            error = JsonRpcServerNotInitialized(f"{method} before initialize: send initialize first")
+        if error is None:
+            super().handle_message(message)
+        elif msg_id is not None:
+            logger.warning("refused %s: %s", method, error.message)
+            self._send_response(msg_id, None, error.to_response_error())
+        else:
+            logger.warning("dropped %s: %s", method, error.message)
 
 
 class FusionLensServer(LanguageServer):
     def __init__(self) -> None:
-        super().__init__("fusionlens-lsp", __version__)
+        super().__init__("fusionlens-lsp", __version__, protocol_cls=FusionLensProtocol)
         self.settings = Settings()
+        # Set once the client's settings are known (its workspace/configuration answer, or
+        # initializationOptions where it has none); nothing runs before.
+        self.settings_known = asyncio.Event()
+        self.settings_overdue = asyncio.Event()  # set when the answer is late (said once)
+        self.pending_triggers: dict[str, str] = {}  # uri -> "opened" | "saved": compiles waiting for it
         self.results = Results()
         self.documents = Documents(self, self.settings, self.results)
         self.worker = Worker(on_stderr=self._worker_output)
         atexit.register(self.worker.kill_now)
         self.jobs = Jobs(self.settings, self.documents, self.results, self.worker, self)
 
+    def serve_one_client(self, listen: Any, where: str) -> None:
+        """Serve LSP to the first client that connects to the listener `listen(on_connect)`
+        starts (an awaitable of an asyncio.Server); the listener closes then, so a second
+        connection is refused (one that races in is closed unread), and the server ends when
+        its client disconnects."""
+        self._stop_event = stop = threading.Event()
+
+        async def serve() -> None:
+            first: asyncio.Future[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = \
+                asyncio.get_running_loop().create_future()
+
+            def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+                if first.done():
+                    logger.warning("refused a second connection on %s: one client only", where)
+                    writer.close()
+                    return
+                first.set_result((reader, writer))
+
+            listener = await listen(on_connect)
+            logger.info("listening on %s (one client)", where)
+            reader, writer = await first
+            listener.close()  # no one else gets in; the connection stays open
+            self.protocol.set_writer(writer)
+            try:
+                await run_async(stop_event=stop, reader=reader, protocol=self.protocol, logger=logger,
+                                error_handler=self.report_server_error)
+            finally:
+                writer.close()
+
+        try:
+            asyncio.run(serve())
+        except (KeyboardInterrupt, asyncio.CancelledError):
+            pass
+        finally:
+            self.shutdown()
+
     def caps(self, *path: str) -> Any:
         return capability(self, *path)
+
+    async def settings_ready(self) -> bool:
+        """Wait for the client's settings, until they come or are overdue: True when known."""
+        if not self.settings_known.is_set() and not self.settings_overdue.is_set():
+            waits = [asyncio.ensure_future(e.wait()) for e in (self.settings_known, self.settings_overdue)]
+            try:
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for w in waits:
+                    w.cancel()
+        return self.settings_known.is_set()
 
     def _worker_output(self, line: str) -> None:
         self.log(T.MessageType.Log, f"[worker] {line}")
@@ -69,9 +162,11 @@ class FusionLensServer(LanguageServer):
     def refresh(self, uri: str | None = None) -> None:
         self.documents.refresh(uri)
 
-    async def progress_begin(self, token: Any, title: str, message: str) -> T.ProgressToken | None:
+    async def progress_begin(self, token: Any, title: str, message: str,
+                             cancellable: bool = False) -> T.ProgressToken | None:
         """Begin a $/progress sequence on `token` (the request's), else on one the server
-        creates where the client supports it; None where there is none."""
+        creates where the client supports it; None where there is none. `cancellable`: the
+        client may cancel it (window/workDoneProgress/cancel, features.on_progress_cancel)."""
         if token is None:
             if not self.caps("window", "work_done_progress"):
                 return None
@@ -82,7 +177,7 @@ class FusionLensServer(LanguageServer):
                 return None
         try:
             self.work_done_progress.begin(token, T.WorkDoneProgressBegin(title=title, message=message,
-                                                                         percentage=0, cancellable=False))
+                                                                         percentage=0, cancellable=cancellable))
         except Exception:  # noqa: BLE001
             return None
         return token
@@ -95,19 +190,25 @@ class FusionLensServer(LanguageServer):
 
     # --- generated documents ------------------------------------------------------------------
 
-    def cache_folder(self) -> str:
-        folder = os.path.join(self.settings.cache_root(), "generated")
-        os.makedirs(folder, exist_ok=True)
-        return folder
+    def write_generated(self, sub: str, name: str, text: str, mode: int = 0o444) -> str:
+        """Write a generated file to the cache folder's `sub` folder, privately and atomically
+        (lsp_server.files); returns its path. Raises UnsafeFolder (told) or OSError."""
+        root, ours = self.settings.cache_location()
+        safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", name).lstrip(".") or "generated.py"
+        try:
+            return write_private(root, sub, safe, text, ours, mode)
+        except OSError as e:  # UnsafeFolder among them
+            self.tell(T.MessageType.Error, f"not written: {e}")
+            self.log(T.MessageType.Error, f"not written: {e}")
+            raise
 
     async def show_generated(self, text: str, name: str) -> dict[str, Any]:
-        safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
-        path = os.path.join(self.cache_folder(), safe)
-        if os.path.exists(path):
-            os.chmod(path, 0o644)
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(path, 0o444)  # a hint to editors that it is read-only
+        """Write a generated document (0444: a hint to editors that it is read-only) and ask
+        the client to open it; {"uri": None, "message"} where it cannot be written."""
+        try:
+            path = self.write_generated("generated", name, text)
+        except OSError as e:
+            return {"uri": None, "message": f"FusionLens: not written: {e}"}
         return await self.show_path(path)
 
     async def show_path(self, path: str) -> dict[str, Any]:

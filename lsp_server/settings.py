@@ -5,6 +5,8 @@ names the setting and the value, and the setting keeps its value (a safe default
 valid one arrives). Sources apply in the order they arrive, later valid values replacing
 earlier ones, with one exception: `allowExecution`. A `false` (or an invalid value) from
 any source turns execution off until the server restarts; a later `true` is refused.
+A key the server does not know is named in a warning; one that reads as `allowExecution`
+spelt otherwise (`AllowExecution`, `allow_execution`) turns execution off unless it is `true`.
 """
 
 from __future__ import annotations
@@ -13,11 +15,11 @@ import dataclasses
 import json
 import os
 import re
-import tempfile
 from typing import Any, NamedTuple
 from collections.abc import Callable
 
 from compiler import roofline
+from lsp_server.files import default_root
 
 TRIGGERS = ("onOpen", "onSave", "manual")
 _DEVICE = re.compile(r"auto|cpu|cuda(:\d+)?")
@@ -98,6 +100,14 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
     "benchmarkRepeats": _int(1, 10_000), "device": _device, "timeoutSeconds": _seconds,
     "inlayHints": _bool, "debounceMs": _int(0, 60_000), "cacheFolder": _folder, "targetGpu": _gpu,
 }
+CLIENT_KEYS = frozenset({"pythonPath", "trace"})  # the VS Code extension's own keys of the section: not ours
+
+
+def _folded(name: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", name.lower())
+
+
+_FOLDED = {_folded(n): n for n in _CHECKS}
 
 
 @dataclasses.dataclass
@@ -116,15 +126,16 @@ class Settings:
 
     def update(self, data: Any) -> tuple[list[str], list[str]]:
         """Apply a settings object (flat, or wrapped in {"fusionlens": {...}}); returns
-        (names that changed, warnings for the values refused). Unknown keys are ignored."""
+        (names that changed, warnings for the values refused and the keys not known)."""
         if data is None:
             return [], []
         if not isinstance(data, dict):
             return [], [f"FusionLens settings must be an object, not {_show(data)}; nothing changed"]
         if isinstance(data.get("fusionlens"), dict):
             data = data["fusionlens"]
-        changed: list[str] = []
-        warnings: list[str] = []
+        allowed = self.allowExecution
+        warnings = self._unknown_keys(data)
+        changed: list[str] = ["allowExecution"] if allowed != self.allowExecution else []
         for name, check in _CHECKS.items():
             if name not in data:
                 continue
@@ -149,8 +160,30 @@ class Settings:
                     continue
             if getattr(self, name) != value:
                 setattr(self, name, value)
-                changed.append(name)
+                if name not in changed:
+                    changed.append(name)
         return changed, warnings
+
+    def _unknown_keys(self, data: dict[Any, Any]) -> list[str]:
+        """Warnings naming the keys that are not settings; a misspelt allowExecution whose
+        value is not `true` turns execution off (the user meant it off, most likely)."""
+        unknown = [k for k in data if k not in _CHECKS and k not in CLIENT_KEYS]
+        if not unknown:
+            return []
+        hints = []
+        for k in unknown:
+            meant = _FOLDED.get(_folded(str(k)))
+            if meant is None:
+                continue
+            hint = f"{_show(k)} is not {meant}"
+            if meant == "allowExecution" and data[k] is not True:
+                self.allowExecution, self.execution_locked = False, True
+                hint += ", but is taken as false: running user code is disabled until the server restarts"
+            hints.append(hint)
+        names = ", ".join(_show(k) for k in unknown)
+        extra = f" ({'; '.join(hints)})" if hints else ""
+        return [f"FusionLens settings: unknown key(s) {names}, not applied{extra}; the settings "
+                f"(case-sensitive) are {', '.join(_CHECKS)}"]
 
     def options_key(self) -> CompileSettings:
         """The options a compile result depends on (part of the cache key)."""
@@ -158,9 +191,14 @@ class Settings:
                                self.benchmarkRepeats, self.device, self.targetGpu)
 
     def cache_root(self) -> str:
-        """fusionlens.cacheFolder, else a folder of this user's under the temporary directory."""
-        user = os.getuid() if hasattr(os, "getuid") else "user"
-        return self.cacheFolder or os.path.join(tempfile.gettempdir(), f"fusionlens-lsp-{user}")
+        """fusionlens.cacheFolder, else this user's private folder (lsp_server.files)."""
+        return self.cache_location()[0]
+
+    def cache_location(self) -> tuple[str, bool]:
+        """(the cache folder, whether the server chose it: it then makes it 0700)."""
+        if self.cacheFolder:
+            return os.path.abspath(os.path.expanduser(self.cacheFolder)), False
+        return default_root(), True
 
 
 def _show(value: Any) -> str:

@@ -9,15 +9,18 @@ the backward (report.training.saved) goes with the backward's hint and hover.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Sequence
 
 from compiler import roofline
 from compiler.report import (Boundary, CompileReport, DiagnosticCode, ProgramReport, Region, SavedTensor,
                              Training, format_bytes, format_ms)
 from lsp_server.annotations import LineNote, Result
+from lsp_server.linemap import split_lines
 
 HINT_MAX = 40  # "P1 · triton (preview) · est 3.2 µs" fits
 HOVER_CODE_LINES = 60
+TOOLTIP_REGIONS = 8  # a line that calls into many regions (`x = block(x)`) lists this many in its hint
 # the program whose inputs are what a training forward saves: its hint shows them
 SAVED_FOR = "backward"
 # kind -> (its hints' prefix, what its regions are called)
@@ -45,6 +48,14 @@ def region_time(region: Region) -> float | None:
 
 # --- cost and roofline ------------------------------------------------------------------------
 
+def roofline_ms(ms: float | None) -> str:
+    """A roofline time: format_ms, but "< 0.1 µs" where that would print 0.0 µs (a small
+    tensor's bytes at a GPU's bandwidth take nanoseconds)."""
+    if ms is not None and round(ms * 1000, 1) == 0:
+        return "< 0.1 µs"
+    return format_ms(ms)
+
+
 def estimated_here(report: CompileReport | None) -> bool:
     """Whether the report ran on a CPU, its rooflines the target GPU's: what the editor shows
     then is estimated GPU time, not the CPU's."""
@@ -69,10 +80,10 @@ def roofline_text(region: Region) -> str:
     how = f"{line.bound}-bound{work}"
     at = f"on {line.device}"
     if line.estimate:
-        return f"est. {format_ms(line.min_ms)} {at} ({how})"
+        return f"est. {roofline_ms(line.min_ms)} {at} ({how})"
     if line.pct_of_peak is None:
-        return f"roofline {format_ms(line.min_ms)} {at} ({how})"
-    return f"{line.pct_of_peak:.0f}% of peak {at} (roofline {format_ms(line.min_ms)}, {how})"
+        return f"roofline {roofline_ms(line.min_ms)} {at} ({how})"
+    return f"{line.pct_of_peak:.0f}% of peak {at} (roofline {roofline_ms(line.min_ms)}, {how})"
 
 
 def headroom_ms(region: Region) -> float | None:
@@ -94,7 +105,7 @@ def _hint_time(region: Region, report: CompileReport | None) -> str:
     "12.1 µs · 45% peak" (measured on a GPU of the table), else the measured time."""
     line = region.roofline
     if line is not None and line.estimate and estimated_here(report):
-        return f"est {format_ms(line.min_ms)}"
+        return f"est {roofline_ms(line.min_ms)}"
     t = region_time(region)
     if t is None:
         return ""
@@ -109,7 +120,7 @@ def _regions_parts(notes: list[LineNote]) -> list[str]:
     preview = next((n.preview for n in notes if n.preview is not None), None)
     if preview is not None and estimated_here(report):
         p, region = preview
-        est = [f"est {format_ms(region.roofline.min_ms)}"] if region.roofline is not None else []
+        est = [f"est {roofline_ms(region.roofline.min_ms)}"] if region.roofline is not None else []
         return [region.id, f"{p.executor} (preview)", *est]
     regions: list[Region] = []
     for n in notes:
@@ -164,6 +175,17 @@ def timing_text(region: Region) -> str:
 
 
 def region_tooltip(note: LineNote, region_lines: list[int]) -> str:
+    """A region's part of a hint's tooltip: what it is, its time and roofline, its ops, the
+    preview it would join, its lines here now. All but the lines is made once per note (a
+    view is made again after every edit; the notes are the result's)."""
+    if note.tooltip_parts is None:
+        note.tooltip_parts = _tooltip_parts(note)
+    head, tail = note.tooltip_parts
+    lines = ("\n\nlines: " + ", ".join(str(ln + 1) for ln in region_lines)) if region_lines else ""
+    return head + lines + tail
+
+
+def _tooltip_parts(note: LineNote) -> tuple[str, str]:
     r = note.region
     rep = note.result.report
     noun = words(note.program.kind)[1]
@@ -176,23 +198,23 @@ def region_tooltip(note: LineNote, region_lines: list[int]) -> str:
     if note.preview is not None and estimated_here(rep):
         p, region = note.preview
         parts.append(f"where {p.executor} can run: `{region.id}` · {roofline_text(region)}")
-    if region_lines:
-        parts.append("lines: " + ", ".join(str(ln + 1) for ln in region_lines))
-    if r.note:
-        parts.append(f"note: {r.note}")
-    return "\n\n".join(parts)
+    return "\n\n".join(parts), (f"\n\nnote: {r.note}" if r.note else "")
 
 
 def hint_tooltip(notes: list[LineNote], region_lines_of: Callable[[Result, str], list[int]],
                  saved: Sequence[SavedTensor] = ()) -> str:
-    tips = [region_tooltip(n, region_lines_of(n.result, n.region.id)) for n in notes]
+    """The tooltip of a line's hint: its regions (the first TOOLTIP_REGIONS; the hover has
+    them all), what the line saves for the backward."""
+    tips = [region_tooltip(n, region_lines_of(n.result, n.region.id)) for n in notes[:TOOLTIP_REGIONS]]
+    if len(notes) > TOOLTIP_REGIONS:
+        tips.append(f"… and {_plural(len(notes) - TOOLTIP_REGIONS, 'more region')}: hover the line for all")
     return "\n\n---\n\n".join(tips + ([saved_section(saved)] if saved else []))
 
 
 # --- hover ------------------------------------------------------------------------------------
 
 def code_block(code: str, limit: int = HOVER_CODE_LINES, more: str = "") -> str:
-    lines = code.rstrip().splitlines()
+    lines = split_lines(code.rstrip())
     extra = ""
     if len(lines) > limit:
         extra = f"\n\n… {len(lines) - limit} more lines{more}"
@@ -270,7 +292,7 @@ def _code_sections(group: list[LineNote], budget: list[int]) -> list[str]:
             continue
         out.append(f"**kernel code ({n.region.id}):**\n\n"
                    + code_block(code, budget[0], more=" — code action “Show kernel code for this region”"))
-        budget[0] -= len(code.strip().splitlines())
+        budget[0] -= len(split_lines(code.strip()))
     if skipped:
         out.append("kernel code of " + ", ".join(f"`{r}`" for r in skipped)
                    + ": code action “Show kernel code for this region”")
@@ -338,13 +360,55 @@ def hover_markdown(notes: list[LineNote], boundaries: list[tuple[Region, Boundar
     return "\n\n".join(out)
 
 
+_BOLD = re.compile(r"\*\*(.+?)\*\*")
+_CODE = re.compile(r"`([^`]*)`")
+
+
+def plain_text(markdown: str) -> str:
+    """A hover's Markdown as plain text, for a client that shows none (eglot without
+    markdown-mode asks for plaintext): no markup characters, code blocks indented, tables
+    aligned in columns, rules drawn."""
+    out: list[str] = []
+    table: list[list[str]] = []
+    in_code = False
+    for line in markdown.split("\n"):
+        if line.startswith("```"):
+            in_code = not in_code
+            continue
+        if in_code:
+            out.append("    " + line.replace("`\u200b``", "```"))  # code_block's escape of a fence
+            continue
+        if line.startswith("|"):
+            cells = [_plain_inline(c.strip()) for c in line.strip().strip("|").split("|")]
+            if not all(c and set(c) <= set("-:") for c in cells):  # not the header's underline
+                table.append(cells)
+            continue
+        if table:
+            out += _columns(table)
+            table = []
+        if line == "---":
+            out.append("─" * 40)
+        else:
+            out.append(_plain_inline(line.lstrip("#").lstrip() if line.startswith("#") else line))
+    return "\n".join(out + _columns(table))
+
+
+def _plain_inline(text: str) -> str:
+    return _CODE.sub(r"\1", _BOLD.sub(r"\1", text))
+
+
+def _columns(rows: list[list[str]]) -> list[str]:
+    widths = [max(len(r[i]) if i < len(r) else 0 for r in rows) for i in range(max((len(r) for r in rows), default=0))]
+    return ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+
+
 def _roofline_cell(region: Region) -> str:
     line = region.roofline
     if line is None:
         return "—"
     if line.estimate:
-        return f"est. {format_ms(line.min_ms)} on {line.device}"
-    return f"{line.pct_of_peak:.0f}% of peak" if line.pct_of_peak is not None else format_ms(line.min_ms)
+        return f"est. {roofline_ms(line.min_ms)} on {line.device}"
+    return f"{line.pct_of_peak:.0f}% of peak" if line.pct_of_peak is not None else roofline_ms(line.min_ms)
 
 
 # --- lens and the target's hover --------------------------------------------------------------

@@ -6,6 +6,10 @@ duplicated file descriptors and points fd 1 at stderr and fd 0 at /dev/null, so 
 `input()` in user code (or in any library, at the C level too) can never corrupt or consume
 the protocol stream.
 
+Each compile sees the workspace's modules as they are now (its file's folder first on
+sys.path, modules that changed or that another folder holds imported afresh, open buffers'
+text): lsp_server/worker_imports.py, which also tells the server what the compile imported.
+
 Where a compile hung or died. The server kills a compile that runs past its timeout and
 cannot ask a dead worker anything, so the worker says beforehand where the user's code is
 (the innermost *user* frame of the main thread, by `compiler.provenance.is_user_file`, and
@@ -38,12 +42,14 @@ from collections.abc import Callable
 from lsp_server.protocol import (CompileAnswer, CompileRequest, ExitRequest, Failure, Message, PingAnswer,
                                  PingRequest, Ready, ReproAnswer, ReproRequest, ReproScript, Stacks, Started,
                                  UserFrame, Where, WhereEvent, decode, encode)
+from lsp_server.worker_imports import Modules
 
 SAMPLE_S = 0.25
 _LSP_DIR = os.path.dirname(os.path.abspath(__file__))
 _REAL_EXIT = os._exit
 _OUT_LOCK = threading.Lock()  # the main thread and the sampler both write to the protocol
 _STACKS_FD: int | None = None
+_MODULES: Modules | None = None  # the workspace modules between compiles (_modules())
 
 
 class _Current:
@@ -244,12 +250,29 @@ def _device() -> tuple[str, str]:
         return "cpu", f"CPU (torch unavailable: {e})"
 
 
+def _modules() -> Modules:
+    """The workspace modules' keeper (worker_imports.py), made and installed on first use."""
+    global _MODULES
+    if _MODULES is None:
+        from compiler.discovery import CodeRoots
+
+        roots = _code_roots()
+        _MODULES = Modules(CodeRoots(**{k: tuple(v) for k, v in roots.items()}))
+        _MODULES.install()
+    return _MODULES
+
+
 def _run(req: CompileRequest | ReproRequest, out: TextIO, work: Callable[[], Message]) -> None:
-    """Run a request's user code: its folders first on sys.path, its working folder,
-    Started, the watch on where its user code is; then its answer, or a Failure."""
-    for p in reversed(req.sys_path):
-        if p and p not in sys.path:
-            sys.path.insert(0, p)
+    """Run a request's user code: sys.path and the workspace modules as they are now (the
+    file's folder first, then the request's), its working folder, Started, the watch on
+    where its user code is; then its answer (with the files it imported), or a Failure."""
+    modules: Modules | None = None
+    try:
+        modules = _modules()
+        modules.prepare(req.path, req.sys_path, req.overlays)
+    except Exception:  # noqa: BLE001 - the compiler does not import (the compile says so), or a bug
+        traceback.print_exc()  # to the server's log
+        modules = None
     if req.cwd:
         try:
             os.chdir(req.cwd)
@@ -258,7 +281,11 @@ def _run(req: CompileRequest | ReproRequest, out: TextIO, work: Callable[[], Mes
     _send(out, Started(req.id))
     _watch_compile(req.id, req.timeout, out)
     try:
-        answer = encode(work())
+        message = work()
+        imports = modules.finish(req.path) if modules is not None else {}  # (records what was loaded)
+        if isinstance(message, CompileAnswer):
+            message.imports = imports
+        answer = encode(message)
     except BaseException as e:  # noqa: BLE001 - everything becomes a message
         if isinstance(e, KeyboardInterrupt):
             raise
@@ -324,6 +351,10 @@ def _ready() -> Ready:
     try:
         stacks = _set_up_stacks()
     except Exception:  # noqa: BLE001 - compiles work without it
+        pass
+    try:
+        _modules()  # sys.path as started, before any request changes the working folder
+    except Exception:  # noqa: BLE001 - _run says so
         pass
     return Ready(os.getpid(), device, device_name, error, stacks)
 

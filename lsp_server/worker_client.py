@@ -88,7 +88,7 @@ class Worker:
         self.proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "lsp_server.worker",
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE, env=self._environment(), cwd=self.cwd or None,
+            stderr=asyncio.subprocess.PIPE, env=self._environment(), cwd=_existing(self.cwd),
             start_new_session=(os.name == "posix"), limit=1 << 28)
         self._stderr_task = asyncio.get_running_loop().create_task(self._pump_stderr(self.proc))
         try:
@@ -154,6 +154,12 @@ class Worker:
                 _kill_group(proc.pid)
             except (ProcessLookupError, PermissionError, OSError):
                 pass
+
+    def discard(self) -> None:
+        """At exit: kill the worker now and remove its stacks file (no event loop needed)."""
+        self.kill_now()
+        if self._stacks_path:
+            _remove(self._stacks_path)
 
     async def kill(self) -> None:
         proc, self.proc = self.proc, None
@@ -275,6 +281,11 @@ def _kill_group(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
     else:
         os.kill(pid, signal.SIGTERM)
+
+
+def _existing(folder: str | None) -> str | None:
+    """A working folder to start the worker in: `folder` where it exists, else the server's."""
+    return folder if folder and os.path.isdir(folder) else None
 
 
 def _remove(path: str) -> None:

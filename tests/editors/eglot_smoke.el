@@ -15,6 +15,9 @@
 ;; FL_PYTHON (default: python3) runs the server with PYTHONPATH=$FL_PYTHONPATH (default:
 ;; FL_REPO); FL_HOVER_TEXT picks the hovered line by its text; FL_TIMEOUT (seconds, default
 ;; 600) bounds the compile; FL_EVENTS, if set, gets eglot's events buffer (the JSON-RPC log).
+;;
+;; The action runs with eglot's own request timeout (10 s): the server answers at once and
+;; the compile's results arrive later, so the script polls fusionlens/regions for them.
 
 (require 'json)
 (require 'subr-x)
@@ -33,6 +36,19 @@
 (defvar fl-hover-text (getenv "FL_HOVER_TEXT"))
 (defvar fl-timeout (string-to-number (fl-env "FL_TIMEOUT" "600")))
 (defvar fl-result nil "Alist (KEY . VALUE), newest first.")
+
+(defun fl-wait-compiled (server uri start)
+  "Poll fusionlens/regions until `fl-target' is compiled (ok or error): its status."
+  (let (status)
+    (while (let* ((regions (jsonrpc-request server :fusionlens/regions `(:uri ,uri)))
+                  (target (cl-find-if (lambda (x) (equal (plist-get x :name) fl-target))
+                                      (plist-get regions :targets))))
+             (setq status (plist-get target :status))
+             (not (member status '("ok" "error"))))
+      (when (> (- (float-time) start) fl-timeout)
+        (error "%s not compiled within %s s (status %s)" fl-target fl-timeout status))
+      (accept-process-output nil 0.2))
+    status))
 (defvar fl-steps nil)
 
 ;; Nothing of the user's: no init file (--batch), a throwaway user directory (so no
@@ -126,16 +142,16 @@
           (fl-step "target_actions_before" (fl-titles actions))
           (unless compile (error "no \"Compile and benchmark\" action at line %d" target-line))
           (let* ((cmd (plist-get compile :command))
-                 (jsonrpc-default-request-timeout fl-timeout) ; eglot's default is 10 s
                  (t0 (float-time))
                  (res (condition-case e
                           (eglot-execute-command server (intern (plist-get cmd :command))
                                                  (plist-get cmd :arguments))
                         (jsonrpc-error
-                         (error "%s did not answer within %s s: %S"
-                                (plist-get cmd :command) fl-timeout (cdr e))))))
+                         (error "%s did not answer within eglot's %s s: %S"
+                                (plist-get cmd :command) jsonrpc-default-request-timeout (cdr e))))))
             (fl-step "compile" res)
-            (fl-step "compile_seconds" (- (float-time) t0))))
+            (fl-step "compile_seconds" (- (float-time) t0))
+            (fl-step "compiled" (fl-wait-compiled server uri t0))))
 
         (fl-goto hover-line 4)
         (let ((hover (jsonrpc-request server :textDocument/hover

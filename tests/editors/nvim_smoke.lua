@@ -57,7 +57,7 @@ local ok, err = pcall(function()
   step("lenses_before", vim.tbl_map(function(l) return l.command.title end, lenses or {}))
 
   local compiled = request("workspace/executeCommand",
-    { command = "fusionlens.compile", arguments = { uri, target or vim.NIL } }, 600000)
+    { command = "fusionlens.compile", arguments = { uri, target or vim.NIL, { wait = true } } }, 600000)
   step("compile", compiled)
 
   lenses = request("textDocument/codeLens", { textDocument = { uri = uri } })

@@ -80,6 +80,11 @@ class Session:
             T.ExecuteCommandParams(command=name, arguments=list(args)))
 
     async def compile(self, uri: str, target: str | None = None, timeout: float = 240):
+        """fusionlens.compile, answered once the compile is done (`wait`)."""
+        return await asyncio.wait_for(self.command("fusionlens.compile", uri, target, {"wait": True}), timeout)
+
+    async def queue_compile(self, uri: str, target: str | None = None, timeout: float = 10):
+        """fusionlens.compile as editors send it: answered once the compile is queued."""
         return await asyncio.wait_for(self.command("fusionlens.compile", uri, target), timeout)
 
     async def hover(self, uri: str, line: int, character: int = 4):
@@ -107,8 +112,8 @@ class Session:
 
 
 # `R3 · torch · 0.12 ms`, `R3 · triton · 12.1 µs · 45% peak`, on a CPU `R3 · torch · est 4.1 µs`
-# or the preview region the line would join, `P1 · triton (preview) · est 3.2 µs`
-HINT_RE = re.compile(r"^\S+( \+\d+ more)? · [\w./-]+( \(preview\))?( · (est )?[\d.]+ (ms|µs))?( · \d+% peak)?$")
+# or the preview region the line would join, `P1 · triton (preview) · est 3.2 µs` (`est < 0.1 µs`)
+HINT_RE = re.compile(r"^\S+( \+\d+ more)? · [\w./-]+( \(preview\))?( · (est )?(< )?[\d.]+ (ms|µs))?( · \d+% peak)?$")
 SUMMARY_RE = re.compile(r"^(fwd\+bwd ([\d.]+x vs eager|· \d+ backward regions?) · [\d.]+ [KMG]?B saved · )?"
                         r"\d+ regions? · \d+ kernels?( · [\d.]+ (ms|µs))?( · [\d.]+x vs eager)?"
                         r"( · \S+ at \d+% of peak)?$")

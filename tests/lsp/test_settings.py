@@ -49,7 +49,8 @@ def test_a_good_value_is_taken(name, value):
 def test_one_bad_value_leaves_the_others_alone():
     s = Settings()
     changed, warnings = s.update({"benchmarkRepeats": "many", "debounceMs": 10, "unknownKey": 1})
-    assert changed == ["debounceMs"] and s.benchmarkRepeats == 20 and len(warnings) == 1
+    assert changed == ["debounceMs"] and s.benchmarkRepeats == 20 and len(warnings) == 2
+    assert '"unknownKey"' in warnings[0]  # an unknown key is named (issue 22)
 
 
 def test_a_false_from_any_source_wins_until_restart():

@@ -111,7 +111,7 @@ export class Commands implements vscode.Disposable {
     const what = target ?? path.basename(uri.fsPath);
     const res = await vscode.window.withProgress(
       { location: vscode.ProgressLocation.Window, title: `FusionLens: compiling ${what}` },
-      () => this.executeServer<CompileResult | null>(CMD_COMPILE, [serverUri, target]),
+      () => this.executeServer<CompileResult | null>(CMD_COMPILE, [serverUri, target, { wait: true }]),
     );
     this.regions.refresh(0);
     if (res && res.ok === false) {

@@ -27,7 +27,8 @@ export class GeneratedDocuments implements vscode.TextDocumentContentProvider {
 
   /**
    * Is this a file the server generated? Under `fusionlens.cacheFolder`, under the default
-   * `<tmp>/fusionlens-lsp-<uid>/generated/`, in a `.fusionlens-cache` folder, or outside the
+   * `~/.cache/fusionlens-lsp/generated/` (`<tmp>/fusionlens-lsp-<uid>/` without a home), in a
+   * `.fusionlens-cache` folder, or outside the
    * workspace (the server only asks to show documents it wrote).
    */
   static isGenerated(file: vscode.Uri, cacheFolder?: string | null): boolean {

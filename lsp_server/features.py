@@ -19,7 +19,7 @@ from lsp_server.commands import CMD_COMPILE, CMD_EXPORT_REPRO, CMD_SHOW_KERNEL, 
 from lsp_server.documents import DocState, View
 from lsp_server.server import SETTINGS_PENDING, FusionLensServer
 from lsp_server.views import (SAVED_FOR, boundary_label, boundary_tooltip, hint_label, hint_tooltip, hover_markdown,
-                              lens_title, plain_text, program_groups, target_hover)
+                              lens_title, plain_text, program_groups, shorten, target_hover)
 
 FUSION_EXECUTORS = ("triton", "nvfuser")  # the executors whose regions have a kernel to export
 
@@ -273,6 +273,12 @@ def _hint(pos: T.Position, label: str, tooltip: str) -> T.InlayHint:
 
 def code_lens(ls: FusionLensServer, params: T.CodeLensParams) -> list[T.CodeLens]:
     state = ls.documents.doc(params.text_document.uri)
+    if not state.targets and state.syntax_error is not None and "compiler.example" in state.text:
+        # opened with a syntax error: its targets are not known yet, but it means to have some
+        line, _, message = state.syntax_error
+        title = "Not compiled: " + shorten(f"{message} (line {line + 1})", 60)
+        return [T.CodeLens(range=T.Range(T.Position(line, 0), T.Position(line, 0)),
+                           command=T.Command(title=title, command=CMD_COMPILE, arguments=[state.uri]))]
     out = []
     for t in state.targets:
         status, message = ls.jobs.target_state(state, t.name)

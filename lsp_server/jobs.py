@@ -166,12 +166,12 @@ class Jobs:
         job = self.active.get((state.path, name))
         if job is not None:
             return "compiling", ("running" if job.started else "queued")
-        if name in state.cancelled:
-            return "not compiled", state.notes.get(name, "compile cancelled")
         res = self._results.shown(state.path, name)
-        if not self._settings.allowExecution:
+        if not self._settings.allowExecution:  # before "cancelled": turning execution off cancels
             stale = " (the results shown are stale)" if res is not None else ""
             return "not allowed", EXECUTION_DISABLED + stale
+        if name in state.cancelled:
+            return "not compiled", state.notes.get(name, "compile cancelled")
         if res is not None:
             changed = self.changed_imports(res)
             if changed:

@@ -38,8 +38,10 @@ async def test_syntax_error_document(start_server):
     assert len(diags) == 1 and diags[0].severity == ERROR
     assert diags[0].range.start.line == line_of(path, "# SYNTAX ERROR HERE") == 12
     assert "SyntaxError" in diags[0].message
-    # the server keeps answering, on this document and others
-    assert await s.lenses(uri) == []
+    # the server keeps answering, on this document and others; the file means to have
+    # targets, so its lens says why none compiles, at the error's line
+    (lens,) = await s.lenses(uri)
+    assert lens.range.start.line == 12 and lens.command.title.startswith("Not compiled: SyntaxError")
     assert await s.hints(uri) == []
     other = s.open(EXAMPLES / "mlp.py")
     assert len(await s.lenses(other)) == 2
@@ -206,6 +208,19 @@ async def test_edit_cancels_running_compile(start_server):
     assert sleeps.status == "not compiled" and "cancelled" in sleeps.message
     lens = next(l for l in await s.lenses(uri) if l.command.arguments[1] == "sleeps_forever_example")
     assert "cancelled" in lens.command.title
+
+
+@pytest.mark.parametrize("profile", ["neovim"])
+async def test_turning_execution_off_cancels_and_the_lens_says_why(start_server):
+    s = await start_server({"compileTrigger": "manual", "timeoutSeconds": 120})
+    uri = s.open(FIXTURES / "loops_forever.py")
+    await s.queue_compile(uri, "sleeps_forever_example")
+    await s.wait_for(lambda: any(st.state == "compiling" for st in s.statuses), 30, "compile start")
+    s.client.workspace_did_change_configuration(
+        T.DidChangeConfigurationParams(settings={"fusionlens": {"allowExecution": False}}))
+    await s.wait_for(lambda: s.statuses[-1].state != "compiling", 30, "the compile ends")
+    lens = next(l for l in await s.lenses(uri) if l.command.arguments[1] == "sleeps_forever_example")
+    assert lens.command.title == "Not compiled: execution disabled (fusionlens.allowExecution)"
 
 
 @pytest.mark.parametrize("profile", ["visual-studio-code"])

@@ -96,7 +96,7 @@ async def main(args) -> None:
     client.feature(T.WORKSPACE_CODE_LENS_REFRESH)(lambda *a: None)
     client.feature(T.WORKSPACE_INLAY_HINT_REFRESH)(lambda *a: None)
     await client.initialize_session(T.InitializeParams(
-        capabilities=client_capabilities("visual-studio-code"), root_uri=folder.as_uri(),
+        capabilities=client_capabilities(args.client), root_uri=folder.as_uri(),
         initialization_options={"compileTrigger": "manual", "benchmarkRepeats": 2,
                                 "cacheFolder": str(folder / "cache")}))
     uri = path.as_uri()
@@ -172,4 +172,6 @@ if __name__ == "__main__":
     parser.add_argument("--blocks", type=int, default=70, help="model blocks: 70 make 513 lines, 700 make 4,923")
     parser.add_argument("--fake", action="store_true", help="use the stand-in compiler (runs no user code)")
     parser.add_argument("--profile", metavar="FILE", help="run the server under cProfile, its stats to FILE")
+    parser.add_argument("--client", default="visual-studio-code", choices=["visual-studio-code", "neovim"],
+                        help="whose capabilities the client declares (neovim resolves inlay-hint tooltips lazily)")
     asyncio.run(main(parser.parse_args()))

@@ -98,6 +98,7 @@ class View:
     text: list[str] = dataclasses.field(default_factory=list)  # the document's lines, without their ends
     codec: PositionCodec = dataclasses.field(default_factory=PositionCodec)  # the client's position units
     hints: dict[int, list[T.InlayHint]] = dataclasses.field(default_factory=dict)  # line -> its hints, made when asked
+    lazy_hints: dict[int, list[T.InlayHint]] = dataclasses.field(default_factory=dict)  # the same, tooltips left out
     # result seq -> its annotations and the map of their lines onto these
     maps: dict[int, tuple[FileAnnotations, LineMap]] = dataclasses.field(default_factory=dict)
 

@@ -224,22 +224,43 @@ def inlay_hints(ls: FusionLensServer, params: T.InlayHintParams) -> list[T.Inlay
     view = ls.documents.view(state)
     first, last = params.range.start.line, params.range.end.line
     stale = not ls.settings.allowExecution
+    # a client that resolves tooltips gets them when it shows one: a whole file's tooltips are
+    # most of a hint answer's bytes (megabytes for thousands of lines) and of its time
+    lazy = "tooltip" in (ls.caps("text_document", "inlay_hint", "resolve_support", "properties") or [])
+    cache = view.lazy_hints if lazy else view.hints
     out: list[T.InlayHint] = []
     for line in view.hint_lines[bisect.bisect_left(view.hint_lines, first):bisect.bisect_right(view.hint_lines, last)]:
-        hints = view.hints.get(line)
+        hints = cache.get(line)
         if hints is None:
-            hints = view.hints[line] = line_hints(view, line, stale)
+            hints = cache[line] = line_hints(view, line, stale, state.uri if lazy else None)
         out += hints
     return out
+
+
+def resolve_inlay_hint(ls: FusionLensServer, hint: T.InlayHint) -> T.InlayHint:
+    """A lazily sent hint's tooltip (inlayHint/resolve), while its document shows the view it
+    was made from; else the hint as it is (the client asks for hints again after a change)."""
+    data = hint.data if isinstance(hint.data, dict) else {}
+    state = ls.documents.lookup(str(data.get("uri", "")))
+    if state is None or not isinstance(data.get("line"), int) or not isinstance(data.get("i"), int):
+        return hint
+    view = ls.documents.view(state)
+    if data.get("view") != id(view):
+        return hint
+    full = line_hints(view, data["line"], not ls.settings.allowExecution)
+    if data["i"] < len(full):
+        hint.tooltip = full[data["i"]].tooltip
+    return hint
 
 
 _NO_SAVED: list[SavedTensor] = []  # one list, so a label's memo key (its id) is the same each time
 
 
-def line_hints(view: View, line: int, stale: bool = False) -> list[T.InlayHint]:
+def line_hints(view: View, line: int, stale: bool = False, lazy_uri: str | None = None) -> list[T.InlayHint]:
     """The inlay hints of a line of a document's View, at its end: one per program of the
     line's first result (the activations a line saves go with the backward's), then where a
-    region ends. `stale`: execution was turned off after they were made."""
+    region ends. `stale`: execution was turned off after they were made. `lazy_uri`: no
+    tooltips, but what resolve_inlay_hint needs to make one (the document, the view, the hint)."""
     if line >= len(view.text):
         return []
     pos = T.Position(line, view.line_end(line))
@@ -258,17 +279,21 @@ def line_hints(view: View, line: int, stale: bool = False) -> list[T.InlayHint]:
             label = hint_label(group, prefix, mine, kind)
             if group:
                 group[0].labels[(prefix, id(mine))] = label
-        tip = hint_tooltip([n for n in notes if n.program.kind == kind], view.region_lines_of, mine)
+        tip = None if lazy_uri else hint_tooltip([n for n in notes if n.program.kind == kind], view.region_lines_of,
+                                                 mine)
         out.append(_hint(pos, label, tip))
     bounds = view.boundaries.get(line)
     if bounds:
-        out.append(_hint(pos, boundary_label(bounds), boundary_tooltip(bounds)))
+        out.append(_hint(pos, boundary_label(bounds), None if lazy_uri else boundary_tooltip(bounds)))
+    if lazy_uri:
+        for i, h in enumerate(out):
+            h.data = {"uri": lazy_uri, "line": line, "i": i, "view": id(view)}
     return out
 
 
-def _hint(pos: T.Position, label: str, tooltip: str) -> T.InlayHint:
+def _hint(pos: T.Position, label: str, tooltip: str | None) -> T.InlayHint:
     return T.InlayHint(position=pos, label=label, padding_left=True,
-                       tooltip=T.MarkupContent(kind=T.MarkupKind.Markdown, value=tooltip))
+                       tooltip=T.MarkupContent(kind=T.MarkupKind.Markdown, value=tooltip) if tooltip else None)
 
 
 def code_lens(ls: FusionLensServer, params: T.CodeLensParams) -> list[T.CodeLens]:
@@ -381,7 +406,8 @@ def register_features(server: FusionLensServer) -> None:
     server.feature(T.TEXT_DOCUMENT_DID_SAVE)(did_save)
     server.feature(T.TEXT_DOCUMENT_DID_CLOSE)(did_close)
     server.feature(T.TEXT_DOCUMENT_HOVER)(hover)
-    server.feature(T.TEXT_DOCUMENT_INLAY_HINT, T.InlayHintOptions(resolve_provider=False))(inlay_hints)
+    server.feature(T.TEXT_DOCUMENT_INLAY_HINT, T.InlayHintOptions(resolve_provider=True))(inlay_hints)
+    server.feature(T.INLAY_HINT_RESOLVE)(resolve_inlay_hint)
     server.feature(T.TEXT_DOCUMENT_CODE_LENS, T.CodeLensOptions(resolve_provider=False))(code_lens)
     actions = T.CodeActionOptions(code_action_kinds=[T.CodeActionKind.Empty], resolve_provider=False)
     server.feature(T.TEXT_DOCUMENT_CODE_ACTION, actions)(code_actions)

@@ -91,9 +91,15 @@ class Session:
         return await self.client.text_document_hover_async(
             T.HoverParams(T.TextDocumentIdentifier(uri), T.Position(line, character)))
 
-    async def hints(self, uri: str, first: int = 0, last: int = 10_000):
-        return await self.client.text_document_inlay_hint_async(T.InlayHintParams(
+    async def hints(self, uri: str, first: int = 0, last: int = 10_000, resolve: bool = True):
+        """The hints of lines first..last; a tooltip the server left for inlayHint/resolve is
+        resolved, as an editor does when it shows one (`resolve=False`: as sent)."""
+        hints = await self.client.text_document_inlay_hint_async(T.InlayHintParams(
             T.TextDocumentIdentifier(uri), T.Range(T.Position(first, 0), T.Position(last, 0)))) or []
+        if resolve:
+            hints = [await self.client.inlay_hint_resolve_async(h) if h.tooltip is None and h.data else h
+                     for h in hints]
+        return hints
 
     async def lenses(self, uri: str):
         return await self.client.text_document_code_lens_async(

@@ -267,3 +267,23 @@ def test_an_unsaved_buffers_lines_are_pythons(tmp_path):
         assert linecache.getline(path, 6).rstrip("\n") == lsp_lines(SOURCE)[5]
     finally:
         _use_source(path, None)
+
+
+@pytest.mark.parametrize("profile", ["neovim"])
+async def test_a_client_that_resolves_tooltips_gets_them_on_resolve(start_server, tmp_path):
+    """Tooltips are most of a whole file's hint answer: a client that can resolve them (Neovim
+    declares it) gets hints without, and the same tooltip from inlayHint/resolve."""
+    path = tmp_path / "separators.py"
+    path.write_text(SOURCE, encoding="utf-8")
+    s = await start_server({"compileTrigger": "manual"}, root=tmp_path, env=FAKE)
+    uri = s.open(path, SOURCE)
+    await _compiled(s, uri)
+    sent = await s.hints(uri, resolve=False)
+    assert sent and all(h.tooltip is None and h.data["uri"] == uri for h in sent)
+    resolved = await s.hints(uri)
+    assert all(h.tooltip is not None and "torch.tanh" in h.tooltip.value for h in resolved if h.position.line == 5)
+    eager = await start_server({"compileTrigger": "manual"}, root=tmp_path, env=FAKE,
+                               capabilities=client_capabilities("visual-studio-code"))
+    other = eager.open(path, SOURCE)
+    await _compiled(eager, other)
+    assert [h.tooltip.value for h in await eager.hints(other, resolve=False)] == [h.tooltip.value for h in resolved]

@@ -235,7 +235,8 @@ class Tracer:
         printed = self._unique(f"{_sanitize(sym.name.rsplit('.', 1)[-1])}_shape_checked")
         checked = shape_checked(sym, printed, shapes, names, where)
         self.extra_globals[printed] = checked.impl
-        return checked, note or ("" if sym.decomposition else "its shape depends on the data; it runs whole")
+        why = "its shape depends on the data: it runs as one torch call, its shape checked on every call"
+        return checked, note or ("" if sym.decomposition else why)
 
     def whole(self, sym: Symbol, layout: str, where) -> tuple[Symbol, str]:
         """`sym` as one torch call, never decomposed (prims and fusion executors take strided

@@ -11,6 +11,7 @@ from collections.abc import Generator
 from typing import Any
 
 from lsprotocol import types as T
+from pygls.exceptions import JsonRpcInvalidParams
 
 from compiler.report import PROGRAM_KINDS, CompileReport, Preview, ProgramReport, Region, RegionRef
 from lsp_server import __version__
@@ -73,10 +74,14 @@ def cmd_cancel(ls: FusionLensServer, *args: Any) -> Answer:
     return {"cancelled": names, "ok": True} if names else {"cancelled": [], "ok": True, "message": "nothing to cancel"}
 
 
-def _shown(ls: FusionLensServer, uri: str, target: str) -> tuple[DocState, Result | None, str]:
-    """The document, the result of `target` it shows (None, told, when there is no report yet)
-    and the message that says so."""
-    state = ls.documents.doc(uri)
+def _shown(ls: FusionLensServer, uri: Any, target: Any) -> tuple[DocState | None, Result | None, str]:
+    """The document, the result of `target` it shows (None, told, when there is no report yet,
+    or no such document) and the message that says so."""
+    if not isinstance(uri, str) or not uri or not isinstance(target, str) or not target:
+        return None, None, "FusionLens: this command needs [uri, target, ...]"
+    state = ls.documents.lookup(uri)
+    if state is None:
+        return None, None, f"FusionLens: no such document: {uri}"
     res = ls.results.shown(state.path, target)
     if res is None or res.report is None:
         msg = f"{target} has no compile result yet; compile it first"
@@ -105,7 +110,7 @@ async def cmd_show_trace(ls: FusionLensServer, *args: Any) -> Answer:
     """[uri, target, stage?, program?]: a trace of the compile shown (docs/lsp.md)."""
     uri, target, stage, kind = _arg(args, 0), _arg(args, 1), _arg(args, 2), _arg(args, 3)
     state, res, msg = _shown(ls, uri, target)
-    if res is None or res.report is None:
+    if state is None or res is None or res.report is None:
         return {"uri": None, "message": msg}
     program, stage_or_why = _trace(res.report, stage, kind)
     if program is None:
@@ -124,7 +129,7 @@ async def cmd_show_kernel(ls: FusionLensServer, *args: Any) -> Answer:
     """[uri, target, region]: a region's generated code; any program's region or preview."""
     uri, target, rid = _arg(args, 0), _arg(args, 1), _arg(args, 2)
     state, res, msg = _shown(ls, uri, target)
-    if res is None or res.report is None:
+    if state is None or res is None or res.report is None:
         return {"uri": None, "message": msg}
     ref = RegionRef.parse(str(rid or ""))
     region = res.report.find(ref) if ref is not None else None
@@ -172,7 +177,7 @@ async def cmd_export_repro(ls: FusionLensServer, *args: Any) -> Answer:
         ls.tell(T.MessageType.Warning, msg)
         return {"uri": None, "message": f"FusionLens: {msg}"}  # told already (as _shown's)
     state, res, msg = _shown(ls, uri, target)
-    if res is None:
+    if state is None or res is None:
         return {"uri": None, "message": msg}
     request = _repro_request(ls, state, res, target, rid)
     progress = await ls.progress_begin(None, f"FusionLens: repro script of {rid}", f"running {target}")
@@ -201,6 +206,9 @@ async def cmd_export_repro(ls: FusionLensServer, *args: Any) -> Answer:
 
 
 def cmd_clear_cache(ls: FusionLensServer, *args: Any) -> Answer:
+    """Drop every result, and cancel what is queued or running (a running compile's worker is
+    killed, as fusionlens.cancel does): a compile landing after the clear would show again."""
+    ls.jobs.cancel_all(None, "the cache was cleared (fusionlens.clearCache)")
     ls.results.clear()
     for state in ls.documents:
         state.notes.clear()
@@ -215,15 +223,21 @@ def cmd_debug_info(ls: FusionLensServer, *args: Any) -> Answer:
             "torchImported": "torch" in sys.modules,
             "userModules": sorted(m for m in sys.modules if m.startswith("_fusionlens_user")),
             "workerPid": ls.worker.pid, "workerRestarts": ls.worker.restarts,
-            "cacheEntries": ls.results.cached_count(), "settings": dataclasses.asdict(ls.settings),
-            "device": ls.jobs.last_device}
+            "cacheEntries": ls.results.cached_count(), "documents": len(ls.documents),
+            "settings": dataclasses.asdict(ls.settings), "device": ls.jobs.last_device}
 
 
 # --- fusionlens/regions -----------------------------------------------------------------------
 
 def regions_request(ls: FusionLensServer, params: Any) -> Answer:
+    """{uri}: the document's targets and regions (docs/lsp.md); none for a document that is
+    neither open nor on disk."""
     uri = _get(params, "uri")
-    state = ls.documents.doc(uri)
+    if not isinstance(uri, str) or not uri:
+        raise JsonRpcInvalidParams("fusionlens/regions needs {\"uri\": <document URI>}")
+    state = ls.documents.lookup(uri)
+    if state is None:
+        return {"uri": uri, "version": None, "targets": []}
     view = ls.documents.view(state)
     targets = []
     for t in state.targets:

@@ -243,12 +243,24 @@ class Documents:
         state.set_text(self._read(uri) or "")
         return state
 
-    def lookup(self, uri: str) -> DocState | None:
-        """`doc(uri)` where there is a text to show things on (the document is open, or a
-        file on disk), else None: a hover on a missing file answers nothing."""
-        if uri not in self._docs and self._read(uri) is None:
+    def lookup(self, uri: str | None) -> DocState | None:
+        """`doc(uri)` where there is a text to show things on, else None (a hover on a missing
+        file answers nothing). A document that is not open is read from disk into a state
+        that is not kept: a request about it must not leave state behind (didClose removes
+        an open one's)."""
+        if not isinstance(uri, str) or not uri:
             return None
-        return self.doc(uri)
+        if uri in self._docs:
+            return self.doc(uri)
+        text = self._read(uri)
+        if text is None:
+            return None
+        state = DocState(uri, None if to_fs_path(uri) else self.untitled_path(uri))
+        state.parse(text)
+        return state
+
+    def __len__(self) -> int:
+        return len(self._docs)
 
     def close(self, uri: str) -> None:
         self._docs.pop(uri, None)
@@ -316,7 +328,7 @@ class Documents:
             lm = maps.get(id(snap))
             if lm is None:
                 lm = maps[id(snap)] = LineMap(snap, current)
-            _add(view, res, res.annotations(state.path), lm)
+            _add(view, res, res.annotations(state.path), lm, state.path)
         view.hint_lines = sorted(set(view.lines) | set(view.boundaries) | set(view.saved))
         state.view, state.view_key = view, key
         return view
@@ -393,7 +405,7 @@ def _outline(targets: list[TargetInfo], error: tuple[int, int, str] | None) -> t
     return tuple((t.name, t.decorator_line) for t in targets), error
 
 
-def _add(view: View, res: Result, ann: FileAnnotations, lm: LineMap) -> None:
+def _add(view: View, res: Result, ann: FileAnnotations, lm: LineMap, path: str) -> None:
     """A result's annotations of the document, on the lines they have now."""
     for old, notes in ann.lines.items():
         new = lm(old)
@@ -411,7 +423,20 @@ def _add(view: View, res: Result, ann: FileAnnotations, lm: LineMap) -> None:
     for d in ann.diags:
         new = lm(d.line)
         if new is not None:
-            view.diags.append((new, d))
+            view.diags.append((new, _moved_related(d, lm, path)))
+
+
+def _moved_related(d: DiagNote, lm: LineMap, path: str) -> DiagNote:
+    """`d` with its relatedInformation lines in this document moved as the document's lines
+    moved (one on a line edited since is left out); other files' lines as compiled."""
+    if not d.related or lm.identity or not any(p == path for p, _, _ in d.related):
+        return d
+    related = []
+    for p, line, message in d.related:
+        new = lm(line) if p == path else line
+        if new is not None:
+            related.append((p, new, message))
+    return dataclasses.replace(d, related=related)
 
 
 def _syntax_diagnostic(view: View, error: tuple[int, int, str]) -> T.Diagnostic:

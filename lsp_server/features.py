@@ -297,7 +297,9 @@ def _hint(pos: T.Position, label: str, tooltip: str | None) -> T.InlayHint:
 
 
 def code_lens(ls: FusionLensServer, params: T.CodeLensParams) -> list[T.CodeLens]:
-    state = ls.documents.doc(params.text_document.uri)
+    state = ls.documents.lookup(params.text_document.uri)
+    if state is None:
+        return []
     if not state.targets and state.syntax_error is not None and "compiler.example" in state.text:
         # opened with a syntax error: its targets are not known yet, but it means to have some
         line, _, message = state.syntax_error
@@ -354,7 +356,9 @@ class _Offers:
 
 
 def code_actions(ls: FusionLensServer, params: T.CodeActionParams) -> list[T.CodeAction]:
-    state = ls.documents.doc(params.text_document.uri)
+    state = ls.documents.lookup(params.text_document.uri)
+    if state is None:
+        return []
     first, last = params.range.start.line, params.range.end.line
     view = ls.documents.view(state)
     offers = _Offers()

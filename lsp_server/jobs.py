@@ -204,8 +204,13 @@ class Jobs:
         with `wait`, once they are done, and then the cancel of `request` (the LSP request's
         future, pygls') cancels them. A request the user made (a command) that is refused or
         fails says so with window/showMessage as well as in the lens and the answer."""
-        state = self._docs.doc(uri)
         command = reason == "command"
+        state = self._docs.lookup(uri)  # a document not open is compiled from disk, its state not kept
+        if state is None:
+            msg = f"no such document: {uri}"
+            if command:
+                self._ui.tell(T.MessageType.Warning, msg)
+            return {"targets": [] if names is None else names, "ok": False, "message": msg}
         all_names = [t.name for t in state.targets]
         wanted = all_names if names is None else names
         unknown = [n for n in wanted if n not in all_names]
@@ -437,7 +442,7 @@ class Jobs:
             if job.command:
                 self._ui.tell(T.MessageType.Info, f"compiling {job.target} was cancelled: {reason}")
         else:
-            self._results.keep(result)
+            self._results.keep(result, self._settings.cacheEntries)
             self._results.show(result)
             timings = result.report.forward.timings if result.report is not None else None
             if result.status == "ok":

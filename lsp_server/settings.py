@@ -99,6 +99,7 @@ _CHECKS: dict[str, Callable[[Any], Any]] = {
     "allowExecution": _bool, "compileTrigger": _trigger, "executors": _executors,
     "benchmarkRepeats": _int(1, 10_000), "device": _device, "timeoutSeconds": _seconds,
     "inlayHints": _bool, "debounceMs": _int(0, 60_000), "cacheFolder": _folder, "targetGpu": _gpu,
+    "cacheEntries": _int(1, 100_000),
 }
 CLIENT_KEYS = frozenset({"pythonPath", "trace"})  # the VS Code extension's own keys of the section: not ours
 
@@ -122,6 +123,7 @@ class Settings:
     debounceMs: int = 300
     cacheFolder: str | None = None
     targetGpu: str = roofline.DEFAULT_TARGET  # the GPU rooflines are estimated for where none runs
+    cacheEntries: int = 100  # results kept in memory (lsp_server.results.DEFAULT_CACHE_ENTRIES); those shown always
     execution_locked: bool = dataclasses.field(default=False, repr=False)  # a false was seen: stays off
 
     def update(self, data: Any) -> tuple[list[str], list[str]]:

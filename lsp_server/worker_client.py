@@ -222,6 +222,8 @@ class Worker:
             except asyncio.CancelledError:
                 await self.kill()
                 raise
+            finally:
+                self._output_lines = 0  # what the worker writes between compiles has a cap of its own
             if msg is None:
                 raise await self._died(proc, seen, cwd)
             return msg

@@ -192,13 +192,26 @@ def test_large_domain_uses_64_bit_indexing():
     assert "tl.program_id(0).to(tl.int64)" in src
 
 
-def test_declines_empty_domain():
+def test_declines_empty_domain_with_values_to_compute():
     def f(x):
-        return x + 1
+        return x.sum(0) + 1  # zeros + 1 over an empty reduced dim: torch runs it
 
     group, _ = group_from_fn(f, torch.randn(0, 4, device=DEVICE))
     with pytest.raises(Decline, match="empty"):
         tx.generate(group, DEVICE)
+
+
+def test_empty_outputs_need_no_kernel():
+    def f(x, y):
+        return x + 1, torch.sin(x) * y
+
+    x, y = torch.randn(0, 4, device=DEVICE), torch.randn(4, device=DEVICE)
+    group, ins = group_from_fn(f, x, y)
+    gen = tx.generate(group, DEVICE)
+    assert gen.kernels == 0 and "@triton.jit" not in gen.source and "no kernel" in gen.source
+    assert tx.source_only(group) == gen.source
+    out = gen.fn(*ins)
+    assert [(o.shape, o.dtype, o.device) for o in out] == [((0, 4), torch.float32, x.device)] * 2
 
 
 def test_can_take_answers():
@@ -310,8 +323,10 @@ def test_definition_source_needs_no_triton_run():
     group, _ = group_from_fn(C.softmax, torch.randn(4, 40))
     src = tx.EXECUTOR.definition_source(group)
     assert "@triton.jit" in src and "def fl_R0_launch(" in src and "prims.amax" in src
-    empty, _ = group_from_fn(C.softmax, torch.randn(0, 40))
+    empty, _ = group_from_fn(lambda x: x.sum(0), torch.randn(0, 40))  # zeros to compute: declined
     assert "would decline" in tx.EXECUTOR.definition_source(empty)
+    empty, _ = group_from_fn(C.softmax, torch.randn(0, 40))  # nothing to compute: no kernel
+    assert "no kernel" in tx.EXECUTOR.definition_source(empty)
 
 
 def test_report_code_shows_the_variant_that_ran():
@@ -341,7 +356,7 @@ def test_source_for_layouts_is_the_module_generate_runs_for_them():
         tx.EXECUTOR.source_for(group, layouts * 2)
     with pytest.raises(ValueError, match="the layout given is torch.float16"):
         tx.EXECUTOR.source_for(group, [Layout((6, 53), (1, 6), torch.float16, "cpu")])
-    empty, _ = group_from_fn(C.softmax, torch.randn(0, 40))
+    empty, _ = group_from_fn(lambda x: x.sum(0), torch.randn(0, 40))
     with pytest.raises(Decline, match="empty"):  # where generate declines, so does source_for
         tx.EXECUTOR.source_for(empty, [Layout.contiguous(v) for v in empty.inputs])
 

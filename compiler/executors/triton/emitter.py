@@ -2,7 +2,8 @@
 one stride signature, into scopes the kernel writers set up.
 
 Numerics: float16/bfloat16 are computed in float32 with one rounding at the store, plus
-the roundings the program asks for (convert_element_type to a 16-bit type rounds there);
+the roundings the program asks for (convert_element_type to a 16-bit type rounds there, to
+bfloat16 in integer ops, _fl_bf16); bool add and mul are or and and, as torch;
 amax/amin propagate NaN as torch does; remainder uses an IEEE quotient (div_rn); tanh,
 expm1, log1p, round and trunc are small helpers over stable tl functions (libdevice is not
 used: the interpreter does not run it).
@@ -55,10 +56,22 @@ def _fl_tanh(x):
 ''',
     "_fl_round": '''@triton.jit
 def _fl_round(x):
-    # round half to even, as torch.round
-    r = tl.floor(x + 0.5)
-    odd = (r - 2.0 * tl.floor(r * 0.5)) != 0.0
-    return tl.where(((r - x) == 0.5) & odd, r - 1.0, r)
+    # round half to even, as torch.round; x - floor(x) is exact (floor(x + 0.5) is not: it
+    # rounds 0.49999997 and 2**23 + 1 up); a zero keeps x's sign (round(-0.3) is -0.0)
+    f = tl.floor(x)
+    d = x - f
+    odd = (f - 2.0 * tl.floor(f * 0.5)) != 0.0
+    r = tl.where((d > 0.5) | ((d == 0.5) & odd), f + 1.0, f)
+    return tl.where(r == 0.0, x * 0.0, r)
+''',
+    "_fl_bf16": '''@triton.jit
+def _fl_bf16(x):
+    # x (float32) rounded to the nearest bfloat16, ties to even, as torch; spelt out in integer
+    # ops because Triton's interpreter truncates in .to(tl.bfloat16)
+    bits = x.to(tl.uint32, bitcast=True)
+    bits = bits + 0x7FFF + ((bits >> 16) & 1)
+    r = ((bits >> 16) << 16).to(tl.float32, bitcast=True)
+    return tl.where(x != x, x, r)
 ''',
     "_fl_trunc": '''@triton.jit
 def _fl_trunc(x):
@@ -138,6 +151,7 @@ class _Emitter:
         self.loop: _Scope | None = None
         self.prologue: _Scope | None = None
         self.rowscope: _Scope | None = None
+        self.scalars: set[str] = set()  # variables that hold one element (a load at one address), not a block
 
     # domain-stride vector of input `v` read through mapping M
     def dstrides(self, v, mapping) -> tuple[int, ...]:
@@ -244,6 +258,8 @@ class _Emitter:
         desc = f"{v.name}: {_type_str(v)}"
         if mapping != tuple(range(len(mapping))) or len(mapping) != self.an.n:
             desc += f" read as dims {list(mapping)} of the domain"
+        if off == "0":
+            self.scalars.add(name)
         scope.add(f"{name} = tl.load({args}){conv}  # {desc}")
 
     def emit_op(self, b, out, mapping, name, scope):
@@ -253,10 +269,14 @@ class _Emitter:
             a, shape, bdims = b.args[0], b.args[1], b.args[2]
             amap = tuple(mapping[bdims[i]] if a.shape[i] != 1 else None for i in range(a.ndim))
             src = self.val(a, amap)
+            if src in self.scalars:
+                self.scalars.add(name)
             scope.mark(b)
             scope.add(f"{name} = {src}{comment}({a.name}, {list(shape)}, {list(bdims)})")
             return
-        operands = [self.val(x, mapping) for x in b.args if not isinstance(x, torch.dtype)]
+        args = [x for x in b.args if not isinstance(x, torch.dtype)]
+        operands = [self.val(x, mapping) for x in args]
+        scalar = all(o in self.scalars for o, x in zip(operands, args) if isinstance(x, Value))
         if sym in UNARY_EXPR:
             expr = UNARY_EXPR[sym].format(a=operands[0])
             for h in ("_fl_log1p", "_fl_expm1", "_fl_tanh", "_fl_round", "_fl_trunc"):
@@ -270,7 +290,10 @@ class _Emitter:
                 a = f"{a}.to(tl.float32)"
             if sym is prims.div and isinstance(b.args[1], Value) and b.args[1].dtype not in FLOATS:
                 c = f"{c}.to(tl.float32)"
-            expr = f"{a} {BINARY_OP[sym]} {c}"
+            op = BINARY_OP[sym]
+            if out.dtype == torch.bool and sym in (prims.add, prims.mul):
+                op = "|" if sym is prims.add else "&"  # torch's bool add is or, its mul and (int1 wraps)
+            expr = f"{a} {op} {c}"
         elif sym is prims.maximum or sym is prims.minimum:
             fn = "tl.maximum" if sym is prims.maximum else "tl.minimum"
             nan = ", propagate_nan=tl.PropagateNan.ALL" if out.dtype in FLOATS else ""
@@ -299,8 +322,16 @@ class _Emitter:
         elif sym is prims.convert_element_type:
             src = b.args[0]
             expr = _convert(operands[0], src.dtype if isinstance(src, Value) else None, b.args[1])
+            if "_fl_bf16" in expr:
+                self.helpers.add("_fl_bf16")
         else:  # pragma: no cover - can_take filters these
             raise Decline(f"{sym.name} is not generated for Triton")
+        if scalar:
+            self.scalars.add(name)
+        if scalar and out.dtype == torch.bool:
+            # a scalar bool: Triton's interpreter labels a comparison with its operands' type, and
+            # broadcasting it then makes floats (a & b fails); a select is labelled int1
+            expr = f"tl.where({expr}, True, False)"
         shown = ", ".join(x.name if isinstance(x, Value) else format_arg(x) for x in b.args)
         scope.mark(b)
         scope.add(f"{name} = {expr}{comment}({shown})")
@@ -317,7 +348,9 @@ def _tl_compute(dtype) -> str:
 def _convert(a: str, src, dst) -> str:
     if dst in FLOATS:
         out = a if src in FLOATS else f"{a}.to(tl.float32)"
-        if dst != torch.float32 and src != dst:
+        if dst == torch.bfloat16 and src != dst:
+            out = f"_fl_bf16({out})"  # round as torch does
+        elif dst != torch.float32 and src != dst:
             out = f"{out}.to({TL_DTYPE[dst]}).to(tl.float32)"  # round as torch does
         return out
     if dst == torch.bool:

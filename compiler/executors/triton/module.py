@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 import linecache
 import os
 import threading
@@ -20,8 +21,8 @@ from .reduction import ReductionWriter
 from .support import PTR_TYPE
 
 # the order helpers appear in a module
-_HELPER_ORDER = ("_fl_expm1", "_fl_log1p", "_fl_tanh", "_fl_round", "_fl_trunc", "_fl_imod", "_fl_mul", "_fl_max",
-                 "_fl_min")
+_HELPER_ORDER = ("_fl_expm1", "_fl_log1p", "_fl_tanh", "_fl_round", "_fl_trunc", "_fl_bf16", "_fl_imod", "_fl_mul",
+                 "_fl_max", "_fl_min")
 
 
 @dataclass
@@ -85,6 +86,31 @@ def build_source(group: FusionGroup, an: _Analysis, strides: list[tuple[int, ...
         sig[c] = "constexpr"
     spec = KernelSpec(kname, sig, dict(w.constexprs), w.warps)
     return source, kname, lname, spec
+
+
+def all_outputs_empty(group: FusionGroup) -> bool:
+    """Every output has no elements: nothing to compute, so no kernel (and nothing for a prim's
+    dtype rules to reject: softmax of an empty bool tensor is an empty bool tensor in eager)."""
+    return bool(group.outputs) and all(math.prod(o.shape) == 0 for o in group.outputs)
+
+
+def build_empty_source(group: FusionGroup) -> tuple[str, str]:
+    """(source, launcher name) of a region whose outputs are all empty: a launcher that makes them."""
+    lname = f"{_region_ident(group.id)}_launch"
+    out = [f"# FusionLens · Triton code for region {group.id}",
+           "# every output is empty (a zero-size dimension): no kernel, the launcher makes them"]
+    out += [f"#   {s}" for s in (["from:"] if group.source_lines else []) + group.source_lines]
+    out.append("# inputs: " + "; ".join(f"{v.name}: {_type_str(v)}" for v in group.inputs))
+    out.append("# outputs: " + "; ".join(f"{o.name}: {_type_str(o)}" for o in group.outputs))
+    out += ["import torch", "", ""]
+    largs = [_ident(v.name) for v in group.inputs]
+    dev = f"{largs[0]}.device" if largs else repr(str(group.outputs[0].device))
+    out.append(f"def {lname}({', '.join(largs)}):")
+    for k, o in enumerate(group.outputs):
+        out.append(f"    out{k} = torch.empty({tuple(o.shape)!r}, dtype={o.dtype}, device={dev})  # {o.name}")
+    ret = ", ".join(f"out{k}" for k in range(len(group.outputs)))
+    out.append(f"    return ({ret},)" if len(group.outputs) == 1 else f"    return ({ret})")
+    return "\n".join(out) + "\n", lname
 
 
 _module_ids = itertools.count()

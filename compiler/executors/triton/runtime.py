@@ -20,7 +20,7 @@ from compiler.executors import base
 from compiler.ir import contiguous_strides, ops_callable
 
 from .analysis import _Analysis
-from .module import KernelSpec, _region_ident, build_source, load_source
+from .module import KernelSpec, _region_ident, all_outputs_empty, build_empty_source, build_source, load_source
 
 # every input's strides (0 for a size-1 dim): what one generated variant is specialised to
 StrideSignature = tuple[tuple[int, ...], ...]
@@ -62,6 +62,8 @@ def _contiguous_key(an: _Analysis) -> list[tuple[int, ...]]:
 def source_only(group: FusionGroup) -> str:
     """The contiguous variant's source, or a comment saying why there is none; runs nothing."""
     try:
+        if all_outputs_empty(group):
+            return build_empty_source(group)[0]
         an = _Analysis(group)
         return build_source(group, an, _contiguous_key(an))[0]
     except Decline as e:
@@ -74,11 +76,22 @@ def source_for(group: FusionGroup, layouts: list[Layout]) -> str:
     """The module for inputs of these layouts, in the group's input order; runs nothing.
     Raises Decline as `generate` does (the executor contract's `source_for`)."""
     check_layouts(group, layouts)
+    if all_outputs_empty(group):
+        return build_empty_source(group)[0]
     an = _Analysis(group)
     return build_source(group, an, [_stride_key(lay.shape, lay.stride) for lay in layouts])[0]
 
 
+def _generate_empty(group: FusionGroup) -> Generated:
+    """A region whose outputs are all empty: no kernel, its launcher makes the outputs."""
+    source, lname = build_empty_source(group)
+    fn = load_source(source, lname, _region_ident(group.id))
+    return Generated(source, fn, 0, fn)  # eager's results are as empty: the launcher is the baseline too
+
+
 def generate(group: FusionGroup, device=None) -> Generated:
+    if all_outputs_empty(group):
+        return _generate_empty(group)
     try:
         an = _Analysis(group)
         default = _contiguous_key(an)

@@ -284,6 +284,10 @@ class Tracer:
         if entry is None:
             return self.opaque(func, name, args, kwargs, where)
         sym, adapter = entry
+        if _is_inplace(name) and (target := torch_ops.kept_dtype(args, kwargs)) is not None:
+            # t.add_(u) with u wider: eager computes in the promoted dtype, then casts back into t
+            sym = torch_ops.cast_result(sym, target, self._unique(f"{_sanitize(name)}_as_{dtype_name(target)}"))
+            self.extra_globals[sym.name] = sym.impl
         if adapter is not None:
             args, kwargs = adapter(args, kwargs)
         return sym, args, _drop_defaults(sym, kwargs), ""
@@ -335,10 +339,8 @@ class Tracer:
 
 
 def _is_default(value, default) -> bool:
-    if value is default:
-        return True
     plain = (bool, int, float, str)
-    return type(value) in plain and type(value) is type(default) and value == default
+    return value is default or (type(value) in plain and type(value) is type(default) and value == default)
 
 
 def _drop_defaults(sym, kwargs: dict) -> dict:
@@ -355,7 +357,7 @@ def _drop_defaults(sym, kwargs: dict) -> dict:
 
 _PROPERTIES = {
     "T": (torch_ops.SYMBOLS["torch.permute"], lambda a: (a[0], tuple(reversed(range(a[0].ndim))))),
-    "mT": (torch_ops.SYMBOLS["torch.transpose"], lambda a: (a[0], -2, -1)),
+    "mT": (torch_ops.SYMBOLS["torch.transpose"], lambda a: (a[0], -2, -1) if a[0].ndim else (a[0], 0, 0)),
     "data": (torch_ops.SYMBOLS["torch.Tensor.detach"], lambda a: (a[0],)),
 }
 
@@ -374,9 +376,8 @@ def _parameter_names(fn) -> dict[int, tuple[str, str]]:
 
 
 def target_name(fn) -> str:
-    if isinstance(fn, torch.nn.Module):
-        return _sanitize(type(fn).__name__)
-    return _sanitize(getattr(fn, "__name__", type(fn).__name__))
+    named = type(fn).__name__ if isinstance(fn, torch.nn.Module) else getattr(fn, "__name__", type(fn).__name__)
+    return _sanitize(named)
 
 
 def signature_names(fn, args, kwargs) -> list:

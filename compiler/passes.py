@@ -32,12 +32,17 @@ def decompose(trace: Trace) -> Trace:
 
     The decomposition's results take the recorded names, so the trace keeps its SSA names.
     An op whose decomposition returns one of its inputs (contiguous, eval dropout) is an
-    alias: it is dropped and its uses read the input. Ops that cannot be decomposed keep
-    `note` saying why: they fall back to running as one torch call.
+    alias: it is dropped and its uses read the input, unless the program hands its result out
+    and the input may share memory with the caller's tensors: then it runs as its torch call,
+    aliasing as eager's does. Ops that cannot be decomposed keep `note` saying why: they fall
+    back to running as one torch call.
     """
     names = NameGen("t", max_index(trace) + 1, {v.name for v in trace.inputs})
     alias: dict = {}
-    out = []
+    handed = {v.name for v in trace.results()}
+    exposed = handed | {v.name for v in trace.inputs}  # what may share memory with those (_expose)
+    out: list[BoundSymbol] = []
+    checked = 0  # out[:checked] are in `exposed`
     for b in trace.bound_symbols:
         b = b.replace(alias)
         if b.sym.decomposition is None:
@@ -66,7 +71,18 @@ def decompose(trace: Trace) -> Trace:
             if any(o.name in trace.frozen and n.name not in trace.frozen for n, o in zip(flat, b.outputs)):
                 out.append(b)  # detach(): the alias where eager's gradient stops is kept, whole
                 continue
+            _expose(exposed, out[checked:])
+            checked = len(out)
+            if (any(o.name in handed and n.name in exposed for n, o in zip(flat, b.outputs))
+                    and OpTag.RANDOM not in b.sym.tags):
+                # handed out, the alias would be a tensor the caller has (or sees updated) too:
+                # the torch call makes eager's, the input itself, a view or a copy (round of an
+                # integer tensor is a new one); dropout not training is the input itself in eager
+                out.append(_with_note(b, f"{b.sym.name} is its input here, and the program hands it out: "
+                                         "it runs as one torch call, which makes eager's tensor"))
+                continue
             alias.update({o.name: n for n, o in zip(flat, b.outputs)})
+            exposed.update(n.name for n, o in zip(flat, b.outputs) if o.name in handed)
             continue
         if any(v.name not in produced for v in flat):  # partly aliasing: keep the op whole
             out.append(b)
@@ -75,6 +91,15 @@ def decompose(trace: Trace) -> Trace:
         out.append(BoundSymbol(b.sym, b.args, b.kwargs, b.outputs, b.out_spec, b.provenance,
                                [s.replace(mapping) for s in ctx.bound_symbols], b.note))
     return trace.with_("decomposed", out, rename=alias)
+
+
+def _expose(exposed: set[str], done: list[BoundSymbol]) -> None:
+    """Add to `exposed` the outputs in `done` that may share memory with a value in it (an
+    input's, or one the program hands out): a view's (shape prims only) or a torch call's."""
+    for b in done:
+        view = not b.subsymbols or all(OpTag.SHAPE in s.sym.tags for s in flatten([b]))
+        if view and any(v.name in exposed for v in b.inputs()):
+            exposed.update(o.name for o in b.outputs)
 
 
 def _with_note(b: BoundSymbol, note: str) -> BoundSymbol:

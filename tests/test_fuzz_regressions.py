@@ -273,5 +273,139 @@ def test_sparse_inputs_run_as_torch_calls(name, executors):
     assert not f.last.eager_fallback
 
 
+
+# --- 7. std/var over dim 0 or -1 of a 0-d tensor: eager's nan (correction 1) or 0 -------------
+
+@pytest.mark.parametrize("correction", [0, 1])
+@pytest.mark.parametrize("dim", [0, -1])
+def test_std_and_var_of_a_0d_tensor_train_as_eager(correction, dim, executors):
+    fn = lambda x: torch.std(x, dim, correction=correction) + torch.var(x, dim, correction=correction)  # noqa: E731
+    f = compiler.jit(fn, executors=executors)
+    for _ in range(3):
+        x = torch.tensor(2.0, device=DEVICE, requires_grad=True)
+        got = f(x)
+        got.backward()
+        want_x = x.detach().clone().requires_grad_()
+        want = fn(want_x)
+        want.backward()
+        torch.testing.assert_close(got, want, equal_nan=True)
+        torch.testing.assert_close(x.grad, want_x.grad, equal_nan=True)
+    assert not f.last.eager_fallback
+
+
+
+@pytest.mark.filterwarnings("ignore:Tensor.mT is deprecated")
+def test_mT_of_a_0d_tensor_is_itself_as_eager(executors):
+    f = compiler.jit(lambda x: x.mT, executors=executors)
+    for _ in range(3):
+        x = torch.randn((), device=DEVICE)
+        torch.testing.assert_close(f(x), x.mT)  # eager's is x (torch warns that it is deprecated)
+    assert not f.last.eager_fallback
+
+
+# --- 8. an in-place op with a wider operand keeps the updated tensor's dtype, as eager -----------
+
+def _add_wider(t, u):
+    t.add_(u)
+    t += u
+    return t * 2
+
+
+def test_an_inplace_op_with_a_wider_operand_keeps_its_dtype(executors):
+    f = compiler.jit(_add_wider, executors=executors)
+    for _ in range(3):
+        t, u = torch.randn(4, 8, device=DEVICE).half(), torch.randn(4, 8, device=DEVICE)
+        t2 = t.clone()
+        got = f(t, u)
+        want = _add_wider(t2, u)
+        assert got.dtype == want.dtype == torch.float16
+        torch.testing.assert_close(got, want)
+        torch.testing.assert_close(t, t2)
+    assert not f.last.eager_fallback
+
+
+
+# --- 9. setitem that overwrites all of a computed tensor: its result still requires grad --------
+
+def _overwritten(x0):
+    t0 = torch.cos(x0)
+    t0[0] = 1
+    return t0
+
+
+@pytest.mark.parametrize("shape", [(1, 4), (3, 2)])
+def test_a_setitem_result_requires_grad_as_eager(shape, executors):
+    f = compiler.jit(_overwritten, executors=executors)
+    for _ in range(3):
+        x = torch.randn(*shape, device=DEVICE, requires_grad=True)
+        got = f(x)
+        assert got.requires_grad
+        got.sum().backward()
+        want = -torch.sin(x.detach())
+        want[0] = 0  # cos's gradient, row 0 overwritten
+        torch.testing.assert_close(x.grad, want)
+    assert not f.last.eager_fallback
+
+
+
+# --- 10. an op that is the identity at these shapes: its result is eager's tensor ---------------
+# round of an integer tensor, clone, prod or min of a 0-d one are new tensors: an update of the
+# input must not reach them (nor theirs the input); contiguous() of a contiguous one is itself.
+
+def _round_then_update(x):
+    y = torch.round(x)
+    x.add_(1)
+    return y
+
+
+def _clone_then_update(x):
+    y = x.clone()
+    x.mul_(2)
+    return y, x
+
+
+def _prod_updated(x):
+    y = x.prod()
+    y.add_(1)
+    return y, x
+
+
+def _min_then_update(x):
+    y = torch.min(x)
+    x.mul_(2)
+    return y
+
+
+def _contiguous_then_update(x):
+    y = x.contiguous()
+    x.add_(1)
+    return y
+
+
+IDENTITIES = {
+    "round": (_round_then_update, lambda: torch.arange(6, device=DEVICE).reshape(2, 3)),
+    "clone": (_clone_then_update, lambda: torch.randn(2, 3, device=DEVICE)),
+    "prod": (_prod_updated, lambda: torch.tensor(3.0, device=DEVICE)),
+    "min": (_min_then_update, lambda: torch.tensor(3.0, device=DEVICE)),
+    "contiguous": (_contiguous_then_update, lambda: torch.randn(2, 3, device=DEVICE)),
+}
+
+
+@pytest.mark.parametrize("name", IDENTITIES)
+def test_an_identity_op_aliases_as_eager(name, executors):
+    fn, make = IDENTITIES[name]
+    f = compiler.jit(fn, executors=executors)
+    for _ in range(3):
+        x = make()
+        x2 = x.clone()
+        got, want = f(x), fn(x2)
+        torch.testing.assert_close(got, want)
+        torch.testing.assert_close(x, x2)
+    assert not f.last.eager_fallback
+    if name == "contiguous":
+        x = make()
+        assert f(x) is x  # eager's contiguous() of a contiguous tensor is the tensor itself
+
+
 if __name__ == "__main__":
     sys.exit(pytest.main([os.path.abspath(__file__), "-q"]))

@@ -68,11 +68,11 @@ def _expand(bsyms, needs: set, out: list, frozen: frozenset, names: NameGen) -> 
             out.append(b)
             continue
         explicit = _explicit(b, names)
-        if explicit is not None:
-            _expand(explicit, needs, out, frozen, names)
-            continue
-        if not _has_rule(b) and b.subsymbols:
-            _expand(b.subsymbols, needs, out, frozen, names)
+        if explicit is not None or (not _has_rule(b) and b.subsymbols):
+            _expand(explicit if explicit is not None else b.subsymbols, needs, out, frozen, names)
+            # as eager's: differentiable though its decomposition may not read the input
+            # (x[0] = 1 overwriting all of x), its gradient then zeros
+            needs.update(o.name for o in b.outputs if _differentiable(o) and o.name not in frozen)
             continue
         if not _has_rule(b) and torch_rules.draws_dropout(b):
             fn = getattr(b.sym.impl, "__wrapped__", b.sym.impl)

@@ -37,13 +37,14 @@ from compiler.ops.torch_ops import pointwise, activations, conversions, shapes, 
 from compiler.ops.torch_ops import reductions, normalization, losses, library_calls  # noqa: F401
 from compiler.ops.torch_ops import convolution, pooling, resampling  # noqa: F401
 from compiler.ops.torch_ops import indexing, layout, special, statistics, scans, linalg, spectral, creation  # noqa: F401
-from compiler.ops.torch_ops.common import broadcast_to_shape, cast, elementwise, opmath, reduction, result_dtype
+from compiler.ops.torch_ops.common import (broadcast_to_shape, cast, cast_result, elementwise, kept_dtype, opmath,
+                                           reduction, result_dtype)
 from compiler.ops.torch_ops.fallbacks import RANDOM_FALLBACKS, fallback_tags
 from compiler.ops.torch_ops.registry import (LIBRARY, REGISTRY, SYMBOLS, NoDecomposition, library, lookup,
                                              qualified_name, register, registered, symbol_for)
 
 __all__ = [
     "LIBRARY", "RANDOM_FALLBACKS", "REGISTRY", "SYMBOLS", "NoDecomposition", "fallback_tags", "library", "lookup",
-    "qualified_name", "register", "registered", "symbol_for", "broadcast_to_shape", "cast", "elementwise", "opmath",
-    "reduction", "result_dtype",
+    "qualified_name", "register", "registered", "symbol_for", "broadcast_to_shape", "cast", "cast_result",
+    "elementwise", "kept_dtype", "opmath", "reduction", "result_dtype",
 ]

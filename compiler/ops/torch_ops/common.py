@@ -7,8 +7,9 @@ import builtins
 import functools
 
 import torch
+from torch.utils._pytree import tree_leaves as pytree_leaves
 
-from compiler.ir import Value, broadcast_shapes
+from compiler.ir import Symbol, Value, broadcast_shapes
 from compiler.ops import prims
 from compiler.ops.torch_ops.registry import NoDecomposition
 
@@ -132,3 +133,25 @@ def opmath(fn):
             return cast(fn(cast(input, torch.float32), *args, **kwargs), input.dtype)
         return fn(input, *args, **kwargs)
     return wrapper
+
+
+def kept_dtype(args, kwargs) -> torch.dtype | None:
+    """The dtype an in-place op on args[0] casts its result back to, where another tensor
+    operand's differs (None where none does: the functional result already has it)."""
+    if not args or not isinstance(args[0], torch.Tensor):
+        return None
+    target = args[0].dtype
+    others = [a for a in pytree_leaves((args[1:], kwargs)) if isinstance(a, torch.Tensor)]
+    return target if any(a.dtype != target for a in others) else None
+
+
+def cast_result(sym: Symbol, dtype: torch.dtype, printed: str) -> Symbol:
+    """`sym` whose tensor result is cast to `dtype`: an in-place op's functional form, whose
+    operand of a wider dtype promotes the result where eager casts it back into the tensor."""
+    def impl(*args, **kwargs):
+        return sym.impl(*args, **kwargs).to(dtype)
+    decompose, decomposition = sym.decomposition, None
+    if decompose is not None:
+        decomposition = functools.wraps(decompose)(lambda *a, **k: cast(decompose(*a, **k), dtype))
+    return Symbol(printed, functools.wraps(sym.impl)(impl), kind=sym.kind, decomposition=decomposition,
+                  tags=sym.tags, flops=sym.flops)

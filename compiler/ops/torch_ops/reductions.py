@@ -96,7 +96,10 @@ def var_mean(input, dim=None, unbiased=None, keepdim=False, *, correction=None):
         dim, unbiased = None, dim
     dims = _dims(input, dim)
     compute = torch.float32 if input.dtype in _LOW_PRECISION else input.dtype
-    var, m = prims.var_mean(cast(input, compute), dims, _correction(unbiased, correction))
+    x = cast(input, compute)
+    if input.ndim == 0:  # a 0-d tensor's dim 0 or -1 is its one element: reduce it as a row of one
+        x = reshape(x, (1,))
+    var, m = prims.var_mean(x, (0,) if input.ndim == 0 else dims, _correction(unbiased, correction))
     return (cast(_keep(var, input, dims, keepdim), input.dtype), cast(_keep(m, input, dims, keepdim), input.dtype))
 
 

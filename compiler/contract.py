@@ -13,7 +13,10 @@ A FusionGroup is what a fusion executor (triton, nvfuser) turns into code. Its c
   A reduced value is brought back to the full shape only by a broadcast_in_dim whose
   broadcast_dims are the kept dims (after inserting size-1 dims, possibly through a
   broadcast to the keepdim shape first). Inputs (`inputs`) may have any shape that a
-  broadcast_in_dim inside the group maps to the domain; they may have any strides.
+  broadcast_in_dim inside the group maps to the domain, also through a chain of broadcasts
+  whose middle values have neither shape (`[4,8,8] -> [1,4,8,8] -> [2,4,8,8]`: the executors
+  compose such a chain into one index map, and nothing reads its middle as data); they may
+  have any strides.
 - `outputs` are the values used outside the group, in a fixed order; the generated
   callable takes `inputs` (tensors, in order) and returns a tuple of `outputs`, freshly
   allocated and contiguous.

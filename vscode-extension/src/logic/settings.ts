@@ -13,6 +13,7 @@ export interface ServerSettings {
   inlayHints: boolean;
   debounceMs: number;
   cacheFolder: string | null;
+  cacheEntries: number;
   targetGpu: TargetGpu;
 }
 
@@ -30,6 +31,7 @@ export const DEFAULTS: ServerSettings = {
   inlayHints: true,
   debounceMs: 300,
   cacheFolder: null,
+  cacheEntries: 100,
   targetGpu: 'H100',
 };
 
@@ -75,6 +77,7 @@ export function toServerSettings(get: (key: string) => unknown, trusted: boolean
     inlayHints: typeof hints === 'boolean' ? hints : DEFAULTS.inlayHints,
     debounceMs: typeof debounce === 'number' && Number.isFinite(debounce) && debounce >= 0 ? Math.round(debounce) : DEFAULTS.debounceMs,
     cacheFolder: typeof cacheFolder === 'string' && cacheFolder.trim() ? cacheFolder.trim() : null,
+    cacheEntries: Math.min(100_000, positiveNumber(get('cacheEntries'), DEFAULTS.cacheEntries, true)),
     targetGpu: oneOf(get('targetGpu'), TARGET_GPUS, DEFAULTS.targetGpu),
   };
 }

@@ -15,6 +15,7 @@ test('defaults match docs/lsp.md', () => {
     inlayHints: true,
     debounceMs: 300,
     cacheFolder: null,
+    cacheEntries: 100,
     targetGpu: 'H100',
   });
   assert.deepEqual(SERVER_KEYS.sort(), Object.keys(DEFAULTS).sort());
@@ -22,10 +23,10 @@ test('defaults match docs/lsp.md', () => {
 
 test('values are passed through', () => {
   const s = toServerSettings(
-    from({ allowExecution: false, compileTrigger: 'manual', executors: ['triton', 'torch'], benchmarkRepeats: 5, device: 'cuda', timeoutSeconds: 12.5, inlayHints: false, debounceMs: 0, cacheFolder: '/c', targetGpu: 'L4', pythonPath: '/x' }),
+    from({ allowExecution: false, compileTrigger: 'manual', executors: ['triton', 'torch'], benchmarkRepeats: 5, device: 'cuda', timeoutSeconds: 12.5, inlayHints: false, debounceMs: 0, cacheFolder: '/c', cacheEntries: 7, targetGpu: 'L4', pythonPath: '/x' }),
     true,
   );
-  assert.deepEqual(s, { allowExecution: false, compileTrigger: 'manual', executors: ['triton', 'torch'], benchmarkRepeats: 5, device: 'cuda', timeoutSeconds: 12.5, inlayHints: false, debounceMs: 0, cacheFolder: '/c', targetGpu: 'L4' });
+  assert.deepEqual(s, { allowExecution: false, compileTrigger: 'manual', executors: ['triton', 'torch'], benchmarkRepeats: 5, device: 'cuda', timeoutSeconds: 12.5, inlayHints: false, debounceMs: 0, cacheFolder: '/c', cacheEntries: 7, targetGpu: 'L4' });
   assert.ok(!('pythonPath' in s), 'pythonPath is the extension\'s, not the server\'s');
 });
 
@@ -47,6 +48,8 @@ test('bad values fall back to defaults', () => {
   assert.equal(toServerSettings(from({ cacheFolder: '  ' }), true).cacheFolder, null);
   assert.deepEqual(toServerSettings(from({ executors: [' triton ', 3, ''] }), true).executors, ['triton']);
   assert.equal(toServerSettings(from({ benchmarkRepeats: 2.6 }), true).benchmarkRepeats, 3);
+  assert.equal(toServerSettings(from({ cacheEntries: 0 }), true).cacheEntries, 100);
+  assert.equal(toServerSettings(from({ cacheEntries: 1e9 }), true).cacheEntries, 100_000);
 });
 
 test('workspace/configuration answers', () => {

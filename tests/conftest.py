@@ -56,3 +56,36 @@ def _random_seed():
         torch.manual_seed(seed)
         print(f"torch seed: {seed} (rerun with FUSIONLENS_SEED={seed})")
     yield seed
+
+
+@pytest.fixture
+def triton(monkeypatch):
+    """executors=["triton"], on Triton's interpreter where no GPU is (TRITON_INTERPRET=1 while
+    the test runs); skipped where Triton cannot run here."""
+    import torch
+
+    if not torch.cuda.is_available():
+        try:
+            import numpy  # noqa: F401  (the interpreter's)
+            import triton  # noqa: F401  (imported above for the interpreter)
+        except ImportError as e:
+            pytest.skip(f"no triton interpreter: {e}")
+        from compiler.executors.triton import support
+
+        if support._interpreter_problem():
+            pytest.skip(support._interpreter_problem())
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
+    return ["triton"]
+
+
+@pytest.fixture
+def fuser():
+    """tests/fusion_executor.py's TorchFusion, registered as the executor "testfuser" while the
+    test runs: the partitioner and lowering tested without Triton."""
+    from compiler import executors
+    from fusion_executor import TorchFusion
+
+    ex = TorchFusion()
+    executors.register(ex)
+    yield ex
+    executors.unregister(ex.name)

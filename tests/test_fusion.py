@@ -19,14 +19,6 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EXAMPLES = sorted(glob.glob(os.path.join(ROOT, "examples", "*.py")))
 
 
-@pytest.fixture
-def fuser():
-    ex = TorchFusion()
-    executors.register(ex)
-    yield ex
-    executors.unregister(ex.name)
-
-
 def fused(report):
     return [r for r in report.forward.regions if r.executor == "testfuser"]
 

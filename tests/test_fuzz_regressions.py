@@ -2,7 +2,7 @@
 would write it, that gave a wrong value, raised where eager does not, or was rejected by the
 check though it was right.
 
-The Triton cases run Triton's interpreter where no GPU is (tests/test_triton.py says how).
+The Triton cases run Triton's interpreter where no GPU is (the `triton` fixture of tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -24,29 +24,6 @@ from compiler.report import DiagnosticCode
 
 CUDA = torch.cuda.is_available()
 DEVICE = torch.device("cuda" if CUDA else "cpu")
-
-
-def _triton_problem() -> str | None:
-    if CUDA:
-        return None
-    try:
-        import numpy  # noqa: F401  (the interpreter's)
-        import triton  # noqa: F401  (tests/conftest.py imported it for the interpreter)
-    except ImportError as e:
-        return f"no triton interpreter: {e}"
-    from compiler.executors.triton import support
-    return support._interpreter_problem()
-
-
-@pytest.fixture
-def triton(monkeypatch):
-    """executors=["triton"], on the interpreter where no GPU is."""
-    problem = _triton_problem()
-    if problem:
-        pytest.skip(problem)
-    if not CUDA:
-        monkeypatch.setenv("TRITON_INTERPRET", "1")
-    return ["triton"]
 
 
 EXECUTORS = [pytest.param("torch", id="torch"), pytest.param("triton", id="triton")]

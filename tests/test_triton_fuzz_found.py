@@ -1,41 +1,19 @@
 """Defects the differential fuzzer (tests/fuzz/, docs/fuzzing.md) found in the Triton executor,
 each as the smallest program that showed it, compiled with `executors=["triton"]` and compared
 with eager exactly (values, dtypes and the sign of zeros). Off a GPU the kernels run under
-Triton's interpreter; test_triton.py sets the variable up the same way.
+Triton's interpreter (the `triton` fixture of tests/conftest.py).
 """
 
 from __future__ import annotations
 
-import os
 
 import pytest
 import torch
 
 import compiler
-from compiler.executors.triton import support
 
-CUDA = torch.cuda.is_available()
-DEVICE = torch.device("cuda" if CUDA else "cpu")
-
-pytest.importorskip("triton")
-if not CUDA:
-    pytest.importorskip("numpy", reason="Triton's interpreter needs numpy")
-    if support._interpreter_problem():
-        pytest.skip(support._interpreter_problem(), allow_module_level=True)
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _interpreter():
-    if CUDA:
-        yield
-        return
-    old = os.environ.get("TRITON_INTERPRET")
-    os.environ["TRITON_INTERPRET"] = "1"
-    yield
-    if old is None:
-        os.environ.pop("TRITON_INTERPRET", None)
-    else:
-        os.environ["TRITON_INTERPRET"] = old
+DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+pytestmark = pytest.mark.usefixtures("triton")  # tests/conftest.py: the interpreter off a GPU
 
 
 def _same(fn, *args: torch.Tensor, kernels: int | None = 1) -> None:

@@ -9,15 +9,14 @@ import os
 
 import pytest
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
 
-from compiler import executors, fusion, pipeline
+from compiler import fusion, pipeline
 from compiler.ir import SymbolKind
 from compiler.ir import BoundSymbol, Symbol, Trace, Value, format_call
 from compiler.ops import prims
 from compiler.verify import VerifyError, verify, verify_group
-from fusion_executor import TorchFusion
+from test_training import Block as _Block  # a pre-norm MLP block: norm, linears, GELU
 
 HERE = os.path.basename(__file__)
 
@@ -39,15 +38,6 @@ def _add_in_place(x, y):
     return torch.relu(x) * 2
 
 
-class _Block(nn.Module):
-    def __init__(self, d=16):
-        super().__init__()
-        self.fc = nn.Linear(d, 4 * d)
-        self.proj = nn.Linear(4 * d, d)
-        self.norm = nn.LayerNorm(d)
-
-    def forward(self, x):
-        return x + self.proj(F.gelu(self.fc(self.norm(x)), approximate="tanh"))
 
 
 def _training_step(model, x, target):
@@ -68,14 +58,6 @@ def _programs_to_compile():
         "training_step": (lambda x, target: _training_step(block, x, target),
                           (torch.randn(3, 5, 16), torch.randn(3, 5, 16)), True),
     }
-
-
-@pytest.fixture
-def fuser():
-    f = TorchFusion()
-    executors.register(f)
-    yield f
-    executors.unregister(f.name)
 
 
 def _compile(fn, args, names: list[str], train: bool = False):

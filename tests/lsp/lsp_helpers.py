@@ -14,6 +14,29 @@ from lsprotocol import types as T
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
 FIXTURES = REPO / "tests" / "fixtures"
+# the worker's stand-in compilers (lsp_fake_compile.py): no user code runs, a compile is quick
+FAKE = {"FUSIONLENS_WORKER_COMPILE": "lsp_fake_compile:compile_target"}
+HANGS = {"FUSIONLENS_WORKER_COMPILE": "lsp_fake_compile:hanging_compile_target"}
+# a small model file for those tests: two ops on two lines and one example target
+MODEL = '''import torch
+import compiler
+
+
+def forward(x):
+    y = torch.relu(x)
+    return torch.sigmoid(y)
+
+
+@compiler.example
+def model_example():
+    return forward, (torch.randn(4),)
+'''
+
+
+def write_model(folder: Path, text: str = MODEL) -> Path:
+    path = folder / "model.py"
+    path.write_text(text)
+    return path
 PROFILES = ["visual-studio-code", "neovim"]
 
 
@@ -74,6 +97,11 @@ class Session:
         self.client.text_document_did_change(T.DidChangeTextDocumentParams(
             T.VersionedTextDocumentIdentifier(uri=uri, version=self.versions[uri]), changes))
         return self.versions[uri]
+
+    def insert(self, uri: str, line: int, text: str) -> int:
+        """An incremental edit that inserts `text` at the start of `line`."""
+        return self.change(uri, [T.TextDocumentContentChangePartial(
+            range=T.Range(T.Position(line, 0), T.Position(line, 0)), text=text)])
 
     async def command(self, name: str, *args):
         return await self.client.workspace_execute_command_async(

@@ -20,9 +20,8 @@ import pytest
 from lsprotocol import types as T
 from pytest_lsp import client_capabilities
 
-from lsp_helpers import REPO, hover_text, server_env
+from lsp_helpers import FAKE, REPO, hover_text, server_env
 
-FAKE = {"FUSIONLENS_WORKER_COMPILE": "lsp_fake_compile:compile_target"}
 
 # 0-based lines as LSP (and Python's tokenizer, hence the report) count them
 SOURCE = (

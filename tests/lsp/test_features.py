@@ -7,7 +7,6 @@ at most twice in the whole module, to keep the suite cheap.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest

@@ -11,37 +11,13 @@ import asyncio
 import pytest
 from lsprotocol import types as T
 
-from lsp_helpers import hover_text, line_of
+from lsp_helpers import FAKE, HANGS, MODEL, hover_text, line_of, write_model
 
 pytestmark = pytest.mark.asyncio
 
-FAKE = {"FUSIONLENS_WORKER_COMPILE": "lsp_fake_compile:compile_target"}
-HANGS = {"FUSIONLENS_WORKER_COMPILE": "lsp_fake_compile:hanging_compile_target"}
-
-MODEL = '''import torch
-import compiler
 
 
-def forward(x):
-    y = torch.relu(x)
-    return torch.sigmoid(y)
 
-
-@compiler.example
-def model_example():
-    return forward, (torch.randn(4),)
-'''
-
-
-def _model(tmp_path):
-    path = tmp_path / "model.py"
-    path.write_text(MODEL)
-    return path
-
-
-def _insert(s, uri, line: int, text: str) -> None:
-    s.change(uri, [T.TextDocumentContentChangePartial(
-        range=T.Range(T.Position(line, 0), T.Position(line, 0)), text=text)])
 
 
 def _messages(s, kind=None) -> list:
@@ -49,11 +25,11 @@ def _messages(s, kind=None) -> list:
 
 
 async def test_an_unsaved_buffer_compiles_the_buffers_text(start_server, tmp_path):
-    path = _model(tmp_path)
+    path = write_model(tmp_path)
     s = await start_server({"compileTrigger": "manual"}, root=tmp_path, env=FAKE)
     uri = s.open(path)
     # two new lines, one of them a new call, typed and not saved
-    _insert(s, uri, 5, "    x = torch.tanh(x)\n    x = torch.exp(x)\n")
+    s.insert(uri, 5, "    x = torch.tanh(x)\n    x = torch.exp(x)\n")
     result = await s.compile(uri, "model_example")
     assert result == {"targets": ["model_example"], "ok": True}
     hint_lines = {h.position.line for h in await s.hints(uri)}
@@ -78,7 +54,7 @@ async def test_an_untitled_buffer_compiles(start_server, tmp_path):
 
 
 async def test_refused_requests_say_why(start_server, tmp_path):
-    path = _model(tmp_path)
+    path = write_model(tmp_path)
     s = await start_server({"compileTrigger": "manual"}, root=tmp_path, env=FAKE)
     uri = s.open(path)
     result = await s.compile(uri, "no_such_target")
@@ -87,7 +63,7 @@ async def test_refused_requests_say_why(start_server, tmp_path):
                for m in _messages(s, T.MessageType.Warning))
 
     # a syntax error below the target: the lens and a message say so, nothing runs
-    _insert(s, uri, 12, "def broken(:\n")
+    s.insert(uri, 12, "def broken(:\n")
     result = await s.compile(uri, "model_example")
     assert result["ok"] is False and "SyntaxError" in result["message"]
     assert any("SyntaxError" in m for m in _messages(s, T.MessageType.Warning))
@@ -98,7 +74,7 @@ async def test_refused_requests_say_why(start_server, tmp_path):
 
 
 async def test_a_cancelled_retry_after_a_timeout_says_cancelled(start_server, tmp_path):
-    path = _model(tmp_path)
+    path = write_model(tmp_path)
     s = await start_server({"compileTrigger": "manual", "timeoutSeconds": 1}, root=tmp_path, env=HANGS)
     uri = s.open(path)
     result = await s.compile(uri, "model_example")
@@ -107,14 +83,14 @@ async def test_a_cancelled_retry_after_a_timeout_says_cancelled(start_server, tm
     assert any("timed out" in m for m in _messages(s, T.MessageType.Error)), _messages(s)
     retry = asyncio.ensure_future(s.compile(uri, "model_example"))
     await s.wait_for(lambda: sum(st.state == "compiling" for st in s.statuses) >= 2, 30, "second compile")
-    _insert(s, uri, 0, "# edited\n")  # an edit cancels the running compile
+    s.insert(uri, 0, "# edited\n")  # an edit cancels the running compile
     assert (await retry)["ok"] is False
     await s.wait_for(lambda: any("cancelled" in m for m in _messages(s, T.MessageType.Info)), 20, "message")
     assert (await s.lenses(uri))[0].command.title == "Compile & benchmark (last run cancelled)"
 
 
 async def test_turning_execution_off_marks_results_stale(start_server, tmp_path):
-    path = _model(tmp_path)
+    path = write_model(tmp_path)
     s = await start_server({"compileTrigger": "manual"}, root=tmp_path, env=FAKE)
     uri = s.open(path)
     assert (await s.compile(uri, "model_example"))["ok"] is True

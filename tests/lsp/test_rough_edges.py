@@ -12,12 +12,11 @@ from lsprotocol import types as T
 from pygls.exceptions import JsonRpcException
 
 from lsp_fake_compile import compile_target
+from lsp_helpers import FAKE, HANGS, write_model
 
 pytestmark = pytest.mark.asyncio
 
-FAKE = {"FUSIONLENS_WORKER_COMPILE": "lsp_fake_compile:compile_target"}
 FAILS = {"FUSIONLENS_WORKER_COMPILE": "test_rough_edges:failing_compile_target"}
-HANGS = {"FUSIONLENS_WORKER_COMPILE": "lsp_fake_compile:hanging_compile_target"}
 TALKS = {"FUSIONLENS_WORKER_COMPILE": "test_rough_edges:talking_compile_target"}
 
 MODEL = '''import torch
@@ -72,15 +71,6 @@ def talking_compile_target(*args, **kwargs):
     return compile_target(*args, **kwargs)
 
 
-def _model(tmp_path):
-    path = tmp_path / "model.py"
-    path.write_text(MODEL)
-    return path
-
-
-def _insert(s, uri, line: int, text: str) -> None:
-    s.change(uri, [T.TextDocumentContentChangePartial(
-        range=T.Range(T.Position(line, 0), T.Position(line, 0)), text=text)])
 
 
 async def _debug(s) -> dict:
@@ -90,12 +80,12 @@ async def _debug(s) -> dict:
 @pytest.mark.parametrize("profile", ["visual-studio-code"])
 async def test_related_information_moves_with_its_line(start_server, tmp_path):
     s = await start_server({"compileTrigger": "manual"}, root=tmp_path, env=FAILS)
-    uri = s.open(_model(tmp_path))
+    uri = s.open(write_model(tmp_path, MODEL))
     result = await s.compile(uri, "model_example")
     assert result["ok"] is False
     d = next(d for d in s.diagnostics(uri) if d.range.start.line == DEF_LINE)
     assert d.related_information[0].location.range.start.line == FAIL_LINE
-    _insert(s, uri, 0, "# one\n# two\n")  # two lines above everything
+    s.insert(uri, 0, "# one\n# two\n")  # two lines above everything
 
     def moved():
         return next((d for d in s.diagnostics(uri) if d.range.start.line == DEF_LINE + 2), None)
@@ -125,7 +115,7 @@ async def test_a_missing_or_unopened_uri_is_answered_not_raised(start_server, tm
 @pytest.mark.parametrize("profile", ["visual-studio-code"])
 async def test_requests_about_unopened_documents_hold_no_state(start_server, tmp_path):
     s = await start_server({"compileTrigger": "manual"}, root=tmp_path, env=FAKE)
-    path = _model(tmp_path)
+    path = write_model(tmp_path, MODEL)
     uri = s.uri(path)
     # a file on disk, never opened: answered from disk, nothing kept
     assert [t.name for t in (await s.regions(uri)).targets] == ["model_example", "other_example"]
@@ -143,10 +133,10 @@ async def test_requests_about_unopened_documents_hold_no_state(start_server, tmp
 @pytest.mark.parametrize("profile", ["visual-studio-code"])
 async def test_the_result_cache_is_bounded_but_keeps_what_is_shown(start_server, tmp_path):
     s = await start_server({"compileTrigger": "manual", "cacheEntries": 1}, root=tmp_path, env=FAKE)
-    uri = s.open(_model(tmp_path))
+    uri = s.open(write_model(tmp_path, MODEL))
     assert (await s.compile(uri))["ok"] is True
     assert (await _debug(s))["cacheEntries"] == 2  # both are shown: over the bound, none dropped
-    _insert(s, uri, 0, "# edited\n")
+    s.insert(uri, 0, "# edited\n")
     assert (await s.compile(uri, "model_example"))["ok"] is True
     # the old model_example result is shown nowhere now: dropped; other_example is still shown
     assert (await _debug(s))["cacheEntries"] == 2
@@ -156,7 +146,7 @@ async def test_the_result_cache_is_bounded_but_keeps_what_is_shown(start_server,
 @pytest.mark.parametrize("profile", ["visual-studio-code"])
 async def test_clear_cache_cancels_the_running_compile(start_server, tmp_path):
     s = await start_server({"compileTrigger": "manual"}, root=tmp_path, env=HANGS)
-    uri = s.open(_model(tmp_path))
+    uri = s.open(write_model(tmp_path, MODEL))
     await s.queue_compile(uri, "model_example")
 
     async def running():
@@ -177,7 +167,7 @@ async def test_clear_cache_cancels_the_running_compile(start_server, tmp_path):
 @pytest.mark.parametrize("profile", ["visual-studio-code"])
 async def test_output_between_compiles_does_not_count_against_the_next(start_server, tmp_path):
     s = await start_server({"compileTrigger": "manual"}, root=tmp_path, env=TALKS)
-    uri = s.open(_model(tmp_path))
+    uri = s.open(write_model(tmp_path, MODEL))
 
     def talk() -> list[str]:
         return [m.message for m in s.client.log_messages if "TALK" in m.message or "dropped" in m.message]

@@ -20,24 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from lsp_helpers import REPO, server_env
+from lsp_helpers import FAKE, MODEL, REPO, server_env, write_model
 from lsp_server.features import CONFIG_NOTICE_S
 from lsp_server.files import UnsafeFolder, write_private
 
-FAKE = {"FUSIONLENS_WORKER_COMPILE": "lsp_fake_compile:compile_target"}
-MODEL = '''import torch
-import compiler
-
-
-def forward(x):
-    y = torch.relu(x)
-    return torch.sigmoid(y)
-
-
-@compiler.example
-def model_example():
-    return forward, (torch.randn(4),)
-'''
 CAPS = {"workspace": {"configuration": True}, "window": {"showDocument": {"support": False}}}
 
 
@@ -138,11 +124,6 @@ async def _debug(c: Raw) -> dict:
     return (await c.command("fusionlens.debugInfo"))["result"]
 
 
-def _model(tmp_path: Path) -> Path:
-    path = tmp_path / "model.py"
-    path.write_text(MODEL)
-    return path
-
 
 def _statuses(c: Raw) -> list[str]:
     return [m["params"]["state"] for m in c.notes if m.get("method") == "fusionlens/status"]
@@ -164,7 +145,7 @@ async def test_a_late_configuration_answer_counts_and_nothing_runs_before(tmp_pa
     async with stdio_server(tmp_path) as c:
         c.answers["workspace/configuration"] = late
         await c.initialize(tmp_path, {})
-        uri = c.open(_model(tmp_path), MODEL)
+        uri = c.open(write_model(tmp_path), MODEL)
         started = time.monotonic()
         first = await c.command("fusionlens.compile", uri, None, timeout=CONFIG_NOTICE_S + 20)
         assert first["result"]["ok"] is False and "waiting for the client's settings" in first["result"]["message"]
@@ -202,7 +183,7 @@ async def test_the_open_compiles_once_the_answer_says_so(tmp_path):
     async with stdio_server(tmp_path) as c:
         c.answers["workspace/configuration"] = held
         await c.initialize(tmp_path, {})
-        c.open(_model(tmp_path), MODEL)
+        c.open(write_model(tmp_path), MODEL)
         await asyncio.sleep(1.0)  # past the default debounce
         assert "compiling" not in _statuses(c) and (await _debug(c))["workerPid"] is None
         release.set()
@@ -224,7 +205,7 @@ async def test_unsafe_or_unknown_answers_run_nothing(tmp_path, answer):
     async with stdio_server(tmp_path) as c:
         c.answers["workspace/configuration"] = quick
         await c.initialize(tmp_path, {"compileTriger": "manual", "debounceMs": 0})
-        uri = c.open(_model(tmp_path), MODEL)
+        uri = c.open(write_model(tmp_path), MODEL)
         result = (await c.command("fusionlens.compile", uri, None))["result"]
         assert result["ok"] is False and "disabled" in result["message"], result
         info = await _debug(c)
@@ -349,7 +330,7 @@ def test_a_socket_in_a_shared_folder_is_refused(tmp_path):
 async def _trace(start_server, tmp_path, settings=None, env=None):
     """A compiled target and fusionlens.showTrace's answer (its file is model.model_example.execution.py)."""
     s = await start_server({"compileTrigger": "manual", **(settings or {})}, root=tmp_path, env={**FAKE, **(env or {})})
-    uri = s.open(_model(tmp_path))
+    uri = s.open(write_model(tmp_path))
     assert (await s.compile(uri, "model_example"))["ok"]
     return s, await s.command("fusionlens.showTrace", uri, "model_example")
 

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import json
+import types
+import typing
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -339,7 +342,7 @@ class CompileReport:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CompileReport:
-        return _build(cls, data)
+        return from_plain(cls, data)
 
     @classmethod
     def from_json(cls, text: str) -> CompileReport:
@@ -389,32 +392,37 @@ def format_ms(ms: float | None, missing: str = "?") -> str:
     return f"{ms * 1000:.1f} µs"
 
 
-# (class, field) -> dataclass of the list elements or nested object, for from_dict.
-_NESTED: dict[tuple[type, str], type] = {
-    (CompileReport, "target"): Target, (CompileReport, "error"): Diagnostic,
-    (CompileReport, "regions"): Region, (CompileReport, "ops"): OpRecord,
-    (CompileReport, "fallbacks"): Fallback, (CompileReport, "diagnostics"): Diagnostic,
-    (CompileReport, "programs"): ProgramReport, (CompileReport, "training"): Training,
-    (ProgramReport, "regions"): Region, (ProgramReport, "previews"): Preview, (Preview, "regions"): Region,
-    (ProgramReport, "timings"): ProgramTimings, (Training, "saved"): SavedTensor, (Training, "step"): ProgramTimings,
-    (Region, "source_lines"): SourceLine, (Region, "inputs"): TensorInfo, (Region, "outputs"): TensorInfo,
-    (Region, "timing"): RegionTiming, (Region, "boundary"): Boundary,
-    (Region, "cost"): Cost, (Region, "roofline"): Roofline, (CompileReport, "peaks"): DevicePeaks,
-    (OpRecord, "stack"): Frame,
-    (ProgramTimings, "compiled"): Timing, (ProgramTimings, "eager"): Timing, (ProgramTimings, "torch_compile"): Timing,
-}
+@functools.cache
+def _nested_fields(cls: type) -> dict[str, type]:
+    """field -> the dataclass it holds (alone, optional, or as a list's elements), read from the
+    field's annotation: `list[Region]`, `Training | None`."""
+    out: dict[str, type] = {}
+    for name, hint in typing.get_type_hints(cls).items():
+        held = [a for a in _held(hint) if isinstance(a, type) and dataclasses.is_dataclass(a)]
+        if held:
+            out[name] = held[0]
+    return out
 
 
-def _build(cls: type, data: Any) -> Any:
+def _held(hint: Any) -> list[Any]:
+    if typing.get_origin(hint) in (list, types.UnionType, typing.Union):
+        return [x for a in typing.get_args(hint) for x in _held(a)]
+    return [hint]
+
+
+def from_plain(cls: type, data: Any) -> Any:
+    """An instance of dataclass `cls` from its plain-dict form (`dataclasses.asdict`, JSON),
+    nested dataclasses too, as the fields' annotations say; keys it does not know are left out
+    (a newer writer's). What the report and the language server's worker protocol are read with."""
     if data is None:
         return None
+    nested = _nested_fields(cls)
     kwargs: dict[str, Any] = {}
     for f in dataclasses.fields(cls):
         if f.name not in data:
             continue
-        value = data[f.name]
-        nested = _NESTED.get((cls, f.name))
-        if nested is not None and value is not None:
-            value = [_build(nested, v) for v in value] if isinstance(value, list) else _build(nested, value)
+        value, inner = data[f.name], nested.get(f.name)
+        if inner is not None and value is not None:
+            value = [from_plain(inner, v) for v in value] if isinstance(value, list) else from_plain(inner, value)
         kwargs[f.name] = value
     return cls(**kwargs)

@@ -22,6 +22,8 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from compiler.report import from_plain
+
 logger = logging.getLogger(__name__)
 
 
@@ -179,13 +181,6 @@ Message = Request | Answer | Event
 _TYPES: dict[str, type] = {cls.TYPE: cls for cls in (
     CompileRequest, ReproRequest, PingRequest, ExitRequest, Ready, Started, WhereEvent,
     CompileAnswer, ReproAnswer, PingAnswer, Failure)}
-# (class, field) -> the dataclass of the nested object, or of a list's elements
-_NESTED: dict[tuple[type, str], type] = {
-    (Ready, "stacks"): Stacks, (WhereEvent, "where"): Where, (Where, "stack"): UserFrame,
-    (ReproAnswer, "script"): ReproScript,
-}
-
-
 def text_digest(text: str) -> str:
     """The digest both sides compare module texts by (a file read as text, or a buffer)."""
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
@@ -201,7 +196,7 @@ def decode(line: str | bytes) -> Message | None:
     try:
         data = json.loads(line)
         cls = _TYPES[data.pop("type")]
-        return _build(cls, data)
+        return from_plain(cls, data)
     except (ValueError, KeyError, TypeError, AttributeError) as e:
         logger.warning("not a worker protocol message (%s): %r", e, line[:200])
         return None
@@ -215,16 +210,3 @@ def _plain(obj: Any) -> Any:
     if isinstance(obj, list):
         return [_plain(x) for x in obj]
     return obj
-
-
-def _build(cls: type, data: dict[str, Any]) -> Any:
-    kwargs: dict[str, Any] = {}
-    for f in dataclasses.fields(cls):
-        if f.name not in data:
-            continue
-        value = data[f.name]
-        nested = _NESTED.get((cls, f.name))
-        if nested is not None and value is not None:
-            value = [_build(nested, v) for v in value] if isinstance(value, list) else _build(nested, value)
-        kwargs[f.name] = value
-    return cls(**kwargs)

@@ -50,9 +50,11 @@ class CompileOptions:
     def verifying(self) -> bool:
         return self.verify or self.debug >= 1
 
+    def __post_init__(self) -> None:
+        if self.executors is not None:  # a list given is kept as a tuple: the options are a value
+            object.__setattr__(self, "executors", tuple(self.executors))
+
     def replace(self, **changes) -> CompileOptions:
-        if "executors" in changes and changes["executors"] is not None:
-            changes["executors"] = tuple(changes["executors"])
         return dataclasses.replace(self, **changes)
 
     @classmethod
@@ -65,6 +67,4 @@ class CompileOptions:
             if text is not None and text.strip():
                 values[option] = parse(text)
         values.update({k: v for k, v in given.items() if v is not None})
-        if values.get("executors") is not None:
-            values["executors"] = tuple(values["executors"])
         return cls(**values)

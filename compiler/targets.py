@@ -199,12 +199,13 @@ class Example:
 
 
 def load_example(path: str, name: str, *, source: str | None = None, device: str = "auto",
-                 train: bool = False) -> Example:
+                 train: bool = False, info: TargetInfo | None = None) -> Example:
     """Run the example `name` of `path` (or of `source`, its editor buffer): for inference
     unless `train` or the target says train=True; then what it compiles requires grad
-    (`_trainable`). TargetError at the user's line for a problem in their code."""
+    (`_trainable`). `info`: its find_example, where the caller has it. TargetError at the
+    user's line for a problem in their code."""
     path = os.path.abspath(path)
-    info = find_example(path, name, source)
+    info = info or find_example(path, name, source)
     fn, args, kwargs = run_example(path, name, info, source, device)
     train = train or info.train
     if train:
@@ -242,7 +243,7 @@ def compile_target(path: str, name: str, *, source: str | None = None, executors
     try:
         info = find_example(path, name, source)
         target.line, target.end_line = info.line, info.end_line
-        example = load_example(path, name, source=source, device=device, train=train)
+        example = load_example(path, name, source=source, device=device, train=train, info=info)
         with example.context():
             return api.compile_checked(example.fn, example.args, example.kwargs, options, name, benchmark=benchmark,
                                        repeats=repeats, warmup=3, torch_compile=torch_compile, target=target)[1]

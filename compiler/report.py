@@ -380,9 +380,12 @@ def format_bytes(n: int, compact: bool = False) -> str:
 
 
 def format_ms(ms: float | None, missing: str = "?") -> str:
-    """A time for people: 3 significant figures, in µs below 0.1 ms."""
+    """A time for people: 3 significant figures, in µs below 0.1 ms; "< 0.1 µs" for what would
+    print as 0.0 µs (a small tensor's roofline at a GPU's bandwidth takes nanoseconds)."""
     if ms is None:
         return missing
+    if round(ms * 1000, 1) == 0:
+        return "< 0.1 µs"
     if ms >= 100:
         return f"{ms:.0f} ms"
     if ms >= 10:

@@ -48,14 +48,6 @@ def region_time(region: Region) -> float | None:
 
 # --- cost and roofline ------------------------------------------------------------------------
 
-def roofline_ms(ms: float | None) -> str:
-    """A roofline time: format_ms, but "< 0.1 µs" where that would print 0.0 µs (a small
-    tensor's bytes at a GPU's bandwidth take nanoseconds)."""
-    if ms is not None and round(ms * 1000, 1) == 0:
-        return "< 0.1 µs"
-    return format_ms(ms)
-
-
 def estimated_here(report: CompileReport | None) -> bool:
     """Whether the report ran on a CPU, its rooflines the target GPU's: what the editor shows
     then is estimated GPU time, not the CPU's."""
@@ -80,10 +72,10 @@ def roofline_text(region: Region) -> str:
     how = f"{line.bound}-bound{work}"
     at = f"on {line.device}"
     if line.estimate:
-        return f"est. {roofline_ms(line.min_ms)} {at} ({how})"
+        return f"est. {format_ms(line.min_ms)} {at} ({how})"
     if line.pct_of_peak is None:
-        return f"roofline {roofline_ms(line.min_ms)} {at} ({how})"
-    return f"{line.pct_of_peak:.0f}% of peak {at} (roofline {roofline_ms(line.min_ms)}, {how})"
+        return f"roofline {format_ms(line.min_ms)} {at} ({how})"
+    return f"{line.pct_of_peak:.0f}% of peak {at} (roofline {format_ms(line.min_ms)}, {how})"
 
 
 def headroom_ms(region: Region) -> float | None:
@@ -105,7 +97,7 @@ def _hint_time(region: Region, report: CompileReport | None) -> str:
     "12.1 µs · 45% peak" (measured on a GPU of the table), else the measured time."""
     line = region.roofline
     if line is not None and line.estimate and estimated_here(report):
-        return f"est {roofline_ms(line.min_ms)}"
+        return f"est {format_ms(line.min_ms)}"
     t = region_time(region)
     if t is None:
         return ""
@@ -120,7 +112,7 @@ def _regions_parts(notes: list[LineNote]) -> list[str]:
     preview = next((n.preview for n in notes if n.preview is not None), None)
     if preview is not None and estimated_here(report):
         p, region = preview
-        est = [f"est {roofline_ms(region.roofline.min_ms)}"] if region.roofline is not None else []
+        est = [f"est {format_ms(region.roofline.min_ms)}"] if region.roofline is not None else []
         return [region.id, f"{p.executor} (preview)", *est]
     regions: list[Region] = []
     for n in notes:
@@ -407,8 +399,8 @@ def _roofline_cell(region: Region) -> str:
     if line is None:
         return "—"
     if line.estimate:
-        return f"est. {roofline_ms(line.min_ms)} on {line.device}"
-    return f"{line.pct_of_peak:.0f}% of peak" if line.pct_of_peak is not None else roofline_ms(line.min_ms)
+        return f"est. {format_ms(line.min_ms)} on {line.device}"
+    return f"{line.pct_of_peak:.0f}% of peak" if line.pct_of_peak is not None else format_ms(line.min_ms)
 
 
 # --- lens and the target's hover --------------------------------------------------------------

@@ -13,7 +13,8 @@ export function formatMs(ms: number | null | undefined): string {
   if (ms >= 0.1) {
     return `${ms.toFixed(2)} ms`;
   }
-  return `${(ms * 1000).toFixed(1)} µs`;
+  const us = (ms * 1000).toFixed(1);
+  return Number(us) === 0 ? '< 0.1 µs' : `${us} µs`; // as compiler/report.py's format_ms
 }
 
 export function formatSpeedup(x: number | null | undefined): string {

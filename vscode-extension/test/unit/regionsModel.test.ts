@@ -89,6 +89,7 @@ test('formatting', () => {
   assert.deepEqual(lineBlocks([7, 1, 2, 3]), [[1, 3], [7, 7]]);
   assert.equal(formatMs(null), '–');
   assert.equal(formatMs(0.0123), '12.3 µs');
+  assert.equal(formatMs(0.00001), '< 0.1 µs');
   assert.equal(formatMs(1.5), '1.50 ms');
   assert.equal(formatMs(42.42), '42.4 ms');
   assert.equal(formatMs(1234), '1234 ms');

@@ -1,0 +1,85 @@
+"""Symbolic sizes: the dims a dynamic program serves every size of.
+
+A dynamic compile traces the call once more on fake tensors whose dynamic dims are torch
+SymInts of one `ShapeEnv` (torch's own symbolic shapes: `s0`, `s1`, ...). Every later stage
+computes with them as with ints; what a stage decides about a size (`s0 == 1`, `s0 > 8`)
+the ShapeEnv records as a guard, and the program checks its guards before each call.
+
+Never call `int()` on a size that may be symbolic: that specialises the program to the
+example's value (a guard `s0 == 7`). `hint` is the example's value without a guard, for
+what only estimates (costs, tile sizes); `source` prints a size as Python over the symbols.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import sympy
+import torch
+from torch.fx.experimental.symbolic_shapes import ShapeEnv
+from torch.utils._sympy.printers import PythonPrinter
+
+
+class SymbolEnv(ShapeEnv):
+    """A ShapeEnv naming its symbols s0, s1, ... in the order they are made (torch's own
+    names hash the source, s49 for the first): the names users read in signatures."""
+
+    def _generate_unique_id(self, source_name: str) -> int:
+        n = len(self.unique_ids)
+        self.unique_ids.add(n)
+        return n
+
+
+Dim = int | torch.SymInt
+
+
+def is_symbolic(x) -> bool:
+    """Whether `x` (a size, a shape, or a number) holds a symbol that is not a constant."""
+    if isinstance(x, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        return not x.node.expr.is_number
+    if isinstance(x, (tuple, list, torch.Size)):
+        return any(is_symbolic(d) for d in x)
+    return False
+
+
+def hint(x):
+    """The example's value of a size or shape, recording no guard."""
+    if isinstance(x, (tuple, list, torch.Size)):
+        return tuple(hint(d) for d in x)
+    if isinstance(x, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        e = x.node.expr
+        return x.node.pytype(e) if e.is_number else x.node.hint
+    return x
+
+
+def expr(x) -> sympy.Expr:
+    return x.node.expr if isinstance(x, (torch.SymInt, torch.SymFloat, torch.SymBool)) else sympy.sympify(x)
+
+
+def free_symbols(items: Iterable) -> list[sympy.Symbol]:
+    """The symbols in sizes or shapes, each once, by name (s0, s1, ...)."""
+    found: set[sympy.Symbol] = set()
+    for x in items:
+        if isinstance(x, (tuple, list, torch.Size)):
+            found.update(free_symbols(x))
+        elif is_symbolic(x):
+            found.update(expr(x).free_symbols)
+    return sorted(found, key=lambda s: (len(s.name), s.name))
+
+
+_PRINTER = PythonPrinter()
+
+
+def source(x) -> str:
+    """Python source of a size (or a shape, as a tuple) over the symbols' names."""
+    if isinstance(x, (tuple, list, torch.Size)):
+        items = [source(d) for d in x]
+        return f"({items[0]},)" if len(items) == 1 else f"({', '.join(items)})"
+    if is_symbolic(x):
+        return _PRINTER.doprint(expr(x))
+    return repr(hint(x))
+
+
+def shape_text(shape: Sequence) -> str:
+    """A shape as users read it: [2, s0, 64]."""
+    return "[" + ", ".join(source(d) for d in shape) + "]"

@@ -8,6 +8,7 @@
 
     report = compiler.compile(fn, *args)   # -> CompileReport
     jfn = compiler.jit(fn)                 # a cached, compiled callable
+    compiler.mark_dynamic(x, 1)            # x's dim 1 symbolic: one program for every size
 """
 
 from compiler.report import CompileReport  # noqa: F401
@@ -29,7 +30,7 @@ def example(fn=None, *, train: bool = False):
 
 _API = {"compile": "compiler.api", "CompileError": "compiler.api", "jit": "compiler.jit_cache",
         "last_report": "compiler.jit_cache", "last_traces": "compiler.jit_cache", "last_compiled": "compiler.jit_cache",
-        "CompileOptions": "compiler.options"}
+        "CompileOptions": "compiler.options", "mark_dynamic": "compiler.dynamic"}
 
 
 def __getattr__(name):

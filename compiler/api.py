@@ -43,7 +43,8 @@ def compile(fn, *args, executors: list[str] | None = None, benchmark: bool = Fal
 def compile_checked(fn, args, kwargs, options: CompileOptions, name: str, *, benchmark: bool,
                     repeats: int = 0, warmup: int = 0, torch_compile: bool = False,
                     target: R.Target | None = None,
-                    eager_on_failure: bool = False) -> tuple[pipeline.Compiled, R.CompileReport, bool]:
+                    eager_on_failure: bool = False,
+                    dims: tuple[frozenset[int], ...] = ()) -> tuple[pipeline.Compiled, R.CompileReport, bool]:
     """Compile, check against eager, benchmark if asked, then report: what compile, jit and
     compile_target share. Returns (Compiled, report, whether the check failed).
 
@@ -54,7 +55,7 @@ def compile_checked(fn, args, kwargs, options: CompileOptions, name: str, *, ben
     defined = reporting.target_of(fn, name)
     target = target or defined
     try:
-        c = pipeline.compile_program(fn, args, kwargs, options, name)
+        c = pipeline.compile_program(fn, args, kwargs, options, name, dims)
     except frontend.TraceError as e:
         raise CompileError(reporting.error_report(e, target, options.executors)) from e
     inputs = frontend.user_tensors(fn, args, kwargs) + c.constants

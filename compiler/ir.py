@@ -41,7 +41,7 @@ class Value:
 
     def __init__(self, name: str, shape, dtype: torch.dtype, device: torch.device, role: str = ""):
         self.name = name
-        self.shape = tuple(int(s) for s in shape)
+        self.shape = tuple(_dim(s) for s in shape)
         self.dtype = dtype
         self.device = torch.device(device)
         self.role = role  # "input", "param", "buffer", "const" for trace inputs; "" otherwise
@@ -58,10 +58,57 @@ class Value:
         return f"{short}[{', '.join(map(str, self.shape))}] {self.device.type}"
 
     def meta(self) -> torch.Tensor:
+        if self.symbolic:
+            from compiler import symbols  # sympy: imported only by dynamic programs
+            return symbols.empty(self.shape, self.dtype)
         return torch.empty(self.shape, dtype=self.dtype, device="meta")
+
+    @property
+    def symbolic(self) -> bool:
+        """Whether a dim is a symbol's (a dynamic program's size: compiler/symbols.py)."""
+        return any(type(s) is torch.SymInt for s in self.shape)
 
     def __repr__(self) -> str:
         return self.name
+
+
+def _dim(s):
+    """A size as a Value keeps it: an int, or a SymInt that is not a constant."""
+    if type(s) is torch.SymInt:
+        return int(s) if s.node.expr.is_number else s  # int() of a constant adds no guard
+    return int(s)
+
+
+def hint(x):
+    """A number that may be a symbol's expression (a dynamic program's size) as the example's
+    value, recording no guard: for what only estimates (costs, rooflines, reports)."""
+    if isinstance(x, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        return x.node.pytype(x.node.expr) if x.node.expr.is_number else x.node.hint
+    return x
+
+
+def dim_text(d) -> int | str:
+    """A dim as a report holds it: an int, or a symbol's expression (`s0`, `3*s0`)."""
+    return d if type(d) is int else str(d.node.expr)
+
+
+def known_equal(x, y) -> bool:
+    """`x == y` for sizes that may be symbols: True only where provably so, with no guard."""
+    if type(x) is int and type(y) is int:
+        return x == y
+    from torch.fx.experimental.symbolic_shapes import statically_known_true
+    return statically_known_true(x == y)
+
+
+def same_shape(a, b) -> bool:
+    """`tuple(a) == tuple(b)`, for shapes that may hold symbols: equal only where provably so,
+    with no guard recorded (a guard would specialise a dynamic program to the example)."""
+    a, b = tuple(a), tuple(b)
+    if len(a) != len(b):
+        return False
+    if all(type(x) is int for x in a + b):
+        return a == b
+    return all(known_equal(x, y) for x, y in zip(a, b))
 
 
 def broadcast_shapes(*shapes) -> tuple:
@@ -378,7 +425,8 @@ def infer_device(args, kwargs) -> torch.device:
 PROFILE_RANGE = "fusionlens_range"  # the global a profiled program enters around each region
 OUTPUT_BUILDER = "fusionlens_output"  # the global a printed program calls to build its result
 _LITERALS = (bool, int, float, str, type(None), torch.dtype, torch.device, torch.memory_format, slice,
-             type(Ellipsis))
+             type(Ellipsis), torch.SymInt, torch.SymFloat, torch.SymBool)
+_SYMBOLIC = (torch.SymInt, torch.SymFloat, torch.SymBool)
 
 
 def printable(tree) -> bool:
@@ -455,6 +503,9 @@ def program_globals(extra: dict | None = None) -> dict:
 def format_arg(x) -> str:
     if isinstance(x, Value):
         return x.name
+    if isinstance(x, _SYMBOLIC):
+        from compiler import symbols  # sympy: imported only by dynamic programs
+        return symbols.source(x)
     if isinstance(x, torch.dtype):
         return str(x)
     if isinstance(x, torch.device):
@@ -503,6 +554,18 @@ def format_call(bsym: BoundSymbol) -> str:
     return f"{lhs} = {call}"
 
 
+def symbol_bindings(inputs: list[Value]) -> list[str]:
+    """`s0 = x.shape[1]`: a dynamic program reads each symbol's value from the first input
+    with that symbol as a dim."""
+    lines, bound = [], set()
+    for v in inputs:
+        for i, d in enumerate(v.shape):
+            if type(d) is torch.SymInt and d.node.expr.is_symbol and d.node.expr not in bound:
+                bound.add(d.node.expr)
+                lines.append(f"{d.node.expr} = {v.name}.shape[{i}]")
+    return lines
+
+
 class TracePrinter:
     def __init__(self, trace: Trace, nested: bool):
         self.trace, self.nested = trace, nested
@@ -541,6 +604,7 @@ class TracePrinter:
         if t.packed:
             out.append(f"  {', '.join(v.name for v in t.inputs[:t.packed])}, = {packed}")
             out.append(f"  {packed}.clear()  # the caller's list: each tensor lives to its last use here")
+        out.extend(f"  {line}" for line in symbol_bindings(t.inputs))
         frees = self.frees() if t.stage == "execution" else {}
         for i, bsym in enumerate(t.bound_symbols):
             if i in t.ranges:

@@ -13,7 +13,8 @@ from typing import Any
 import torch
 from torch.utils import _pytree as pytree
 
-from compiler import api, frontend, report as R
+from compiler import api, dynamic, frontend, report as R
+from compiler.dynamic import DynamicDims
 from compiler.ir import Trace
 from compiler.ops.torch_ops.fallbacks import ShapeChanged
 from compiler.options import CompileOptions
@@ -54,6 +55,7 @@ class CacheEntry:
     compiled: Compiled
     report: R.CompileReport
     signature: tuple[Any, ...]
+    dims: DynamicDims = ()  # per user tensor, the dims its program serves every size of
     eager_fallback: bool = False  # the program failed its check: run eager for this signature
     grad_mask: tuple[bool, ...] = ()  # which of the program's constants (parameters) required grad at compile
 
@@ -62,13 +64,17 @@ class JitFunction:
     """A compiled callable: traces and compiles once per input signature, then reuses it."""
 
     def __init__(self, fn, executors: list[str] | None = None, max_entries: int = 64,
-                 options: CompileOptions | None = None):
+                 options: CompileOptions | None = None, dynamic: bool | None = None):
         self.fn = fn
+        self.dynamic = dynamic  # None: a dim is symbolic once its size changed; True: every dim; False: none
         self.options = (options or CompileOptions.from_env()).replace(previews=False)
         if executors is not None:
             self.options = self.options.replace(executors=executors)
         self.max_entries = max_entries  # a Python number that changes every call would grow it forever
         self.cache: dict[tuple[Any, ...], CacheEntry] = {}
+        self.symbolic: dict[tuple[Any, ...], list[CacheEntry]] = {}  # erased signature -> dynamic programs
+        self.first_shapes: dict[tuple[Any, ...], list[tuple[int, ...]]] = {}  # erased signature -> sizes first seen
+        self.compiles = 0
         self.hits = 0
         self.misses = 0
         self.last: CacheEntry | None = None
@@ -104,7 +110,11 @@ class JitFunction:
             entry = None
         if entry is None:
             self.misses += 1
-            entry = self._compile(key, args, kwargs)
+            entry = self._dynamic_entry(key, args, kwargs)
+            if entry is None:
+                entry = self._compile(key, args, kwargs, self._dims(key, args, kwargs))
+                if entry.dims:
+                    self.symbolic.setdefault(_erased(key), []).append(entry)
             if len(self.cache) >= self.max_entries:  # forget the oldest signature
                 self.cache.pop(next(iter(self.cache)))
             self.cache[key] = entry
@@ -134,32 +144,73 @@ class JitFunction:
             self._state = (tuple(map(id, self.fn.parameters())), tuple(map(id, self.fn.buffers())))
         return self._state
 
-    def _compile(self, key, args, kwargs) -> CacheEntry:
+    def _dynamic_entry(self, key, args, kwargs) -> CacheEntry | None:
+        """A dynamic program compiled before whose guards this call's sizes pass."""
+        entries = self.symbolic.get(_erased(key))
+        if not entries:
+            return None
+        tensors = frontend.user_tensors(self.fn, args, kwargs)
+        for entry in reversed(entries):  # the latest is the most general
+            guards = entry.compiled.guards
+            if guards is not None and not entry.eager_fallback and guards.check(tensors):
+                return entry
+        return None
+
+    def _dims(self, key, args, kwargs) -> DynamicDims:
+        """Per user tensor, the dims to compile symbolic: those marked (dynamic.mark_dynamic),
+        and those whose size changed since this signature was first seen (all, `dynamic=True`)."""
+        if self.dynamic is False:
+            return ()
+        tensors = frontend.user_tensors(self.fn, args, kwargs)
+        shapes = [tuple(t.shape) for t in tensors]
+        first = self.first_shapes.setdefault(_erased(key), shapes)
+        dims = []
+        for t, shape, seen in zip(tensors, shapes, first):
+            changed = {i for i, (a, b) in enumerate(zip(shape, seen)) if a != b} if self.dynamic is None else \
+                set(range(t.ndim))
+            dims.append(frozenset(d for d in changed | dynamic.marked_dims(t) if shape[d] > 1))
+        return tuple(dims) if any(dims) else ()
+
+    def _compile(self, key, args, kwargs, dims: DynamicDims = ()) -> CacheEntry:
         # The random stream is put back as it was before compiling (tracing and checking draw
         # from it): the program's first run then takes the draws (dropout's masks) eager would.
         # Not when the signature runs eagerly: its first result is the traced run's own.
         cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
         cpu_state, cuda_state = torch.random.get_rng_state(), torch.cuda.get_rng_state() if cuda else None
-        entry = self._compile_here(key, args, kwargs)
+        self.compiles += 1
+        entry = self._compile_here(key, args, kwargs, dims)
         if not entry.eager_fallback:
             torch.random.set_rng_state(cpu_state)
             if cuda_state is not None:
                 torch.cuda.set_rng_state(cuda_state)
         return entry
 
-    def _compile_here(self, key, args, kwargs) -> CacheEntry:
+    def _compile_here(self, key, args, kwargs, dims: DynamicDims) -> CacheEntry:
         c, rep, failed = api.compile_checked(self.fn, args, kwargs, self.options, frontend.target_name(self.fn),
-                                             benchmark=False, eager_on_failure=True)
-        return CacheEntry(c, rep, key, eager_fallback=failed, grad_mask=tuple(t.requires_grad for t in c.constants))
+                                             benchmark=False, eager_on_failure=True, dims=dims)
+        return CacheEntry(c, rep, key, dims if c.guards is not None else (), eager_fallback=failed,
+                          grad_mask=tuple(t.requires_grad for t in c.constants))
 
     def cache_info(self) -> dict[str, Any]:
-        return {"hits": self.hits, "misses": self.misses, "entries": len(self.cache),
-                "signatures": [e.report.signature for e in self.cache.values()]}
+        """hits and misses of the signature cache; compiles (a miss a dynamic program serves
+        compiles nothing); entries; dynamic (the programs that serve many sizes); signatures."""
+        return {"hits": self.hits, "misses": self.misses, "compiles": self.compiles, "entries": len(self.cache),
+                "dynamic": sum(map(len, self.symbolic.values())),
+                "signatures": [e.report.signature for e in {id(e): e for e in self.cache.values()}.values()]}
 
     def reset(self) -> None:
         self.cache.clear()
-        self.hits = self.misses = 0
+        self.symbolic.clear()
+        self.first_shapes.clear()
+        self.hits = self.misses = self.compiles = 0
         self.last = None
+
+
+def _erased(key: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A signature with each tensor's sizes replaced by its number of dims: what a dynamic
+    program is found by (its guards then check the sizes)."""
+    erase = lambda k: (len(k[0]),) + k[1:] if isinstance(k, tuple) and k and isinstance(k[0], torch.Size) else k  # noqa: E731
+    return key[:-1] + (tuple(erase(k) for k in key[-1]),)
 
 
 def _fall_back(entry: CacheEntry, e: ShapeChanged) -> None:
@@ -171,9 +222,13 @@ def _fall_back(entry: CacheEntry, e: ShapeChanged) -> None:
 
 
 def jit(fn, executors: list[str] | None = None, max_entries: int = 64,
-        options: CompileOptions | None = None) -> JitFunction:
-    """`fn` compiled once per input signature; `options` default to the environment's."""
-    return JitFunction(fn, executors, max_entries, options)
+        options: CompileOptions | None = None, dynamic: bool | None = None) -> JitFunction:
+    """`fn` compiled once per input signature; `options` default to the environment's.
+    `dynamic`: None (the default) compiles a dim symbolic once its size has changed (one
+    program then serves every size, as torch.compile's automatic dynamic shapes); True makes
+    every dim symbolic from the first call; False compiles every shape on its own.
+    `compiler.mark_dynamic(x, dim)` declares one tensor's dims dynamic up front."""
+    return JitFunction(fn, executors, max_entries, options, dynamic)
 
 
 def _last_entry(jfn) -> CacheEntry:

@@ -6,7 +6,8 @@ import re
 
 from torch.utils import _pytree as pytree
 
-from compiler.ir import BoundSymbol, NameGen, OpTag, SymbolKind, Trace, TraceContext, Value, format_arg, tracing
+from compiler.ir import (BoundSymbol, NameGen, OpTag, SymbolKind, Trace, TraceContext, Value, format_arg, same_shape,
+                         tracing)
 from compiler.ops.torch_ops import NoDecomposition
 
 
@@ -61,7 +62,7 @@ def decompose(trace: Trace) -> Trace:
             continue
         flat = [v for v in pytree.tree_leaves(result) if isinstance(v, Value)]
         mismatch = len(flat) != len(b.outputs) or any(
-            n.shape != o.shape or n.dtype != o.dtype for n, o in zip(flat, b.outputs))
+            not same_shape(n.shape, o.shape) or n.dtype != o.dtype for n, o in zip(flat, b.outputs))
         if mismatch:
             out.append(_with_note(b, f"{b.sym.name}: decomposition does not match torch's result "
                                      "for these arguments; it runs as one torch call"))

@@ -17,6 +17,8 @@ that cannot run here previews its code through the same lowering, in its source-
 `CompileOptions.debug` (FUSIONLENS_DEBUG) 1 prints a line per stage to stderr as it is
 produced (ops, time); 2 also prints each trace; 3 prints decompositions nested and each
 region's generated code. `CompileOptions.verifying` runs compiler.verify after every stage.
+`Compiled.stage_ms` holds each stage's milliseconds (STAGE_TIMES; the verifier's apart), the
+forward's and the backward's added (benchmarks/compile_time.py prints them per op).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from typing import Any
 
 import torch
 
-from compiler import executors as executor_registry, frontend, fusion, lowering, passes
+from compiler import dynamic, executors as executor_registry, frontend, fusion, lowering, passes
 from compiler.autograd import runtime as autograd_runtime, transform as autograd
 from compiler.executors.base import FusionExecutor
 from compiler.ir import Trace, output_builder
@@ -79,6 +81,8 @@ class Compiled:
     notes: list[frontend.Note] = field(default_factory=list)  # the frontend's, then the pipeline's
     eager_only: str | None = None  # why this signature runs eagerly, if it must
     differentiated: autograd.Differentiated | None = None  # compiled for training
+    stage_ms: dict[str, float] = field(default_factory=dict)  # STAGE_TIMES (and "verify") -> ms, all programs
+    guards: dynamic.Guards | None = None  # a dynamic program's: what its sizes must satisfy at each call
 
     def program(self, kind: str) -> Program | None:
         return next((p for p in self.programs if p.kind == kind), None)
@@ -92,14 +96,28 @@ class Compiled:
         return self.forward.traces["acquired"]
 
 
-class _StageLog:
-    """Records one program's traces; prints each as it is produced under `debug`, and
-    verifies it when the options say so."""
+# The stages `Compiled.stage_ms` times, in pipeline order (the verifier's time, when it runs,
+# is kept apart under "verify"), and the stage each recorded trace's time is charged to.
+STAGE_TIMES = ("trace", "decompose", "optimise", "autograd", "fusion", "lowering", "previews")
+_TIMED_AS = {"acquired": "trace", "decomposed": "decompose", "optimised": "optimise", "joint": "autograd",
+             "forward": "autograd", "backward": "autograd", "fusion": "fusion", "execution": "lowering"}
 
-    def __init__(self, name: str, kind: str, options: CompileOptions):
-        self.name, self.kind, self.options = name, kind, options
+
+class _StageLog:
+    """Records one program's traces; prints each as it is produced under `debug`, verifies it
+    when the options say so, and adds the time since the last one to its stage in `times`."""
+
+    def __init__(self, name: str, kind: str, options: CompileOptions, times: dict[str, float],
+                 since: float | None = None):
+        self.name, self.kind, self.options, self.times = name, kind, options, times
         self.traces: dict[str, Trace] = {}
-        self.last = time.perf_counter()
+        self.last = time.perf_counter() if since is None else since
+
+    def charge(self, stage: str) -> None:
+        """Add the time since the last trace (or charge) to `stage`."""
+        now = time.perf_counter()
+        self.times[stage] = self.times.get(stage, 0.0) + (now - self.last) * 1e3
+        self.last = now
 
     def __call__(self, trace: Trace, plan: lowering.Plan | None = None,
                  fusers: list[FusionExecutor] | None = None) -> Trace:
@@ -107,22 +125,26 @@ class _StageLog:
         verifier checks that no op left whole holds a prim one of them takes)."""
         assert trace.stage in PROGRAM_STAGES[self.kind] and trace.stage not in self.traces, trace.stage
         self.traces[trace.stage] = trace
+        started = self.last
+        self.charge(_TIMED_AS[trace.stage])
+        elapsed_ms = (self.last - started) * 1e3
         if self.options.verifying:
             from compiler import verify  # only when asked: it walks every op
 
             verify.verify(trace, trace.stage, fusers)
-        now, level = time.perf_counter(), self.options.debug
+            self.charge("verify")
+        level = self.options.debug
         if level >= 1:
             extra = f", {len(plan.regions)} regions" if plan is not None else ""
             print(f"[fusionlens] {self.name} · {trace.stage}: {len(trace.bound_symbols)} ops{extra} "
-                  f"({(now - self.last) * 1e3:.1f} ms)", file=sys.stderr)
+                  f"({elapsed_ms:.1f} ms)", file=sys.stderr)
         if level >= 2:
             print(trace.python(nested=level >= 3 and trace.stage == "decomposed"), file=sys.stderr)
         if level >= 3 and plan is not None:
             for r in plan.regions:
                 if r.generated is not None:
                     print(f"# --- {r.id} ({r.executor}) ---\n{r.generated.source}", file=sys.stderr)
-        self.last = now
+        self.last = time.perf_counter()  # printing is no stage's time
         return trace
 
 
@@ -139,16 +161,20 @@ def requires_grad(tensors) -> bool:
 
 
 def compile_program(fn, args, kwargs, options: CompileOptions | None = None,
-                    name: str | None = None) -> Compiled:
+                    name: str | None = None, dims: dynamic.DynamicDims = ()) -> Compiled:
     """Trace `fn(*args, **kwargs)` and run every stage. `options.previews`: with the default
     executors, also write the code of the fusion executors that cannot run here (reports want
     it; jit does not). Where grad is enabled and an input, parameter or buffer requires grad,
-    the call is compiled for training: a forward and a backward program joined by autograd."""
+    the call is compiled for training: a forward and a backward program joined by autograd.
+    `dims`: per user tensor, the dims the program serves every size of (compiler/dynamic.py)."""
     options = options or CompileOptions()
-    start = time.perf_counter()
+    start, stage_ms = time.perf_counter(), dict.fromkeys(STAGE_TIMES, 0.0)
     traced = frontend.trace(fn, args, kwargs, name)
     notes, eager_only = list(traced.notes), traced.eager_only
-    forward = _StageLog(traced.trace.name, "forward", options)
+    traced, guards, why_static = _symbolic(fn, args, kwargs, name, dims, traced)
+    if why_static:
+        notes.append(frontend.Note("information", why_static, None, DiagnosticCode.DYNAMIC_SHAPES))
+    forward = _StageLog(traced.trace.name, "forward", options, stage_ms, since=start)
     acquired = forward(traced.trace)
     optimised = forward(passes.optimise(forward(passes.decompose(acquired))))
     user_tensors = frontend.user_tensors(fn, args, kwargs)
@@ -157,6 +183,7 @@ def compile_program(fn, args, kwargs, options: CompileOptions | None = None,
     chosen = executor_registry.select(names, device, preview_all=options.previews and options.executors is None)
     notes += [frontend.Note(severity, message, where, DiagnosticCode.EXECUTOR)
               for severity, message, where in chosen.notes]
+    forward.charge("fusion")  # choosing the executors
     constants = [traced.constants[v.name] for v in acquired.inputs if v.role != "input"]
     differentiated, why = _differentiate(optimised, user_tensors + constants)
     if why is not None:
@@ -168,12 +195,26 @@ def compile_program(fn, args, kwargs, options: CompileOptions | None = None,
     programs = [_lower(forward, differentiated.forward if differentiated else optimised, chosen, device, "R", "P")]
     call = programs[0].fn
     if differentiated is not None:
-        backward = _StageLog(f"{acquired.name} backward", "backward", options)
+        backward = _StageLog(f"{acquired.name} backward", "backward", options, stage_ms)
         programs.append(_lower(backward, backward(differentiated.backward), chosen, device, "B", "PB"))
         call = training_program(programs[0].fn, programs[1].fn, differentiated, len(acquired.inputs), acquired.output)
     n_user = sum(v.role == "input" for v in acquired.inputs)
+    if guards is not None:
+        guards.finish()
     return Compiled(acquired.name, programs, call, constants, n_user, traced, (time.perf_counter() - start) * 1e3,
-                    device, names, options, notes, eager_only, differentiated)
+                    device, names, options, notes, eager_only, differentiated, stage_ms, guards)
+
+
+def _symbolic(fn, args, kwargs, name, dims: dynamic.DynamicDims, traced: frontend.TraceResult):
+    """(the trace to compile, its guards, why it is not symbolic): the real trace unless
+    `dims` asks for symbolic sizes and the call can be traced with them."""
+    if not any(dims) or traced.eager_only is not None:
+        return traced, None, ""
+    try:
+        symbolic, guards = dynamic.trace(fn, args, kwargs, name or traced.trace.name, dims, traced)
+    except dynamic.Unsupported as e:
+        return traced, None, f"this signature compiles for its static shapes: {e}"
+    return symbolic, guards, ""
 
 
 def _lower(stage: _StageLog, trace: Trace, chosen, device, prefix: str, preview_prefix: str) -> Program:
@@ -183,9 +224,12 @@ def _lower(stage: _StageLog, trace: Trace, chosen, device, prefix: str, preview_
     options = stage.options
     plan = lowering.lower(flat, chosen.fusers, device, prefix, profile=options.profile, verify=options.verifying)
     stage(plan.trace, plan)
+    fn = plan.trace.python_callable()
+    stage.charge("lowering")  # the execution trace's exec
     previews = [PreviewPlan(ex.name, why, _preview_plan(trace, ex, device, preview_prefix, options))
                 for ex, why in chosen.previews]
-    return Program(stage.kind, stage.traces, plan, plan.trace.python_callable(), previews)
+    stage.charge("previews")  # their fusion and lowering, source only
+    return Program(stage.kind, stage.traces, plan, fn, previews)
 
 
 def _preview_plan(trace: Trace, ex, device, prefix: str, options: CompileOptions) -> lowering.Plan:

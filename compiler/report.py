@@ -89,7 +89,7 @@ class Frame:
 @dataclass
 class TensorInfo:
     name: str
-    shape: list[int]
+    shape: list[int | str]  # a dynamic program's symbolic dims as their expressions: "s0", "3*s0"
     dtype: str
     device: str
 
@@ -236,6 +236,7 @@ class DiagnosticCode(enum.StrEnum):
     INPLACE_VIEW = "inplace-view"  # an in-place update through a view
     CAPTURED_CONSTANT = "captured-constant"  # a tensor that is no input was captured
     NOTHING_TO_COMPILE = "nothing-to-compile"  # the call returned no tensor
+    DYNAMIC_SHAPES = "dynamic-shapes"  # which sizes a program serves, or why it is static
     HIDDEN_TENSORS = "hidden-tensors"  # the result holds computed tensors FusionLens cannot rebuild
     INPLACE_PARAMETER = "inplace-parameter"  # the call updates a parameter in place
     WRITEBACK = "writeback"  # an input updated in place: the program writes it back
@@ -261,7 +262,7 @@ class SavedTensor:
     """A tensor the forward program keeps for the backward."""
 
     name: str
-    shape: list[int]
+    shape: list[int | str]
     dtype: str
     bytes: int
     kind: str  # "activation" (computed by the forward: the memory training costs) or the input's role
@@ -327,6 +328,7 @@ class CompileReport:
     fallbacks: list[Fallback] = field(default_factory=list)
     diagnostics: list[Diagnostic] = field(default_factory=list)
     signature: list[str] = field(default_factory=list)  # assumptions the trace specialised on
+    guards: list[str] = field(default_factory=list)  # a dynamic program's: what each call's sizes must satisfy
     device: str = "cpu"
     device_name: str = "CPU"
     versions: dict[str, str] = field(default_factory=dict)

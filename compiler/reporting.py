@@ -17,7 +17,7 @@ import platform
 import torch
 
 from compiler import cost, passes, report as R, roofline, timing
-from compiler.ir import distinct_lines, format_call
+from compiler.ir import dim_text, distinct_lines, format_call
 
 
 def _version(dist: str) -> str | None:
@@ -94,8 +94,14 @@ def error_report(e: Exception, target: R.Target, executors) -> R.CompileReport:
                            error=R.Diagnostic("error", message, file, line), versions=versions())
 
 
+def _guards(c) -> list[str]:
+    if c.guards is None:
+        return []
+    return c.guards.describe([v.name for v in c.acquired.inputs if v.role == "input"])
+
+
 def _tensor_info(v) -> R.TensorInfo:
-    return R.TensorInfo(v.name, list(v.shape), str(v.dtype).removeprefix("torch."), str(v.device))
+    return R.TensorInfo(v.name, [dim_text(d) for d in v.shape], str(v.dtype).removeprefix("torch."), str(v.device))
 
 
 def _diag(note) -> R.Diagnostic:
@@ -170,7 +176,7 @@ def _training(c, measured) -> R.Training | None:
         where = made[v.name].provenance if v.name in made else None
         role = roles.get(v.name) or "input"
         kind = "activation" if v.name in made else {"param": "parameter"}.get(role, role)
-        saved.append(R.SavedTensor(v.name, list(v.shape), str(v.dtype).removeprefix("torch."),
+        saved.append(R.SavedTensor(v.name, [dim_text(d) for d in v.shape], str(v.dtype).removeprefix("torch."),
                                    v.numel() * v.dtype.itemsize, kind, where.file if where else None,
                                    where.line if where else None))
     return R.Training(saved, sum(s.bytes for s in saved if s.kind == "activation"), list(d.recomputed),
@@ -213,5 +219,5 @@ def assemble(c, target: R.Target, checked: list[R.Diagnostic], measured=None,
     return R.CompileReport(
         target=target, executors=c.executors, programs=[_program(p, measured, gpu, estimate) for p in c.programs],
         training=_training(c, measured), ops=_ops(c), fallbacks=fallbacks, diagnostics=diagnostics,
-        signature=list(c.traced.trace.signature), device=str(c.device), device_name=timing.device_name(c.device),
+        signature=list(c.traced.trace.signature), guards=_guards(c), device=str(c.device), device_name=timing.device_name(c.device),
         versions=versions(), compile_ms=round(c.compile_ms, 3), peaks=_peaks(gpu, estimate, c.device, measured))

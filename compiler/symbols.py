@@ -12,10 +12,12 @@ what only estimates (costs, tile sizes); `source` prints a size as Python over t
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 
 import sympy
 import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
 from torch.utils._sympy.printers import PythonPrinter
 
@@ -28,6 +30,24 @@ class SymbolEnv(ShapeEnv):
         n = len(self.unique_ids)
         self.unique_ids.add(n)
         return n
+
+    @functools.cached_property
+    def fake(self) -> FakeTensorMode:
+        """The fake tensors of this env's sizes (a dynamic trace runs on them)."""
+        return FakeTensorMode(shape_env=self, allow_non_fake_inputs=True)
+
+
+def env_of(shape) -> SymbolEnv:
+    for d in shape:
+        if isinstance(d, torch.SymInt) and not d.node.expr.is_number:
+            return d.node.shape_env
+    raise ValueError(f"{shape} has no symbol")
+
+
+def empty(shape, dtype: torch.dtype) -> torch.Tensor:
+    """A fake tensor standing in for a Value of a symbolic shape (a meta tensor cannot have one)."""
+    with env_of(shape).fake:
+        return torch.empty(shape, dtype=dtype, device="meta")
 
 
 Dim = int | torch.SymInt
@@ -75,6 +95,8 @@ def source(x) -> str:
     if isinstance(x, (tuple, list, torch.Size)):
         items = [source(d) for d in x]
         return f"({items[0]},)" if len(items) == 1 else f"({', '.join(items)})"
+    if isinstance(x, sympy.Basic):  # an expression an executor derived (a product of sizes)
+        return _PRINTER.doprint(x)
     if is_symbolic(x):
         return _PRINTER.doprint(expr(x))
     return repr(hint(x))

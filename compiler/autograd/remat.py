@@ -13,7 +13,7 @@ Random ops are never cheap: their draws cannot be replayed.
 
 from __future__ import annotations
 
-from compiler.ir import BoundSymbol, OpTag, SymbolKind, Value
+from compiler.ir import BoundSymbol, OpTag, SymbolKind, Value, hint
 from compiler.ops import prims as P
 
 _CHEAP_SHAPE = {P.broadcast_in_dim, P.reshape, P.permute, P.convert_element_type}
@@ -25,7 +25,7 @@ def _cheap(b: BoundSymbol) -> bool:
 
 
 def _bytes(v: Value) -> int:
-    return v.numel() * v.dtype.itemsize
+    return hint(v.numel()) * v.dtype.itemsize  # a dynamic program's at the example's sizes: no guard
 
 
 def _cone(v: Value, producer: dict[str, BoundSymbol],

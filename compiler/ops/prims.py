@@ -69,7 +69,14 @@ def _reduced(a, dims):
 
 def _slice_meta(a, start_indices, end_indices, strides=None):
     strides = strides or [1] * a.ndim
-    return _empty([len(range(s, e, st)) for s, e, st in zip(start_indices, end_indices, strides)], a.dtype)
+    return _empty([_extent(s, e, st) for s, e, st in zip(start_indices, end_indices, strides)], a.dtype)
+
+
+def _extent(start, stop, step) -> int:
+    """len(range(start, stop, step)), for bounds that may be symbols (a dynamic program's)."""
+    if type(start) is int and type(stop) is int:
+        return len(range(start, stop, step))
+    return torch.sym_max(0, (stop - start + step - 1) // step)
 
 
 def _cat_meta(tensors, dim):

@@ -9,7 +9,7 @@ import functools
 import torch
 from torch.utils._pytree import tree_leaves as pytree_leaves
 
-from compiler.ir import Symbol, Value, broadcast_shapes
+from compiler.ir import Symbol, Value, broadcast_shapes, same_shape
 from compiler.ops import prims
 from compiler.ops.torch_ops.registry import NoDecomposition
 
@@ -44,6 +44,8 @@ def _is_float(dtype):
 
 
 def _scalar_as(x, dtype):
+    if isinstance(x, (torch.SymInt, torch.SymFloat, torch.SymBool)):  # a dynamic size: kept an expression
+        return x * 1.0 if _is_float(dtype) and isinstance(x, torch.SymInt) else x
     if dtype == torch.bool:
         return bool(x)
     if _is_float(dtype):
@@ -51,9 +53,31 @@ def _scalar_as(x, dtype):
     return int(x)
 
 
+def slice_indices(k: slice, size) -> tuple:
+    """`k.indices(size)` for a size or bounds that may be symbolic (a dynamic program's): the
+    bounds as expressions (min, max) rather than an int() of a symbol, which would specialise
+    the program to the example's size. Steps are the slice's own ints."""
+    if not any(isinstance(x, torch.SymInt) for x in (k.start, k.stop, size)):
+        return k.indices(size)
+    step = 1 if k.step is None else k.step
+
+    def bound(x, default):
+        if x is None:
+            return default
+        if isinstance(x, int) and x < 0:
+            x = x + size
+        from torch.fx.experimental.symbolic_shapes import statically_known_true
+        if statically_known_true(x <= size):  # s0 sliced to 64 when s0 <= 64 is known: s0, not Min(64, s0)
+            return x if statically_known_true(x >= 0) else torch.sym_max(0, x)
+        return torch.sym_max(0, torch.sym_min(x, size))
+    if step < 0:  # counted from the end: the bounds as Python's, whose rule differs
+        return tuple(int(x) if isinstance(x, torch.SymInt) else x for x in k.indices(int(size)))
+    return bound(k.start, 0), bound(k.stop, size), step
+
+
 def broadcast_to_shape(x: Value, shape) -> Value:
     shape = tuple(shape)
-    if x.shape == shape:
+    if same_shape(x.shape, shape):
         return x
     offset = len(shape) - x.ndim
     return prims.broadcast_in_dim(x, shape, tuple(range(offset, len(shape))))

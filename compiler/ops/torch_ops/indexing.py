@@ -15,7 +15,7 @@ import builtins
 import torch
 
 from compiler.ops import prims
-from compiler.ops.torch_ops.common import _is_value, _scalar_as, broadcast_to_shape, cast
+from compiler.ops.torch_ops.common import _is_value, _scalar_as, broadcast_to_shape, cast, slice_indices
 from compiler.ops.torch_ops.pointwise import where
 from compiler.ops.torch_ops.registry import NoDecomposition, library, register
 from compiler.ops.torch_ops.shapes import _slice_dim, cat, reshape, take_dim, unsqueeze
@@ -89,7 +89,7 @@ def _put_slice(input, src, d, start, stop):
 @register(torch.slice_scatter, torch.Tensor.slice_scatter)
 def slice_scatter(input, src, dim=0, start=None, end=None, step=1):
     d = dim % input.ndim
-    start, stop, step = slice(start, end, step).indices(input.shape[d])
+    start, stop, step = slice_indices(slice(start, end, step), input.shape[d])
     if step != 1:
         raise NoDecomposition("a step")
     return _put_slice(input, src, d, start, builtins.max(start, stop))
@@ -129,7 +129,7 @@ def _basic_entries(input, key):
         if type(k) is int:
             entries.append((k % size, k % size + 1))
         elif isinstance(k, slice):
-            start, stop, step = k.indices(size)
+            start, stop, step = slice_indices(k, size)
             if step != 1:
                 return None
             entries.append((start, builtins.max(start, stop)))

@@ -9,9 +9,9 @@ import operator
 
 import torch
 
-from compiler.ir import Value
+from compiler.ir import Value, known_equal
 from compiler.ops import prims
-from compiler.ops.torch_ops.common import _dims, _is_value, _scalar_as, broadcast_to_shape, cast, result_dtype
+from compiler.ops.torch_ops.common import _dims, _is_value, _scalar_as, broadcast_to_shape, cast, result_dtype, slice_indices
 from compiler.ops.torch_ops.pointwise import add, lt, mul, where
 from compiler.ops.torch_ops.registry import NoDecomposition, _pack_varargs, register
 
@@ -120,7 +120,7 @@ def repeat(input, repeats):
 
 
 def _slice_dim(x: Value, dim: int, start: int, stop: int, step: int = 1) -> Value:
-    if start == 0 and stop == x.shape[dim] and step == 1:
+    if known_equal(start, 0) and known_equal(stop, x.shape[dim]) and step == 1:
         return x
     starts = [0] * x.ndim
     ends = list(x.shape)
@@ -153,7 +153,7 @@ def getitem(input, key):
             idx = k % size
             x = _slice_dim(x, dim, idx, idx + 1)
         else:
-            start, stop, step = k.indices(size)
+            start, stop, step = slice_indices(k, size)
             if step < 0:
                 raise NoDecomposition("negative step")
             stop = builtins.max(start, stop)

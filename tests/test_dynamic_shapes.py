@@ -1,0 +1,165 @@
+"""Dynamic shapes: a dim whose size changes becomes symbolic, and one program serves every size.
+
+Each test checks the compiled results against eager at every size, counts compiles through
+`cache_info()`, and for each kind of guard checks that a call breaking it compiles anew
+rather than returning a wrong result.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+import compiler
+from compiler import jit_cache
+
+EXECUTORS = ["torch"]
+
+
+def close(got, want, dtype=torch.float32):
+    tol = {torch.float32: 1e-5, torch.float64: 1e-10}[dtype]
+    for g, w in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
+        assert g.shape == w.shape
+        torch.testing.assert_close(g, w, rtol=tol, atol=tol)
+
+
+def _mixed(x, w):
+    y = torch.softmax(x * 2, -1)
+    z = torch.nn.functional.layer_norm(y, y.shape[-1:])
+    return y.reshape(-1).sum() + z.mean(1).sum(), y @ w[: y.shape[1]]
+
+
+def test_sequence_lengths_5_to_64_in_any_order_compile_at_most_twice():
+    jfn = compiler.jit(_mixed, executors=EXECUTORS)
+    w = torch.randn(64, 4)
+    sizes = list(range(5, 65))
+    random.Random(0).shuffle(sizes)
+    for n in sizes:
+        x = torch.randn(3, n)
+        close(jfn(x, w), _mixed(x, w))
+    info = jfn.cache_info()
+    assert info["compiles"] == 2 and info["dynamic"] == 1
+    report = compiler.last_report(jfn)
+    assert report.signature[0].startswith("x: float32[3, s0]")
+    assert "2 <= x.shape[1]" in report.guards and "x.shape[1] <= 64" in report.guards
+    # the program's shapes are the symbols' expressions, in the report and the printed trace
+    shapes = [t.shape for r in report.forward.regions for t in r.inputs + r.outputs]
+    assert [3, "s0"] in shapes
+    source = compiler.last_compiled(jfn).forward.plan.trace.python()
+    assert "s0 = x.shape[1]" in source and "f32[3, s0]" in source
+
+
+def test_dynamic_true_and_mark_dynamic_compile_once():
+    w = torch.randn(64, 4)
+    for make in (lambda: compiler.jit(_mixed, executors=EXECUTORS, dynamic=True),
+                 lambda: compiler.jit(_mixed, executors=EXECUTORS)):
+        jfn = make()
+        for n in (6, 9, 17, 40):
+            x = torch.randn(3, n)
+            if jfn.dynamic is None:
+                compiler.mark_dynamic(x, 1)
+            close(jfn(x, w), _mixed(x, w))
+        assert jfn.cache_info()["compiles"] == 1
+
+
+def test_dynamic_false_compiles_every_shape():
+    jfn = compiler.jit(_mixed, executors=EXECUTORS, dynamic=False)
+    w = torch.randn(64, 4)
+    for n in (6, 9, 17):
+        x = torch.randn(3, n)
+        close(jfn(x, w), _mixed(x, w))
+    assert jfn.cache_info()["compiles"] == 3 and jfn.cache_info()["dynamic"] == 0
+
+
+def _branchy(x):
+    if x.shape[1] > 8:  # a guard on the symbol: s0 > 8
+        return x.sum(1)
+    return x.amax(1)
+
+
+@pytest.mark.parametrize("kind", ["python-branch", "size-one", "bound-from-slice", "equal-dims", "static-dim"])
+def test_a_failed_guard_recompiles_and_is_right(kind):
+    w = torch.randn(16, 4)
+    cases = {
+        # (function, calls: tuples of arguments); the last call breaks a guard of the first two's program
+        "python-branch": (_branchy, [(torch.randn(2, 10),), (torch.randn(2, 12),), (torch.randn(2, 5),)]),
+        "size-one": (lambda x: x.softmax(-1), [(torch.randn(2, 4),), (torch.randn(2, 6),), (torch.randn(2, 1),)]),
+        "bound-from-slice": (lambda x, w: x @ w[: x.shape[1]],
+                             [(torch.randn(2, 4), w), (torch.randn(2, 6), w), (torch.randn(2, 20), torch.randn(20, 4))]),
+        "equal-dims": (lambda x, y: x + y, [(torch.randn(4), torch.randn(4)), (torch.randn(6), torch.randn(6)),
+                                            (torch.randn(5), torch.randn(1))]),
+        "static-dim": (lambda x: x.sum(0), [(torch.randn(2, 4),), (torch.randn(2, 6),), (torch.randn(3, 6),)]),
+    }
+    fn, calls = cases[kind]
+    jfn = compiler.jit(fn, executors=EXECUTORS)
+    for args in calls:
+        close(jfn(*args), fn(*args))
+    info = jfn.cache_info()
+    assert info["compiles"] == 3, info
+    entry = jfn.last
+    assert entry.compiled.guards is None or entry.compiled.guards.check(list(calls[-1]))
+
+
+def test_the_branch_taken_is_a_guard_in_the_report():
+    jfn = compiler.jit(_branchy, executors=EXECUTORS, dynamic=True)
+    jfn(torch.randn(2, 10))
+    assert "9 <= x.shape[1]" in compiler.last_report(jfn).guards
+
+
+class _Attention(torch.nn.Module):
+    """A causal self-attention block: the sequence dim is the dynamic one."""
+
+    def __init__(self, d: int = 16, heads: int = 2):
+        super().__init__()
+        self.heads = heads
+        self.qkv = torch.nn.Linear(d, 3 * d)
+        self.out = torch.nn.Linear(d, d)
+        self.norm = torch.nn.LayerNorm(d)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.norm(x)).split(d, dim=-1)
+        q, k, v = (a.view(b, t, self.heads, d // self.heads).transpose(1, 2) for a in (q, k, v))
+        mask = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
+        att = (q @ k.transpose(-2, -1)) / (d // self.heads) ** 0.5
+        att = att.masked_fill(~mask, float("-inf")).softmax(-1)
+        y = (att @ v).transpose(1, 2).reshape(b, t, d)
+        return x + self.out(y)
+
+
+def test_a_module_serves_every_sequence_length():
+    torch.manual_seed(0)
+    model = _Attention().eval()
+    jfn = compiler.jit(model, executors=EXECUTORS)
+    with torch.no_grad():
+        for t in (5, 9, 3, 17, 12, 30):
+            x = torch.randn(2, t, 16)
+            close(jfn(x), model(x))
+    assert jfn.cache_info()["compiles"] == 2
+
+
+def test_training_with_a_dynamic_dim_matches_eager_gradients():
+    torch.manual_seed(0)
+    model = _Attention()
+    jfn = compiler.jit(model, executors=EXECUTORS)
+    for t in (5, 7, 11):
+        x = torch.randn(2, t, 16, requires_grad=True)
+        model.zero_grad()
+        want = model(x)
+        want.square().mean().backward()
+        grads = [p.grad.clone() for p in model.parameters()] + [x.grad.clone()]
+        model.zero_grad()
+        x.grad = None
+        got = jfn(x)
+        got.square().mean().backward()
+        close(got, want)
+        for g, w in zip([p.grad for p in model.parameters()] + [x.grad], grads):
+            torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-5)
+    assert jfn.cache_info()["compiles"] == 2
+
+
+def test_erased_signature_keys_tensors_by_rank():
+    key = (True, ((torch.Size([3, 5]), torch.float32, torch.device("cpu"), False, True),))
+    assert jit_cache._erased(key) == (True, ((2, torch.float32, torch.device("cpu"), False, True),))

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
-from torch.utils import _pytree as pytree
 
 from compiler import frontend
 
@@ -107,17 +106,16 @@ def trace(fn, args, kwargs, name: str, dims: DynamicDims,
     user = frontend.user_tensors(fn, args, kwargs)
     for x in user:  # in the order the program takes them, so dims[i] is the i-th's
         fake(x)
-    fargs, fkwargs = pytree.tree_map(fake, (tuple(args), dict(kwargs)))
     try:
         with env.fake:
-            symbolic = frontend.trace(fn, fargs, fkwargs, name)
+            symbolic = frontend.trace(fn, args, kwargs, name, clone=fake)
     except frontend.TraceError as e:
         raise Unsupported(e.message) from e
     except Exception as e:  # the fake run met what needs data (a .item(), a data-dependent shape)
         raise Unsupported(f"{type(e).__name__}: {e}") from e
     _same_program(real.trace, symbolic.trace)
     result = frontend.TraceResult(symbolic.trace, real.eager_output, real.constants, real.notes,
-                                  real.eager_only, real.mutated, real.originals, real.copies)
+                                  real.eager_only, real.mutated, real.originals, real.copies, real.states, real.passed)
     return result, Guards(env, [by_id[id(x)] for x in user])
 
 

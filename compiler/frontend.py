@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import inspect
-import re
 import sys
 from types import CodeType
 from typing import Any
@@ -21,7 +19,10 @@ from torch._subclasses.fake_tensor import FakeTensor
 from torch.overrides import TorchFunctionMode
 from torch.utils import _pytree as pytree
 
-from compiler import objects, provenance
+from compiler import objects, provenance, views
+# the call's arguments (compiler/arguments.py); target_name and user_tensors are used through frontend too
+from compiler.arguments import describe_input, parameter_names, sanitize as _sanitize, signature_names, target_name, \
+    user_tensors  # noqa: F401
 from compiler.ir import (OUTPUT_BUILDER, BoundSymbol, NameGen, Symbol, SymbolKind, Trace, Value, dtype_name,
                          printable)
 from compiler.ops import torch_ops
@@ -50,47 +51,6 @@ class Note:
         self.severity, self.message, self.where, self.code = severity, message, where, code
 
 
-def _sanitize(name: str) -> str:
-    name = re.sub(r"\W", "_", name)
-    return name if name and not name[0].isdigit() else f"_{name}"
-
-
-_NOT_INPLACE_DUNDERS = ("__init__", "__index__", "__int__", "__invert__", "__iter__")
-
-
-def _is_inplace(name: str) -> str | None:
-    """The functional method name for an in-place one (add_ -> add, __iadd__ -> __add__)."""
-    if name.startswith("__i") and name.endswith("__") and name not in _NOT_INPLACE_DUNDERS:
-        return "__" + name[3:]
-    if name.endswith("_") and not name.endswith("__") and not name.startswith("_"):
-        return name[:-1]
-    return None
-
-
-def _inplace_function_wrapper(func):
-    """The functional form of an in-place torch function (torch.nn.init.constant_(tensor, v))."""
-    def functional(*args, **kwargs):
-        if args:
-            y = args[0].clone()
-            func(y, *args[1:], **kwargs)
-        else:
-            key = next(k for k, v in kwargs.items() if isinstance(v, torch.Tensor))
-            y = kwargs[key].clone()
-            func(**{**kwargs, key: y})
-        return y
-    functional.__name__ = f"functional_{getattr(func, '__name__', 'inplace')}"
-    return functional
-
-
-def _inplace_wrapper(method_name: str):
-    def functional(x, *args, **kwargs):
-        y = x.clone()
-        getattr(y, method_name)(*args, **kwargs)
-        return y
-    functional.__name__ = f"functional_{method_name}"
-    return functional
-
-
 class _Recorder(TorchFunctionMode):
     def __init__(self, tracer: Tracer):
         super().__init__()
@@ -99,6 +59,7 @@ class _Recorder(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         seen = self.tracer.dynamic.count
+        self.tracer.views.before(self.tracer, func, args, kwargs)
         out = func(*args, **kwargs)
         if getattr(func, "__name__", "") == "__setitem__":  # mutates args[0], returns None
             self.tracer.record(func, args, kwargs, args[0])
@@ -136,6 +97,7 @@ class Tracer:
         self.dynamic = DynamicShapes()  # counts the aten ops with a data-dependent output shape
         self.layout_noted = False  # whether a note says that sparse tensors' ops run whole
         self.shape_checked_names: list[str] = []  # the values whose shape the program checks at each call
+        self.views = views.Views()  # how traced views were made, to follow in-place updates through them
 
     def where(self) -> provenance.Provenance | None:
         """The provenance of the op being recorded now."""
@@ -164,7 +126,7 @@ class Tracer:
     def to_value(self, x):
         if not isinstance(x, torch.Tensor):
             return x
-        v = self.values.get(id(x))
+        v = self.values.get(id(x)) if id(x) not in self.views.links else self.views.current(self, x)
         if v is not None:
             return v
         role, name = self.known.get(id(x), ("const", "c"))
@@ -224,6 +186,7 @@ class Tracer:
                                if not t.requires_grad and _differentiable(t))
         self.bound_symbols.append(BoundSymbol(sym, vargs, vkwargs, outs, None if single else spec, where,
                                               note=note))
+        self.views.recorded(self, func, args, kwargs, flat)
 
     def shape_checked(self, sym: Symbol, outs: list[Value], where, note: str) -> tuple[Symbol, str]:
         """`sym` for an op whose results' shapes depend on the data (fallbacks.shape_checked), and
@@ -247,8 +210,10 @@ class Tracer:
             self.notes.append(Note("information", f"an operand has the {layout} layout: ops on tensors of other "
                                    "layouts than strided run as torch calls, never fused", where,
                                    DiagnosticCode.EXECUTOR))
-        sym = sym if sym.decomposition is None else Symbol(sym.name, sym.impl, kind=sym.kind, tags=sym.tags)
-        return sym, f"an operand has the {layout} layout; it runs as one torch call"
+        if sym.decomposition is None and sym.kind is not SymbolKind.OPAQUE:  # a library call runs whole anyway
+            return sym, ""
+        return (Symbol(sym.name, sym.impl, kind=sym.kind, tags=sym.tags),
+                f"an operand has the {layout} layout; it runs as one torch call")
 
     def symbol_for(self, func, args, kwargs, where):
         """The Symbol for a torch call, with its arguments in that symbol's convention."""
@@ -261,45 +226,43 @@ class Tracer:
             return self.opaque(lambda x, _p=prop: getattr(x, _p), f"Tensor.{prop}", args, kwargs, where)
         if name == "__setitem__":
             if args and isinstance(args[0], torch.Tensor):
-                self.updated_at.setdefault(id(args[0]), where)
-                if args[0]._base is not None:
-                    self.view_mutation("setitem", where)
+                self.view_mutation(args[0], name, where, args)
             sym = torch_ops.SYMBOLS["setitem"]  # x[key] = value: the functional setitem, a new value
             self.extra_globals[sym.name] = sym.impl
             return sym, args, kwargs, ""
         if func is torch.Tensor.view and len(args) == 2 and isinstance(args[1], torch.dtype):
             return self.opaque(func, name, args, kwargs, where, "a view as another dtype is not decomposed")
         entry = torch_ops.lookup(func)
-        if entry is None and (functional := _is_inplace(name)):
+        if entry is None and (functional := views.functional_name(name)):
             owner = torch.Tensor if hasattr(torch.Tensor, name) else torch
             fn = getattr(owner, functional, None)
             entry = torch_ops.lookup(fn) if fn is not None else None
             if args and isinstance(args[0], torch.Tensor):
-                self.updated_at.setdefault(id(args[0]), where)
-                if args[0]._base is not None:
-                    self.view_mutation(name, where)
+                self.view_mutation(args[0], name, where)
             if entry is None and not hasattr(torch.Tensor, name):  # a function such as nn.init.constant_
-                return self.opaque(_inplace_function_wrapper(func), name, args, kwargs, where, called=func)
+                return self.opaque(views.inplace_function_wrapper(func), name, args, kwargs, where, called=func)
             if entry is None:
-                return self.opaque(_inplace_wrapper(name), f"Tensor.{name}", args, kwargs, where, called=func)
+                return self.opaque(views.inplace_wrapper(name), f"Tensor.{name}", args, kwargs, where, called=func)
         if entry is None:
             return self.opaque(func, name, args, kwargs, where)
         sym, adapter = entry
-        if _is_inplace(name) and (target := torch_ops.kept_dtype(args, kwargs)) is not None:
+        if views.functional_name(name) and (target := torch_ops.kept_dtype(args, kwargs)) is not None:
             # t.add_(u) with u wider: eager computes in the promoted dtype, then casts back into t
             sym = torch_ops.cast_result(sym, target, self._unique(f"{_sanitize(name)}_as_{dtype_name(target)}"))
             self.extra_globals[sym.name] = sym.impl
         if adapter is not None:
             args, kwargs = adapter(args, kwargs)
+        if kwargs.get("inplace") is True and args and isinstance(args[0], torch.Tensor):  # F.relu(x, inplace=True)
+            self.view_mutation(args[0], name, where)
+            kwargs = {**kwargs, "inplace": False}  # recorded as the functional op it stands for
         return sym, args, _drop_defaults(sym, kwargs), ""
 
-    def view_mutation(self, name: str, where) -> None:
-        """An in-place update of a view changes its base too, which the functional trace does
-        not follow: calls with this signature run eagerly (correct, not compiled)."""
-        if self.eager_only is None:
-            self.eager_only = (f"in-place {name} on a view of another tensor: FusionLens does not follow "
-                               "updates through views, so calls with this signature run eagerly")
-            self.notes.append(Note("warning", self.eager_only, where, DiagnosticCode.INPLACE_VIEW))
+    def view_mutation(self, target: torch.Tensor, name: str, where, args: tuple = ()) -> None:
+        """The call being recorded updates `target` in place: views.py functionalises it, through
+        the views it was made from, once it is recorded (and raises eager's error where eager
+        refuses it)."""
+        self.updated_at.setdefault(id(target), where)
+        self.views.mutating(self, target, name, where, args)
 
     def tensors_only(self, sym: Symbol) -> Symbol:
         """`sym` as a call that returns only the tensors of its result, in order (one alone):
@@ -363,64 +326,11 @@ _PROPERTIES = {
 }
 
 
-def _parameter_names(fn) -> dict[int, tuple[str, str]]:
-    """id(tensor) -> (role, name) for a module's parameters and buffers."""
-    module = fn if isinstance(fn, torch.nn.Module) else getattr(fn, "__self__", None)
-    if not isinstance(module, torch.nn.Module):
-        return {}
-    known: dict[int, tuple[str, str]] = {}
-    for name, p in module.named_parameters():
-        known.setdefault(id(p), ("param", "p_" + _sanitize(name)))
-    for name, b in module.named_buffers():
-        known.setdefault(id(b), ("buffer", "b_" + _sanitize(name)))
-    return known
-
-
-def target_name(fn) -> str:
-    named = type(fn).__name__ if isinstance(fn, torch.nn.Module) else getattr(fn, "__name__", type(fn).__name__)
-    return _sanitize(named)
-
-
-def signature_names(fn, args, kwargs) -> list:
-    """(name, value) for each argument, by the callable's own parameter names."""
-    target = fn.forward if isinstance(fn, torch.nn.Module) else fn
-    try:
-        bound = inspect.signature(target).bind(*args, **kwargs)
-    except (TypeError, ValueError):
-        return [(f"arg{i}", a) for i, a in enumerate(args)] + list(kwargs.items())
-    out = []
-    for pname, value in bound.arguments.items():
-        kind = bound.signature.parameters[pname].kind
-        if kind is inspect.Parameter.VAR_POSITIONAL:
-            out += [(f"{pname}{i}", v) for i, v in enumerate(value)]
-        elif kind is inspect.Parameter.VAR_KEYWORD:
-            out += list(value.items())
-        else:
-            out.append((pname, value))
-    return out
-
-
-def user_tensors(fn, args, kwargs) -> list:
-    """The call's tensors in the order `trace` names them (the program's user inputs)."""
-    if not kwargs:
-        return [x for x in pytree.tree_leaves(args) if isinstance(x, torch.Tensor)]
-    return [x for _, v in signature_names(fn, args, kwargs) for x in pytree.tree_leaves(v)
-            if isinstance(x, torch.Tensor)]
-
-
-def describe_input(name: str, x) -> str:
-    if isinstance(x, torch.Tensor):
-        layout = (str(x.layout).removeprefix("torch.") if x.layout != torch.strided else
-                  "contiguous" if x.is_contiguous() else f"strides {tuple(x.stride())}")
-        return (f"{name}: {dtype_name(x.dtype)}{list(x.shape)} on {x.device}, {layout}, "
-                f"requires_grad={x.requires_grad}")
-    return f"{name} = {x!r} (specialised)"
-
-
 class TraceResult:
     def __init__(self, trace: Trace, eager_output: Any, constants: dict, notes: list,
                  eager_only: str | None = None, mutated: dict | None = None,
-                 originals: dict | None = None, copies: tuple = ()):
+                 originals: dict | None = None, copies: tuple = (), states: list | None = None,
+                 passed: list | None = None):
         self.trace = trace
         self.eager_output = eager_output
         self.constants = constants  # input name -> tensor (params, buffers, captured constants)
@@ -429,6 +339,9 @@ class TraceResult:
         self.mutated = mutated or {}  # input name -> its value after the eager call (updated in place)
         self.originals = originals or {}  # id(copy traced on) -> the caller's tensor or the module's buffer
         self.copies = copies  # the copies themselves (their ids stay theirs while they live)
+        # objects passed in holding tensors (a cache): the program returns (result, their changes)
+        self.states = states or []
+        self.passed = passed or []  # every object passed in (a result that holds one holds the caller's)
 
     def as_the_call(self):
         """The traced run as the caller's own call: the copies' updates written into the real
@@ -439,12 +352,18 @@ class TraceResult:
             if not _same_values(copy_, original):
                 original.copy_(copy_)
             by_id[id(copy_)] = original
-        return pytree.tree_map(lambda x: by_id.get(id(x), x) if isinstance(x, torch.Tensor) else x,
-                               self.eager_output)
+        result = pytree.tree_map(lambda x: by_id.get(id(x), x) if isinstance(x, torch.Tensor) else x,
+                                 self.eager_output)
+        if self.states:
+            result, changes = result
+            objects.apply_all(self.states, changes)
+        return result
 
 
-def trace(fn, args=(), kwargs=None, name: str | None = None) -> TraceResult:
-    """Run `fn(*args, **kwargs)` once, recording it. Errors in user code raise TraceError."""
+def trace(fn, args=(), kwargs=None, name: str | None = None, clone=None) -> TraceResult:
+    """Run `fn(*args, **kwargs)` once, recording it. Errors in user code raise TraceError.
+    `clone`: what the call runs on in place of each of the caller's tensors (a copy, by default;
+    compiler/dynamic.py's fake tensors with symbolic sizes)."""
     kwargs = kwargs or {}
     tracer = Tracer(name or target_name(fn))
     tracer.stop = sys._getframe(0).f_code
@@ -453,20 +372,21 @@ def trace(fn, args=(), kwargs=None, name: str | None = None) -> TraceResult:
     # in `fn` must not change them (the program writes it back when it runs; eager's final
     # values are what its check compares with).
     with _buffer_copies(fn) as originals:
-        tracer.known = _parameter_names(fn)
-        return _trace(tracer, fn, args, kwargs, originals)
+        tracer.known = parameter_names(fn)
+        return _trace(tracer, fn, args, kwargs, originals, clone or _clone)
 
 
-def _trace(tracer: Tracer, fn, args, kwargs, originals: dict) -> TraceResult:
+def _trace(tracer: Tracer, fn, args, kwargs, originals: dict, clone) -> TraceResult:
     copies: dict = {}
     def copy(x):
         if not isinstance(x, torch.Tensor):
             return x
         if id(x) not in copies:
-            copies[id(x)] = _clone(x)
+            copies[id(x)] = clone(x)
             originals[id(copies[id(x)])] = x
         return copies[id(x)]
     args, kwargs = pytree.tree_map(copy, (tuple(args), dict(kwargs)))
+    states = objects.PassedStates((args, kwargs), copy)  # a cache passed in: its tensors are inputs too
     signature = []
     for pname, value in signature_names(fn, args, kwargs):
         leaves = pytree.tree_leaves(value)
@@ -475,6 +395,10 @@ def _trace(tracer: Tracer, fn, args, kwargs, originals: dict) -> TraceResult:
             if isinstance(leaf, torch.Tensor):
                 tracer.bind_input(leaf, _sanitize(label), "input")
             signature.append(describe_input(label, leaf))
+    for label, t in states.tensors():
+        if id(t) not in tracer.inputs_by_id:
+            tracer.bind_input(t, _sanitize(label), "input")
+            signature.append(describe_input(label, t))
     user_inputs = list(tracer.inputs)
     module = fn if isinstance(fn, torch.nn.Module) else getattr(fn, "__self__", None)
     state = list(module.parameters()) + list(module.buffers()) if isinstance(module, torch.nn.Module) else []
@@ -496,6 +420,11 @@ def _trace(tracer: Tracer, fn, args, kwargs, originals: dict) -> TraceResult:
     computed = lambda t: id(t) in tracer.values and tracer.values[id(t)].role == ""  # noqa: E731
     output = pytree.tree_map(lambda leaf: leaf if isinstance(leaf, Value) else objects.template(
         leaf, tracer.to_value, computed, passed), output)
+    changes = states.changes(lambda x: tracer.to_value(x) if isinstance(x, torch.Tensor) else
+                             objects.template(x, tracer.to_value, lambda t: True, set()))
+    if any(changes):  # what the call left in objects passed in is part of the result, the program's and eager's
+        output, out = (output, changes), (out, states.changes(lambda x: x))
+    states.restore()
     if not any(isinstance(leaf, Value) for leaf in pytree.tree_leaves(output)):
         tracer.notes.append(Note("warning", f"{tracer.name} returned {type(out).__name__} and no tensor: "
                                  "there is nothing to compile", None, DiagnosticCode.NOTHING_TO_COMPILE))
@@ -524,33 +453,39 @@ def _trace(tracer: Tracer, fn, args, kwargs, originals: dict) -> TraceResult:
     constants = {k: originals.get(id(x), x) for k, x in tracer.constants.items()}  # the module's own buffers
     alive_copies = tuple(x for x in tracer.alive if id(x) in originals)
     return TraceResult(t, out, constants, tracer.notes, eager_only=eager_only, mutated=mutated,
-                       originals=originals, copies=tuple({id(x): x for x in alive_copies}.values()))
+                       originals=originals, copies=tuple({id(x): x for x in alive_copies}.values()),
+                       states=states.objects if any(changes) else [], passed=states.objects)
 
 
 def _mutations(tracer: Tracer, versions: dict, originals: dict) -> tuple:
     """(write-back pairs (input Value, its final Value), {input name: eager's final value}) of
     the trace inputs the call updated in place. An update the trace recorded (x.add_(y),
-    x[i] = v) is written back by the program; one inside a library call (batch_norm's running
-    statistics) happens again when the program runs that call on the real tensor. Inputs and
-    buffers were copies: a copy that differs from its original was updated (library kernels
-    write without bumping the version counter); a parameter was updated if its version moved."""
-    writeback, mutated, where = [], {}, {}
+    x[i] = v, through views: views.py) is written back by the program; one inside a library call
+    (batch_norm's running statistics) happens again when the program runs that call on the real
+    tensor. Inputs and buffers were copies: a copy that differs from its original was updated
+    (library kernels write without bumping the version counter); a parameter was updated if its
+    version moved, and is put back as it was (views.Views.restore) or the call runs eagerly."""
+    writeback, mutated, where, params = [], {}, {}, []
     for t in {id(t): t for t in tracer.alive}.values():
         v = tracer.inputs_by_id.get(id(t))
         if v is None or id(t) not in versions:
             continue
         original = originals.get(id(t))
-        if versions[id(t)] == t._version and (original is None or _same_values(t, original)):
+        if id(t) not in tracer.views.updated and versions[id(t)] == t._version and (
+                original is None or _same_values(t, original)):
             continue
         final = tracer.values.get(id(t))
         if final is not None and final is not v:
             writeback.append((v, final))
             where[v.name] = tracer.updated_at.get(id(t))
         mutated[v.name] = _clone(t.detach())
-        if v.role == "param":
-            tracer.eager_only = tracer.eager_only or (
-                f"the call updates the parameter {v.name} in place: calls with this signature run eagerly")
-            tracer.notes.append(Note("warning", tracer.eager_only, None, DiagnosticCode.INPLACE_PARAMETER))
+        params += [(v, t)] if v.role == "param" else []
+    if tracer.views.why is not None and tracer.eager_only is None:
+        tracer.eager_only, at = tracer.views.why
+        tracer.notes.append(Note("warning", tracer.eager_only, at, DiagnosticCode.INPLACE_VIEW))
+    if params and not tracer.views.restore(tracer, [t for _, t in params], originals) and tracer.eager_only is None:
+        tracer.eager_only = f"the call updates the parameter {params[0][0].name} in place: calls with this signature run eagerly"
+        tracer.notes.append(Note("warning", tracer.eager_only, None, DiagnosticCode.INPLACE_PARAMETER))
     for v, final in writeback:
         tracer.notes.append(Note("information", f"{v.name} is updated in place: the compiled program writes "
                                  f"{final.name} back into it, as eager does", where[v.name], DiagnosticCode.WRITEBACK))

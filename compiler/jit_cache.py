@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch.utils import _pytree as pytree
 
-from compiler import api, dynamic, frontend, report as R
+from compiler import api, dynamic, frontend, objects, report as R
 from compiler.dynamic import DynamicDims
 from compiler.ir import Trace
 from compiler.ops.torch_ops.fallbacks import ShapeChanged
@@ -26,6 +26,8 @@ __all__ = ["jit", "last_report", "last_traces", "JitFunction"]
 def _leaf_key(x):
     if isinstance(x, torch.Tensor):
         return (x.shape, x.dtype, x.device, x.requires_grad, _layout(x))
+    if objects.is_state(x):  # an object passed in (a cache) keys by its contents, not its identity
+        return objects.state_key(x, _leaf_key)
     try:
         hash(x)
         return (type(x), x)
@@ -130,7 +132,8 @@ class JitFunction:
         try:
             if len(key) == 2:  # positional tensors only: they are the program's inputs
                 return c.fn(*args, *c.constants)
-            return c.fn(*frontend.user_tensors(self.fn, args, kwargs), *c.constants)
+            result = c.fn(*frontend.user_tensors(self.fn, args, kwargs), *c.constants)
+            return _with_states(c.traced, result, args, kwargs) if c.traced.passed else result
         except ShapeChanged as e:  # raised before the program wrote anything back
             _fall_back(entry, e)
             return self.fn(*args, **kwargs)
@@ -206,10 +209,27 @@ class JitFunction:
         self.last = None
 
 
+def _with_states(traced: frontend.TraceResult, result, args, kwargs):
+    """The program's result as this call's: what the call leaves in the objects passed in (a
+    cache) set in this call's objects, and a result that holds one of them (a model output's
+    cache) holding this call's, not the traced call's."""
+    now = objects.passed_states(pytree.tree_leaves((args, kwargs)))
+    if traced.states:
+        result, changes = result
+        objects.apply_all(now, changes)
+    swap = {id(a): b for a, b in zip(traced.passed, now) if a is not b}
+    return pytree.tree_map(lambda x: swap.get(id(x), x), result) if swap else result
+
+
 def _erased(key: tuple[Any, ...]) -> tuple[Any, ...]:
     """A signature with each tensor's sizes replaced by its number of dims: what a dynamic
     program is found by (its guards then check the sizes)."""
-    erase = lambda k: (len(k[0]),) + k[1:] if isinstance(k, tuple) and k and isinstance(k[0], torch.Size) else k  # noqa: E731
+    def erase(k):
+        if isinstance(k, tuple) and k and isinstance(k[0], torch.Size):
+            return (len(k[0]),) + k[1:]
+        if isinstance(k, tuple) and k and k[0] == "state":  # a cache's tensors: (path, their key)
+            return k[:2] + (tuple((path, erase(leaf)) for path, leaf in k[2]),)
+        return k
     return key[:-1] + (tuple(erase(k) for k in key[-1]),)
 
 

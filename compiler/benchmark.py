@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 import torch
 
 from compiler import checking, lowering, passes, timing
-from compiler.ir import BoundSymbol, external_inputs, ops_callable
+from compiler.interpret import ops_callable
+from compiler.ir import BoundSymbol, external_inputs
 from compiler.report import Diagnostic, DiagnosticCode, ProgramTimings, RegionTiming
 
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 import torch
 
 from compiler import passes
-from compiler.ir import OpTag, Symbol, SymbolKind, Value, hint
+from compiler.ir import OpTag, Symbol, SymbolKind, Value
+from compiler.sizes import hint
 from compiler.ops import prims as P
 from compiler.report import Cost
 

@@ -22,6 +22,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from compiler.provenance import Provenance
+from compiler.sizes import as_dim, symbol_bindings
 
 DTYPE_SHORT = {
     torch.float64: "f64", torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16",
@@ -41,7 +42,7 @@ class Value:
 
     def __init__(self, name: str, shape, dtype: torch.dtype, device: torch.device, role: str = ""):
         self.name = name
-        self.shape = tuple(_dim(s) for s in shape)
+        self.shape = tuple(as_dim(s) for s in shape)
         self.dtype = dtype
         self.device = torch.device(device)
         self.role = role  # "input", "param", "buffer", "const" for trace inputs; "" otherwise
@@ -70,45 +71,6 @@ class Value:
 
     def __repr__(self) -> str:
         return self.name
-
-
-def _dim(s):
-    """A size as a Value keeps it: an int, or a SymInt that is not a constant."""
-    if type(s) is torch.SymInt:
-        return int(s) if s.node.expr.is_number else s  # int() of a constant adds no guard
-    return int(s)
-
-
-def hint(x):
-    """A number that may be a symbol's expression (a dynamic program's size) as the example's
-    value, recording no guard: for what only estimates (costs, rooflines, reports)."""
-    if isinstance(x, (torch.SymInt, torch.SymFloat, torch.SymBool)):
-        return x.node.pytype(x.node.expr) if x.node.expr.is_number else x.node.hint
-    return x
-
-
-def dim_text(d) -> int | str:
-    """A dim as a report holds it: an int, or a symbol's expression (`s0`, `3*s0`)."""
-    return d if type(d) is int else str(d.node.expr)
-
-
-def known_equal(x, y) -> bool:
-    """`x == y` for sizes that may be symbols: True only where provably so, with no guard."""
-    if type(x) is int and type(y) is int:
-        return x == y
-    from torch.fx.experimental.symbolic_shapes import statically_known_true
-    return statically_known_true(x == y)
-
-
-def same_shape(a, b) -> bool:
-    """`tuple(a) == tuple(b)`, for shapes that may hold symbols: equal only where provably so,
-    with no guard recorded (a guard would specialise a dynamic program to the example)."""
-    a, b = tuple(a), tuple(b)
-    if len(a) != len(b):
-        return False
-    if all(type(x) is int for x in a + b):
-        return a == b
-    return all(known_equal(x, y) for x, y in zip(a, b))
 
 
 def broadcast_shapes(*shapes) -> tuple:
@@ -283,31 +245,6 @@ class Trace:
         namespace = program_globals(self.globals())
         exec(compile(source, f"<fusionlens {self.name}:{self.stage}>", "exec"), namespace)
         return namespace[self.name]
-
-
-def run_ops(bsyms, env: dict) -> dict:
-    """Run ops one by one with their torch impls, reading and writing `env` (name -> tensor).
-    The reference semantics every executor is compared with."""
-    read = lambda x: env[x.name] if isinstance(x, Value) else x  # noqa: E731
-    with torch.no_grad():
-        for b in bsyms:
-            args, kwargs = pytree.tree_map(read, (b.args, b.kwargs))
-            result = b.sym.impl(*args, **kwargs)
-            flat = [result] if b.out_spec is None else [x for x in pytree.tree_leaves(result)
-                                                         if isinstance(x, torch.Tensor)]
-            for v, x in zip(b.outputs, flat):
-                env[v.name] = x
-    return env
-
-
-def ops_callable(bsyms, inputs, outputs) -> Callable:
-    """A function of the `inputs` tensors returning the `outputs` tuple, running `bsyms`."""
-    bsyms, names, results = list(bsyms), [v.name for v in inputs], [v.name for v in outputs]
-
-    def run(*tensors):
-        env = run_ops(bsyms, dict(zip(names, tensors)))
-        return tuple(env[n] for n in results)
-    return run
 
 
 def external_inputs(bsyms) -> list:
@@ -552,18 +489,6 @@ def format_call(bsym: BoundSymbol) -> str:
             lhs = lhs[1:-1].rstrip(",")
         lhs = lhs + "," if len(bsym.outputs) == 1 and not lhs.endswith(",") else lhs
     return f"{lhs} = {call}"
-
-
-def symbol_bindings(inputs: list[Value]) -> list[str]:
-    """`s0 = x.shape[1]`: a dynamic program reads each symbol's value from the first input
-    with that symbol as a dim."""
-    lines, bound = [], set()
-    for v in inputs:
-        for i, d in enumerate(v.shape):
-            if type(d) is torch.SymInt and d.node.expr.is_symbol and d.node.expr not in bound:
-                bound.add(d.node.expr)
-                lines.append(f"{d.node.expr} = {v.name}.shape[{i}]")
-    return lines
 
 
 class TracePrinter:

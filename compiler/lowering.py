@@ -24,8 +24,8 @@ from torch.utils import _pytree as pytree
 from compiler import fusion, profiling
 from compiler.contract import BoundaryCode, Decline, FusionGroup, boundary
 from compiler.executors.base import FusionExecutor, Generated
-from compiler.ir import (PROFILE_RANGE, BoundSymbol, Symbol, SymbolKind, Trace, Value, distinct_lines, ops_callable,
-                         run_ops)
+from compiler.interpret import ops_callable, run_ops
+from compiler.ir import PROFILE_RANGE, BoundSymbol, Symbol, SymbolKind, Trace, Value, distinct_lines
 from compiler.report import Boundary
 
 

@@ -6,9 +6,9 @@ import re
 
 from torch.utils import _pytree as pytree
 
-from compiler.ir import (BoundSymbol, NameGen, OpTag, SymbolKind, Trace, TraceContext, Value, format_arg, same_shape,
-                         tracing)
+from compiler.ir import BoundSymbol, NameGen, OpTag, SymbolKind, Trace, TraceContext, Value, format_arg, tracing
 from compiler.ops.torch_ops import NoDecomposition
+from compiler.sizes import same_shape
 
 
 def max_index(trace: Trace) -> int:

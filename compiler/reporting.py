@@ -17,7 +17,8 @@ import platform
 import torch
 
 from compiler import cost, passes, report as R, roofline, timing
-from compiler.ir import dim_text, distinct_lines, format_call
+from compiler.ir import distinct_lines, format_call
+from compiler.sizes import dim_text
 
 
 def _version(dist: str) -> str | None:
@@ -219,5 +220,6 @@ def assemble(c, target: R.Target, checked: list[R.Diagnostic], measured=None,
     return R.CompileReport(
         target=target, executors=c.executors, programs=[_program(p, measured, gpu, estimate) for p in c.programs],
         training=_training(c, measured), ops=_ops(c), fallbacks=fallbacks, diagnostics=diagnostics,
-        signature=list(c.traced.trace.signature), guards=_guards(c), device=str(c.device), device_name=timing.device_name(c.device),
+        signature=list(c.traced.trace.signature), guards=_guards(c), device=str(c.device),
+        device_name=timing.device_name(c.device),
         versions=versions(), compile_ms=round(c.compile_ms, 3), peaks=_peaks(gpu, estimate, c.device, measured))

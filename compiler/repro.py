@@ -35,7 +35,8 @@ from torch.utils import _pytree as pytree
 
 from compiler import checking, executors as executor_registry, frontend, lowering, pipeline, targets
 from compiler.contract import Decline, Layout
-from compiler.ir import BoundSymbol, Value, format_arg, run_ops
+from compiler.interpret import run_ops
+from compiler.ir import BoundSymbol, Value, format_arg
 from compiler.ops import prims
 from compiler.options import CompileOptions
 from compiler.report import RegionRef

@@ -16,11 +16,13 @@ REPO = Path(__file__).resolve().parents[1]
 LAYERS = [
     ["compiler.report", "compiler.discovery", "compiler.options"],  # contracts: the report, discovery, options
     ["compiler.roofline"],  # the GPU peaks table and roofline arithmetic: no torch, like the contracts
-    ["compiler.provenance"],
+    ["compiler.provenance", "compiler.symbols", "compiler.sizes"],  # symbols: torch's ShapeEnv only (sympy: dynamic programs)
     ["compiler.ir"],
+    ["compiler.interpret"],  # the op-by-op interpreter every executor is compared with
     ["compiler.objects"],
     ["compiler.ops"],
-    ["compiler.frontend"],
+    ["compiler.arguments", "compiler.views"],  # the call's arguments; views traced and updated in place
+    ["compiler.frontend", "compiler.dynamic"],  # dynamic: the frontend's trace again, on symbolic sizes
     ["compiler.passes"],
     ["compiler.autograd"],
     ["compiler.cost"],

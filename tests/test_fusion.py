@@ -260,7 +260,7 @@ class _SourceOnly(TorchFusion):
 
 def test_source_only_lowering_writes_the_code_of_the_regions_it_would_run(fuser):
     from compiler import frontend, fusion, lowering, passes
-    from compiler.ir import run_ops
+    from compiler.interpret import run_ops
 
     def f(x, w):
         return F.linear(torch.relu(x), w).softmax(-1) * 2

@@ -13,7 +13,8 @@ Random ops are never cheap: their draws cannot be replayed.
 
 from __future__ import annotations
 
-from compiler.ir import BoundSymbol, OpTag, SymbolKind, Value, hint
+from compiler.ir import BoundSymbol, OpTag, SymbolKind, Value
+from compiler.sizes import hint
 from compiler.ops import prims as P
 
 _CHEAP_SHAPE = {P.broadcast_in_dim, P.reshape, P.permute, P.convert_element_type}

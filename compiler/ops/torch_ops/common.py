@@ -9,7 +9,8 @@ import functools
 import torch
 from torch.utils._pytree import tree_leaves as pytree_leaves
 
-from compiler.ir import Symbol, Value, broadcast_shapes, same_shape
+from compiler.ir import Symbol, Value, broadcast_shapes
+from compiler.sizes import same_shape
 from compiler.ops import prims
 from compiler.ops.torch_ops.registry import NoDecomposition
 

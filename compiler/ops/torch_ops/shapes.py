@@ -9,9 +9,11 @@ import operator
 
 import torch
 
-from compiler.ir import Value, known_equal
+from compiler.ir import Value
+from compiler.sizes import known_equal
 from compiler.ops import prims
-from compiler.ops.torch_ops.common import _dims, _is_value, _scalar_as, broadcast_to_shape, cast, result_dtype, slice_indices
+from compiler.ops.torch_ops.common import (_dims, _is_value, _scalar_as, broadcast_to_shape, cast, result_dtype,
+                                           slice_indices)
 from compiler.ops.torch_ops.pointwise import add, lt, mul, where
 from compiler.ops.torch_ops.registry import NoDecomposition, _pack_varargs, register
 
@@ -57,7 +59,10 @@ def unflatten(input, dim, sizes):
 
 @register(torch.squeeze, torch.Tensor.squeeze)
 def squeeze(input, dim=None):
-    dims = _dims(input, dim) if dim is not None else range(input.ndim)
+    if dim is None:
+        dims = range(input.ndim)
+    else:  # squeeze(x, ()) squeezes no dim (where _dims reads () as every dim)
+        dims = () if isinstance(dim, (tuple, list)) and not dim else _dims(input, dim)
     shape = tuple(s for i, s in enumerate(input.shape) if not (i in dims and s == 1))
     return reshape(input, shape)
 
@@ -224,8 +229,22 @@ def _advanced_getitem(input, key):
 @register(torch.narrow, torch.Tensor.narrow)
 def narrow(input, dim, start, length):
     d = dim % input.ndim
+    if _is_value(start):  # a 0-d tensor: where it starts is data, so a take at start + iota
+        offsets = prims.iota(length, start=0, step=1, dtype=torch.int64, device=input.device)
+        first = wrap_index(reshape(start, (1,)), input.shape[d])
+        return take_dim(input, add(offsets, first), d, wrap=False)
     start = start % input.shape[d] if start < 0 else start
     return _slice_dim(input, d, start, start + length)
+
+
+@register(torch.ops.aten.slice.Tensor, name="torch.ops.aten.slice.Tensor")
+def aten_slice(input, dim=0, start=None, end=None, step=1):
+    """aten's slice: input[start:end:step] along dim, with Python's clamping of the bounds."""
+    d = dim % builtins.max(input.ndim, 1)
+    begin, stop, step = builtins.slice(start, end, step).indices(input.shape[d])
+    if step <= 0:
+        raise NoDecomposition("a step that is not positive")  # torch raises
+    return _slice_dim(input, d, begin, builtins.max(begin, stop), step)
 
 
 @register(torch.select, torch.Tensor.select)

@@ -8,7 +8,7 @@
 from __future__ import annotations
 
 
-from compiler import benchmark as bench, checking, frontend, pipeline, reporting, report as R
+from compiler import benchmark as bench, checking, dynamic, frontend, pipeline, reporting, report as R
 from compiler.options import CompileOptions
 
 __all__ = ["compile", "CompileError", "CompileOptions"]
@@ -44,16 +44,19 @@ def compile_checked(fn, args, kwargs, options: CompileOptions, name: str, *, ben
                     repeats: int = 0, warmup: int = 0, torch_compile: bool = False,
                     target: R.Target | None = None,
                     eager_on_failure: bool = False,
-                    dims: tuple[frozenset[int], ...] = ()) -> tuple[pipeline.Compiled, R.CompileReport, bool]:
+                    dims: tuple[frozenset[int], ...] | None = None) -> tuple[pipeline.Compiled, R.CompileReport, bool]:
     """Compile, check against eager, benchmark if asked, then report: what compile, jit and
     compile_target share. Returns (Compiled, report, whether the check failed).
 
     `target`: the report's target (compile_target's example); by default where `fn` is
     defined, which is also where the check's diagnostics point. `eager_on_failure`: the
     caller (jit) runs a signature that failed its check eagerly, and the report says so.
+    `dims`: per user tensor, the dims compiled symbolic; by default those marked dynamic.
     """
     defined = reporting.target_of(fn, name)
     target = target or defined
+    if dims is None:  # the dims the example's tensors were marked with (compiler.mark_dynamic)
+        dims = tuple(dynamic.marked_dims(t) for t in frontend.user_tensors(fn, args, kwargs))
     try:
         c = pipeline.compile_program(fn, args, kwargs, options, name, dims)
     except frontend.TraceError as e:

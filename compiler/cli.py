@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 
 from compiler import roofline
@@ -64,6 +65,10 @@ def render(report, stage: str = "execution") -> str:
                f"compile: {report.compile_ms:.0f} ms"
                + (f"   copy bandwidth: {report.peaks.copy_gbs:g} GB/s"
                   if report.peaks and report.peaks.copy_gbs else ""))
+    if report.guards:  # those on sizes; the layout and the static dims' are in the report
+        sizes = [g for g in report.guards if "stride" not in g and "storage_offset" not in g
+                 and not re.fullmatch(r"\S+ == \d+", g)]
+        out.append("dynamic: one program for every size where " + (" and ".join(sizes) or "the layout is the same"))
     for program in report.programs:
         out += _render_program(program, stage, report.peaks)
     if report.training is not None:

@@ -8,12 +8,14 @@ import torch
 from torch.utils import _pytree as pytree
 
 from compiler.ir import Value
+from compiler.sizes import evaluate, symbol_values
 
 
 def run_ops(bsyms, env: dict) -> dict:
     """Run ops one by one with their torch impls, reading and writing `env` (name -> tensor).
     The reference semantics every executor is compared with."""
-    read = lambda x: env[x.name] if isinstance(x, Value) else x  # noqa: E731
+    values = symbol_values(*_symbolic_inputs(bsyms, env)) if _has_symbols(bsyms) else {}
+    read = lambda x: env[x.name] if isinstance(x, Value) else evaluate(x, values) if values else x  # noqa: E731
     with torch.no_grad():
         for b in bsyms:
             args, kwargs = pytree.tree_map(read, (b.args, b.kwargs))
@@ -23,6 +25,20 @@ def run_ops(bsyms, env: dict) -> dict:
             for v, x in zip(b.outputs, flat):
                 env[v.name] = x
     return env
+
+
+def _has_symbols(bsyms) -> bool:
+    return any(v.symbolic for b in bsyms for v in b.outputs)
+
+
+def _symbolic_inputs(bsyms, env: dict) -> tuple[list[Value], list]:
+    """The Values `bsyms` read that `env` holds (a dynamic program's inputs), and their tensors."""
+    seen: dict[str, Value] = {}
+    for b in bsyms:
+        for v in b.inputs():
+            if v.name in env and v.symbolic:
+                seen.setdefault(v.name, v)
+    return list(seen.values()), [env[n] for n in seen]
 
 
 def ops_callable(bsyms, inputs, outputs) -> Callable:

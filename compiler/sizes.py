@@ -60,3 +60,20 @@ def symbol_bindings(inputs: list) -> list[str]:
                 bound.add(d.node.expr)
                 lines.append(f"{d.node.expr} = {v.name}.shape[{i}]")
     return lines
+
+
+def symbol_values(inputs: list, tensors) -> dict:
+    """symbol -> its value in this call, read from the tensors as `symbol_bindings` does."""
+    values = {}
+    for v, t in zip(inputs, tensors):
+        for i, d in enumerate(v.shape):
+            if type(d) is torch.SymInt and d.node.expr.is_symbol:
+                values.setdefault(d.node.expr, t.shape[i])
+    return values
+
+
+def evaluate(x, values: dict):
+    """A number that may be a symbol's expression (a SymInt argument) at this call's values."""
+    if not isinstance(x, (torch.SymInt, torch.SymFloat, torch.SymBool)) or x.node.expr.is_number:
+        return hint(x)
+    return x.node.pytype(x.node.expr.xreplace(values))

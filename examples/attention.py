@@ -82,6 +82,14 @@ def sdpa_attention_example():
     return model, (torch.randn(4, 128, 256),)
 
 
+@compiler.example
+def sdpa_attention_any_length_example():
+    """The sequence dim marked dynamic: one program for every length (its shapes read `s0`)."""
+    torch.manual_seed(0)
+    model = FlashCausalSelfAttention(n_embd=256, n_head=4).eval()
+    return model, (compiler.mark_dynamic(torch.randn(4, 128, 256), 1),)
+
+
 if __name__ == "__main__":
     for target in (causal_attention_example, sdpa_attention_example):
         fn, args, *rest = target()

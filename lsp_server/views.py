@@ -309,7 +309,7 @@ def preview_section(group: list[LineNote]) -> list[str]:
 
 def saved_section(saved: Sequence[SavedTensor]) -> str:
     total = sum(t.bytes for t in saved)
-    items = ", ".join(f"`{t.name}` {t.dtype}{t.shape}" for t in saved[:4]) + (" …" if len(saved) > 4 else "")
+    items = ", ".join(f"`{t.name}` {t.dtype}[{', '.join(map(str, t.shape))}]" for t in saved[:4]) + (" …" if len(saved) > 4 else "")
     return (f"**saved for backward:** {_plural(len(saved), 'activation')}, {format_bytes(total)} ({items})")
 
 

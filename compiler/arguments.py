@@ -38,11 +38,24 @@ def target_name(fn) -> str:
     return sanitize(named)
 
 
+_SIGNATURES: dict = {}  # (function, bound or not) -> its inspect.Signature: jit binds every call
+
+
+def _signature(target) -> inspect.Signature:
+    key = (getattr(target, "__func__", target), hasattr(target, "__self__"))
+    found = _SIGNATURES.get(key)
+    if found is None:
+        if len(_SIGNATURES) > 1024:  # functions made on the fly (lambdas) must not pile up
+            _SIGNATURES.clear()
+        found = _SIGNATURES[key] = inspect.signature(target)
+    return found
+
+
 def signature_names(fn, args, kwargs) -> list:
     """(name, value) for each argument, by the callable's own parameter names."""
     target = fn.forward if isinstance(fn, torch.nn.Module) else fn
     try:
-        bound = inspect.signature(target).bind(*args, **kwargs)
+        bound = _signature(target).bind(*args, **kwargs)
     except (TypeError, ValueError):
         return [(f"arg{i}", a) for i, a in enumerate(args)] + list(kwargs.items())
     out = []

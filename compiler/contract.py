@@ -88,11 +88,13 @@ class Layout:
 
 
 def check_layouts(group: FusionGroup, layouts: list[Layout]) -> None:
-    """ValueError unless `layouts` are of the group's inputs, in order (shapes and dtypes)."""
+    """ValueError unless `layouts` are of the group's inputs, in order (shapes and dtypes; a
+    symbol's dim takes any size: comparing it would record a guard)."""
     if len(layouts) != len(group.inputs):
         raise ValueError(f"region {group.id} takes {len(group.inputs)} inputs, got {len(layouts)} layouts")
     for v, lay in zip(group.inputs, layouts):
-        if tuple(lay.shape) != tuple(v.shape) or lay.dtype != v.dtype:
+        if (len(lay.shape) != len(v.shape) or lay.dtype != v.dtype
+                or any(type(d) is int and d != n for d, n in zip(v.shape, lay.shape))):
             raise ValueError(f"region {group.id}: {v.name} is {v.dtype}{list(v.shape)}, the layout given is "
                              f"{lay.dtype}{list(lay.shape)}")
 

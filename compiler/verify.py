@@ -33,6 +33,7 @@ from compiler.ir import PROFILE_RANGE, BoundSymbol, OpTag, SymbolKind, Trace, Va
 from compiler.ops import prims as P
 from compiler.provenance import Provenance
 from compiler.report import ALL_STAGES
+from compiler.sizes import dim_text
 
 
 class Fuser(Protocol):
@@ -130,7 +131,7 @@ def check_defined_before_use(trace: Trace, stage: str) -> None:
 
 def _same_value(read: Value, made: Value, stage: str, b: BoundSymbol) -> None:
     """A name stands for one value: what an op reads has the shape and dtype it was made with."""
-    if read is not made and (read.shape != made.shape or read.dtype != made.dtype):
+    if read is not made and (_key(read.shape) != _key(made.shape) or read.dtype != made.dtype):
         raise VerifyError(stage, f"{read.name} is read as {read.type_str()} but defined as {made.type_str()}", b)
 
 
@@ -227,7 +228,7 @@ def check_results_defined(trace: Trace, stage: str) -> None:
         if src.name not in inputs and b is None:
             raise VerifyError(stage, f"{dst.name} is written back from {src.name}, which no trace input or op "
                                      "defines")
-        if src.shape != dst.shape or src.dtype != dst.dtype:
+        if _key(src.shape) != _key(dst.shape) or src.dtype != dst.dtype:
             raise VerifyError(stage, f"{dst.name} ({dst.type_str()}) is written back from {src.name} "
                                      f"({src.type_str()})", b)
     if trace.packed is not None and not 0 <= trace.packed <= len(trace.inputs):
@@ -369,6 +370,12 @@ def _unique(values: Sequence[Value], label: str, what: str) -> dict[str, Value]:
     return out
 
 
+def _key(shape) -> tuple[int | str, ...]:
+    """A shape compared as written: a dynamic program's symbolic dims by their expressions
+    (comparing SymInts would record a guard, and the verifier must not change the program)."""
+    return tuple(dim_text(d) for d in shape)
+
+
 def check_group_shapes(group: FusionGroup, label: str) -> None:
     """Every value computed has shape `domain` or (with reductions) `reduced_shape`, or the
     keepdim shape between them that the contract lets a broadcast go through; reductions
@@ -378,7 +385,7 @@ def check_group_shapes(group: FusionGroup, label: str) -> None:
     if rdims and (list(rdims) != sorted(set(rdims)) or not all(0 <= d < len(domain) for d in rdims)):
         raise VerifyError(label, f"reduction_dims {list(rdims)} are not sorted distinct dims of {list(domain)}")
     keep = tuple(1 if i in rdims else s for i, s in enumerate(domain))
-    allowed = {domain, tuple(group.reduced_shape), keep} if rdims else {domain}
+    allowed = {_key(domain), _key(group.reduced_shape), _key(keep)} if rdims else {_key(domain)}
     spaces = f"the domain {list(domain)}" + (f" or the reduced shape {list(group.reduced_shape)}" if rdims else "")
     # Broadcasts of an input, one after another (x[4, 8] -> [1, 4, 8] -> [2, 4, 8]), are one
     # index map from the input into the domain: the partitioner pulls such a chain in whole
@@ -393,7 +400,7 @@ def check_group_shapes(group: FusionGroup, label: str) -> None:
             reduces = True
             _check_reduction(b, domain, rdims, label)
         for o in b.outputs:
-            if o.shape not in allowed and not is_view:
+            if _key(o.shape) not in allowed and not is_view:
                 raise VerifyError(label, f"{o.name} has shape {_shape(o)}, not {spaces}", b)
         if b.sym is P.broadcast_in_dim:
             _check_broadcast(b, computed, domain, rdims, label)
@@ -404,22 +411,22 @@ def check_group_shapes(group: FusionGroup, label: str) -> None:
         raise VerifyError(label, f"reduction_dims {list(rdims)}, but no op of the group reduces")
 
 
-def _check_operands(b: BoundSymbol, allowed: set[tuple[int, ...]], spaces: str, label: str) -> None:
+def _check_operands(b: BoundSymbol, allowed: set[tuple[int | str, ...]], spaces: str, label: str) -> None:
     """An elementwise prim's tensor operands have its result's shape (prims broadcast only
     through broadcast_in_dim); a reduction reads the domain (checked in _check_reduction)."""
     if b.sym in _GROUP_REDUCTIONS:
         return
     for v in _reads(b):
-        if v.shape not in allowed:
+        if _key(v.shape) not in allowed:
             raise VerifyError(label, f"it reads {v.name} of shape {_shape(v)}, not {spaces}", b)
-        if v.shape != b.outputs[0].shape:
+        if _key(v.shape) != _key(b.outputs[0].shape):
             raise VerifyError(label, f"its operand {v.name} has shape {_shape(v)}, its result "
                                      f"{_shape(b.outputs[0])}", b)
 
 
 def _check_reduction(b: BoundSymbol, domain: tuple[int, ...], rdims: tuple[int, ...], label: str) -> None:
     x, dims = b.args[0], tuple(sorted(b.args[1]))
-    if x.shape != domain:
+    if _key(x.shape) != _key(domain):
         raise VerifyError(label, f"it reduces {x.name} of shape {_shape(x)}, not the domain {list(domain)}", b)
     if dims != rdims:
         raise VerifyError(label, f"it reduces over dims {list(dims)}, not the group's reduction_dims {list(rdims)}", b)
@@ -432,9 +439,9 @@ def _check_broadcast(b: BoundSymbol, computed: set[str], domain: tuple[int, ...]
     dims."""
     x, shape, dims = b.args[0], tuple(b.args[1]), tuple(b.args[2])
     ok = len(dims) == x.ndim and list(dims) == sorted(set(dims)) and all(0 <= d < len(shape) for d in dims)
-    if not ok or any(x.shape[i] not in (1, shape[d]) for i, d in enumerate(dims)):
+    if not ok or any(_key([x.shape[i]])[0] not in (1, _key([shape[d]])[0]) for i, d in enumerate(dims)):
         raise VerifyError(label, f"broadcast_dims {list(dims)} do not map {x.name} {_shape(x)} into {list(shape)}", b)
-    if b.outputs[0].shape != shape:
+    if _key(b.outputs[0].shape) != _key(shape):
         raise VerifyError(label, f"it broadcasts to {list(shape)} but makes {_shape(b.outputs[0])}", b)
     if not rdims or x.name not in computed:
         return

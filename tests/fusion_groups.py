@@ -1,7 +1,9 @@
 """Test helper: one FusionGroup of every prim of a function, without the partitioner.
 
 For testing and benchmarking a fusion executor on its own (tests/test_triton*.py,
-tests/test_nvfuser.py, benchmarks/bench_fusion.py).
+tests/test_nvfuser.py, benchmarks/bench_fusion.py). `symbolic_group_from_fn` traces on fake
+tensors of a `symbols.SymbolEnv` instead, the dims asked for symbolic: a dynamic program's
+group (tests/test_symbolic_executors.py).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from torch.utils import _pytree as pytree
 
 from compiler import frontend, passes
 from compiler.contract import FusionGroup, source_comments
+from compiler.executors import symbolic
 from compiler.ir import external_inputs, values_in
 
 
@@ -31,7 +34,8 @@ def group_from_fn(fn, *args, gid: str = "R0") -> tuple:
         if v.name in produced and all(v.name != o.name for o in outputs):
             outputs.append(v)
     shapes = [tuple(v.shape) for b in bsyms for v in list(b.inputs()) + list(b.outputs)]
-    domain = max(shapes, key=lambda s: (math.prod(s), len(s)))
+    # by the example's sizes: comparing symbolic ones would record guards
+    domain = max(shapes, key=lambda s: (math.prod(symbolic.example_shape(s)), len(s)))
     rdims = set()
     for b in bsyms:
         if "reduction" in b.sym.tags:
@@ -46,3 +50,32 @@ def group_from_fn(fn, *args, gid: str = "R0") -> tuple:
     tensors = {v.name: t for v, t in zip(user, given)}
     tensors.update(traced.constants)
     return group, [tensors[v.name] for v in inputs]
+
+
+def symbolic_group_from_fn(fn, *shapes, dtype: torch.dtype = torch.float32, sizes: dict[str, int] | None = None,
+                           before=None, gid: str = "R0") -> tuple:
+    """(group, env, pick): `fn` traced on fake tensors of `shapes` (one a positional argument),
+    where a dim given by name (`(2, "n", 8)`) is symbolic, its example size `sizes[name]`
+    (n=5, m=6 by default); `before(*tensors)`, when given, runs untraced first and its results
+    are `fn`'s arguments (a reshape merging a symbolic dim: an input of size 8*s0).
+    `pick(tensors)` gives the group's input tensors for real tensors of `shapes`. Each named dim
+    of each argument gets a symbol of its own; the trace unifies those of one name where the
+    code combines them (a guard `s1 == s0`), as torch does."""
+    from torch.fx.experimental.symbolic_shapes import DimDynamic, StatelessSymbolicContext
+
+    from compiler import symbols
+
+    sizes = {"n": 5, "m": 6, **(sizes or {})}
+    env = symbols.SymbolEnv()
+    fakes = []
+    for shape in shapes:
+        example = torch.empty([sizes[d] if isinstance(d, str) else d for d in shape], dtype=dtype)
+        context = StatelessSymbolicContext(dynamic_sizes=[
+            DimDynamic.DYNAMIC if isinstance(d, str) else DimDynamic.STATIC for d in shape])
+        fakes.append(env.fake.from_tensor(example, symbolic_context=context))
+    prepare = before or (lambda *ts: ts)
+    with env.fake:
+        args = list(prepare(*fakes))
+        group, inputs = group_from_fn(fn, *args, gid=gid)
+    where = [next(i for i, a in enumerate(args) if a is t) for t in inputs]
+    return group, env, lambda tensors: [list(prepare(*tensors))[i] for i in where]

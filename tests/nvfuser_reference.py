@@ -16,8 +16,11 @@ What it checks, so that a definition that works here is likely to work on nvFuse
   defined, size 1 where the shape says 1, and a layout for which the claimed contiguity
   holds (nvFuser indexes by it);
 - broadcast_in_dim: one strictly increasing broadcast dim per input dim, and only
-  broadcast (size-1) dims may change size; elementwise ops need equal ranks, and sizes that
-  differ only where one side is a broadcast dim;
+  broadcast (size-1) dims may change size; a target extent is an int or an Int scalar of the
+  definition (`fd.ops.size(T, dim=d)`, or a symbolic scalar input), read at execute;
+  elementwise ops need equal ranks, and sizes that differ only where one side is a broadcast dim;
+- scalar inputs (`define_scalar(None, dtype=...)`) follow the definition order of inputs, and
+  each is given at execute as a python number of its type;
 - dtypes: python scalars are DataType.Double / Int / Bool values; a tensor's dtype wins over
   a scalar of the same category (as in torch); `div` of two integers truncates (C++ `/`);
   float ops (exp, sqrt, ...) of integers give Float; sum and prod of integers or bools give
@@ -30,9 +33,13 @@ define_tensor / define_scalar (a value of None is a symbolic input) / add_output
 *, device=None, auto_schedule=True)), python/python_direct/ops.cpp (op names; sum/max/min/prod
 (arg, dims, keepdim=False, dtype=DataType.Null); var_mean(arg, dims, correction=1,
 keepdim=False) -> (var, mean); cast(arg, dtype); broadcast_in_dim(arg, shape, broadcast_dims);
-where(condition, x, y); set), python/python_frontend/python_bindings.cpp (define_tensor(shape,
+where(condition, x, y); set; size(arg, dim) -> the extent as a scalar Val; a shape is a list of
+ints and scalar Vals), python/python_frontend/python_bindings.cpp (define_tensor(shape,
 contiguity, dtype=DataType.Float, is_cpu=False, stride_order), computeTensorDescriptor's
-contiguity convention), tests/python/direct/test_repro.py (how definitions are written).
+contiguity convention), python/python_frontend/fusion_record.h (SizeOpRecord: `ops.size(T, dim=d)`),
+tests/python/direct/test_repro.py (how definitions are written, scalar inputs
+`define_scalar(None, dtype=DataType.Int)` among them), tests/python/direct/test_python_frontend.py
+(test_broadcast_in_dim_with_dynamic_shapes: a broadcast to a tensor's own extents).
 """
 
 from __future__ import annotations
@@ -190,6 +197,9 @@ class FusionDefinition:
         for k, (v, x) in enumerate(zip(self._inputs, inputs)):
             if isinstance(v, Scalar):
                 _check(not isinstance(x, torch.Tensor), f"input {k} is a scalar input, got a tensor")
+                _check(isinstance(x, (int, float, bool)) and (v.dtype not in (DataType.Int, DataType.Int32)
+                                                              or isinstance(x, int)),
+                       f"input {k} is a {v.dtype.value} scalar input, got {x!r}")
                 env[v.index] = _scalar_python(v.dtype, x)
                 continue
             _check(isinstance(x, torch.Tensor), f"input {k} must be a tensor")
@@ -202,6 +212,9 @@ class FusionDefinition:
                 result = fn(*args)
                 results = result if isinstance(result, tuple) else (result,)
                 for out, r in zip(outputs, results):
+                    if isinstance(out, Scalar):  # fd.ops.size: a python number at execute
+                        env[out.index] = _scalar_python(out.dtype, r)
+                        continue
                     _check(r.dtype == out.dtype, f"internal: {out} computed as {r.dtype}, defined {out.dtype}")
                     _check(r.ndim == out.ndim, f"internal: {out} has rank {r.ndim}, defined {out.ndim}")
                     env[out.index] = r
@@ -393,10 +406,41 @@ def cast(arg, dtype):
     return fd._record("cast", lambda a: a.to(target), [arg], [Tensor(fd, arg.ndim, target, arg.broadcast)])
 
 
+def _extents(shape) -> tuple[list, list]:
+    """(the shape's entries: ints, or Int scalars of the definition; those scalars, in order)."""
+    entries = []
+    for i, s in enumerate(shape):
+        if isinstance(s, Scalar):
+            _check(s.dtype in (DataType.Int, DataType.Int32), f"shape[{i}] is a {s.dtype.value} scalar, not an Int")
+            entries.append(s)
+        else:
+            _check(isinstance(s, int) and not isinstance(s, bool),
+                   f"shape[{i}]={s!r}: a shape entry is an int or an Int scalar of the definition")
+            entries.append(int(s))
+    return entries, [s for s in entries if isinstance(s, Scalar)]
+
+
+def _resolved(entries, values) -> list[int]:
+    it = iter(values)
+    return [int(next(it)) if isinstance(s, Scalar) else s for s in entries]
+
+
+def size(arg, dim):
+    """The extent of a tensor's dim, as an Int scalar read at execute."""
+    fd = _fd()
+    _check(isinstance(arg, Tensor), "ops.size takes a tensor")
+    _check(isinstance(dim, int) and -arg.ndim <= dim < max(arg.ndim, 1),
+           f"ops.size: dim {dim} of a {arg.ndim}-dim tensor")
+    d = dim % arg.ndim
+    return fd._record("size", lambda a: a.shape[d], [arg], [Scalar(fd, None, DataType.Int)])
+
+
 def broadcast_in_dim(arg, shape, broadcast_dims):
     fd = _fd()
     _check(isinstance(arg, Tensor), "ops.broadcast_in_dim takes a tensor")
-    shape, dims = [int(s) for s in shape], [int(d) for d in broadcast_dims]
+    entries, scalars = _extents(shape)
+    dims = [int(d) for d in broadcast_dims]
+    shape = entries
     _check(len(dims) == arg.ndim, f"broadcast_dims has {len(dims)} entries for a {arg.ndim}-dim input")
     _check(len(shape) >= len(dims), "broadcast_dims vector size is too big for output shape")
     for i in range(1, len(dims)):
@@ -406,17 +450,18 @@ def broadcast_in_dim(arg, shape, broadcast_dims):
     for src, dst in enumerate(dims):
         flags[dst] = arg.broadcast[src]
 
-    def run(a):
+    def run(a, *extents):
+        target = _resolved(entries, extents)
         for src, dst in enumerate(dims):
-            if a.shape[src] != shape[dst]:
+            if a.shape[src] != target[dst]:
                 _check(arg.broadcast[src] and a.shape[src] == 1,
                        f"broadcast_in_dim: input dim {src} (size {a.shape[src]}, not a broadcast dim) "
-                       f"cannot become size {shape[dst]}")
-        view = [1] * len(shape)
+                       f"cannot become size {target[dst]}")
+        view = [1] * len(target)
         for src, dst in enumerate(dims):
             view[dst] = a.shape[src]
-        return a.reshape(view).expand(shape)
-    return fd._record("broadcast_in_dim", run, [arg], [Tensor(fd, len(shape), arg.dtype, flags)])
+        return a.reshape(view).expand(target)
+    return fd._record("broadcast_in_dim", run, [arg, *scalars], [Tensor(fd, len(shape), arg.dtype, flags)])
 
 
 def _norm_dims(dims, ndim):
@@ -486,6 +531,7 @@ for _name in ("sum", "max", "min", "prod"):
 ops.where = where
 ops.cast = cast
 ops.broadcast_in_dim = broadcast_in_dim
+ops.size = size
 ops.var_mean = var_mean
 
 __all__ = ["FusionDefinition", "DataType", "ops"]

@@ -10,6 +10,12 @@ CUDA, executes that source to build the definition and runs it with `fd.execute(
 Definitions are built once per input signature (dtypes, ranks, size-1 dims, contiguity and
 stride order of every input) and cached.
 
+A dynamic program's group (shapes of symbols, compiler/symbols.py) gets one definition for
+every size: its input extents are symbolic as always, a broadcast to an extent of a symbol
+takes that extent from a tensor that has it (`fd.ops.size(T, dim=d)`), and any other number
+of the sizes (a mean's 1/N) is a scalar input (`fd.define_scalar(None, dtype=...)`) the
+runtime computes from the inputs at each call (definition.py).
+
 Where nvFuser is missing, `available()` says exactly why (the fusion pass then gives the
 work to the next executor), `generate()` still returns the definition source (so a report
 can show what would run) and `definition_source(group)` works without nvFuser. The returned
@@ -55,6 +61,11 @@ through a code index; nothing copied):
   get_most_recent_scheduled_ir) and bindDefineTensor in python/python_direct
   (define_tensor(shape, contiguity, dtype=Float, is_cpu=False, stride_order=[]); a None
   contiguity on a non-size-1 dim makes an expanded broadcast)
+- NVIDIA/Fuser python/python_direct/ops.cpp (size(arg, dim) -> the extent as a Val; shapes
+  are lists of ints and Vals), python/nvfuser_direct/__init__.py (a symbolic define_scalar is
+  a fusion input, in definition order), csrc/python_frontend/fusion_record.h (the older
+  frontend's SizeOpRecord, `ops.size(T, dim=d)`), tests/python/direct/test_python_frontend.py
+  (test_broadcast_in_dim_with_dynamic_shapes) and test_repro.py (`define_scalar(None, dtype=...)`)
 - NVIDIA/Fuser python/nvfuser/__init__.py and python/python_frontend/python_bindings.cpp
   (the older frontend: last_cuda_code, last_scheduled_fusion_ir, define_tensor, define_scalar,
   computeTensorDescriptor: the contiguity / stride_order convention re-implemented in

@@ -1,9 +1,16 @@
 """A FusionGroup's nvFuser FusionDefinition, written as readable Python source.
 
 The source uses only nvFuser's public Python API (`fd.define_tensor`, `fd.define_scalar`,
-`fd.ops.<op>`, `fd.add_output`) and runs as a script against either `nvfuser_direct` or
-the older `nvfuser`; `build_definition` executes it against a Backend. Writing needs no
-nvFuser.
+`fd.ops.<op>`, `fd.ops.size`, `fd.add_output`) and runs as a script against either
+`nvfuser_direct` or the older `nvfuser`; `build_definition` executes it against a Backend.
+Writing needs no nvFuser.
+
+A symbolic group's (a dynamic program's: compiler/symbols.py) definition serves every size:
+its inputs' extents are symbolic (-1) as always, a broadcast target's extent that depends on
+a symbol is the extent of a tensor that has it (`fd.ops.size(T0, dim=1)`), and any other
+number that does (a mean's 1/N, an extent no tensor has) is a scalar input of the definition
+(`fd.define_scalar(None, dtype=...)`), given at each call after the tensors: `Definition.scalars`
+says which, and the runtime computes them from the inputs' sizes.
 """
 
 from __future__ import annotations
@@ -11,10 +18,13 @@ from __future__ import annotations
 import keyword
 import math
 import re
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
 from compiler.contract import Decline, FusionGroup
+from compiler.executors import symbolic
 from compiler.executors.nvfuser.backend import Backend
 from compiler.executors.nvfuser.support import (
     BINARY, COMPARISONS, DTYPES, FLOAT_UNARY, INTEGER_ACCUMULATING, REDUCTIONS, UNARY, InputSpec,
@@ -48,6 +58,10 @@ class _Writer:
         self.used: set[str] = set()
         self.scalars = 0
         self.last_loc: tuple[str, int] | None = None  # (file, line) of the latest source comment
+        # a symbolic group's numbers: expression -> its name (a size or a scalar input), and
+        # the scalar inputs' expressions in the order the definition takes them
+        self.numbers: dict[Any, str] = {}  # keyed (expression, a Double?) or (tensor name, dim)
+        self.scalar_inputs: list[tuple[Any, bool]] = []
 
     def fresh(self, base: str) -> str:
         base = re.sub(r"\W", "_", base) or "v"
@@ -67,6 +81,8 @@ class _Writer:
         return self.names[v.name]
 
     def scalar(self, x, as_dtype: torch.dtype | None = None) -> str:
+        if symbolic.is_symbolic(x):
+            return self.symbolic_number(x, as_dtype)
         if as_dtype is not None and as_dtype.is_floating_point and not isinstance(x, bool):
             x = float(x)
         literal, dt = _scalar_source(x)
@@ -74,6 +90,53 @@ class _Writer:
         self.scalars += 1
         self.emit(f"{name} = fd.define_scalar({literal}, dtype=DataType.{dt})")
         return name
+
+    def symbolic_number(self, x, as_dtype: torch.dtype | None) -> str:
+        """A number that depends on the sizes: an integer that is some input's extent is that
+        extent (`fd.ops.size`); anything else a scalar input, computed at each call."""
+        from compiler import symbols  # sympy: only a dynamic program's regions
+
+        e = symbolic.dim(x)
+        floating = (as_dtype is not None and as_dtype.is_floating_point) or not e.is_integer
+        if not floating:
+            for v in self.group.inputs:
+                for d, size in enumerate(symbolic.dims(v.shape)):
+                    if size == e:
+                        return self.size_of(self.names[v.name], d)
+        name = self.numbers.get((e, floating))
+        if name is None:
+            name = self.numbers[(e, floating)] = self.fresh(f"S{self.scalars}")
+            self.scalars += 1
+            self.emit(f"{name} = fd.define_scalar(None, dtype=DataType.{'Double' if floating else 'Int'})  "
+                      f"# {symbols.source(e)}, given at each call")
+            self.scalar_inputs.append((e, floating))
+        return name
+
+    def size_of(self, tensor: str, d: int) -> str:
+        """The extent of dim `d` of a tensor of the definition, as a scalar (once per dim)."""
+        name = self.numbers.get((tensor, d))
+        if name is None:
+            name = self.numbers[(tensor, d)] = self.fresh(f"{tensor}_size{d}")
+            self.emit(f"{name} = fd.ops.size({tensor}, dim={d})")
+        return name
+
+    def target_shape(self, a: Value, shape, bdims) -> str:
+        """A broadcast's target shape: literals, and for a symbol's extent the extent of the
+        input dim it comes from, or of another tensor that has it."""
+        if not symbolic.is_symbolic(shape):
+            return repr(list(shape))
+        ashape = symbolic.dims(a.shape)
+        src_of = {dst: src for src, dst in enumerate(bdims)}
+        out = []
+        for dst, size in enumerate(symbolic.dims(shape)):
+            src = src_of.get(dst)
+            if isinstance(size, int):
+                out.append(repr(size))
+            elif src is not None and ashape[src] == size:
+                out.append(self.size_of(self.value(a), src))
+            else:
+                out.append(self.symbolic_number(size, None))
+        return "[" + ", ".join(out) + "]"
 
     def cast(self, name: str, dtype: torch.dtype) -> str:
         if self.dtypes[name] == dtype:
@@ -156,7 +219,8 @@ class _Writer:
         elif sym is prims.where:
             self._where(b, comment)
         elif sym is prims.broadcast_in_dim:
-            a, shape, dims = b.args[0], list(b.args[1]), list(b.args[2])
+            a, dims = b.args[0], list(b.args[2])
+            shape = self.target_shape(a, b.args[1], dims)
             self._emit_op(b.outputs[0], f"fd.ops.broadcast_in_dim({self.value(a)}, shape={shape}, "
                                         f"broadcast_dims={dims})", a.dtype, comment)
         elif sym in REDUCTIONS:
@@ -198,7 +262,7 @@ class _Writer:
         sym, out = b.sym, b.outputs[0]
         x, y = b.args[0], b.args[1]
         if sym in COMPARISONS:
-            compute = torch.result_type(*(a.meta() if isinstance(a, Value) else a for a in (x, y)))
+            compute = torch.result_type(*(a.meta() if isinstance(a, Value) else _typed(a) for a in (x, y)))
             result_dtype = torch.bool
         else:
             compute = out.dtype
@@ -234,15 +298,46 @@ class _Writer:
 
     @staticmethod
     def _as(x, dtype):
+        x = _typed(x)  # a symbol's number by its kind (its type is all that is asked here)
         return float(x) if dtype.is_floating_point and not isinstance(x, bool) else x
+
+
+@dataclass
+class Definition:
+    """A written definition: the script, its body without the import line, its function's
+    name, and the scalar inputs it takes after the tensors (a symbolic group's: (expression of
+    the sizes, whether a Double), in order)."""
+
+    source: str
+    body: str
+    fname: str
+    scalars: list[tuple[Any, bool]] = field(default_factory=list)  # (sympy expression, a Double?)
+
+
+def write_definition(group: FusionGroup, specs: list[InputSpec], api: str) -> Definition:
+    """The definition of `group` for inputs described by `specs`."""
+    w = _Writer(group, specs, api)
+    body, fname = w.write()
+    return Definition("\n".join(w.header()) + "\n\n\n" + body, body, fname, list(w.scalar_inputs))
 
 
 def write_source(group: FusionGroup, specs: list[InputSpec], api: str) -> tuple[str, str, str]:
     """(the definition as a script, its body without the import line, its function's name)
     for inputs described by `specs`."""
-    w = _Writer(group, specs, api)
-    body, fname = w.write()
-    return "\n".join(w.header()) + "\n\n\n" + body, body, fname
+    d = write_definition(group, specs, api)
+    return d.source, d.body, d.fname
+
+
+def _typed(x):
+    """A number as `torch.result_type` reads it: a symbol's SymFloat or SymInt by its kind only
+    (its value would record a guard)."""
+    if isinstance(x, torch.SymFloat):
+        return 1.0
+    if isinstance(x, torch.SymInt):
+        return 1
+    if isinstance(x, torch.SymBool):
+        return True
+    return x
 
 
 def definition_source(group: FusionGroup, api: str = "nvfuser_direct", device_type: str = "cuda") -> str:

@@ -1,8 +1,10 @@
 """Running definitions: what `generate` returns (Generated) and the callable inside it.
 
-Definitions are built once per input signature (InputSpec of every input) and cached. On
-the real package the first build and run collects the generated CUDA, the scheduler and
-the scheduled IR; an input signature nvFuser fails on at run time runs the group's prims
+Definitions are built once per input signature (InputSpec of every input) and cached; a
+signature does not depend on sizes, so a symbolic group's definition serves every size, its
+scalar inputs (definition.py) computed from the tensors' sizes at each call. On the real
+package the first build and run collects the generated CUDA, the scheduler and the
+scheduled IR; an input signature nvFuser fails on at run time runs the group's prims
 through torch from then on, and Generated records it.
 """
 
@@ -16,11 +18,10 @@ from typing import Any
 import torch
 
 from compiler.contract import Decline, FusionGroup
-from compiler.executors import base
+from compiler.executors import base, symbolic
 from compiler.executors.nvfuser.backend import Backend, installed_api
-from compiler.executors.nvfuser.definition import build_definition, definition_source, write_source
+from compiler.executors.nvfuser.definition import build_definition, definition_source, write_definition
 from compiler.executors.nvfuser.support import InputSpec
-from compiler.ir import ops_callable
 
 
 @dataclass
@@ -110,7 +111,7 @@ def _make_fn(group: FusionGroup, gen: Generated, backend: Backend | None, why_no
     from then on, and the Generated records it: `torch_fallbacks`, `errors`, `status()`.
     Without it (compiling in generate, or a stand-in backend), failures raise.
     """
-    cache: dict[tuple[InputSpec, ...], Any] = {}  # input signature -> fd, or _FAILED
+    cache: dict[tuple[InputSpec, ...], Any] = {}  # input signature -> (fd, its scalar inputs), or _FAILED
     n_inputs = len(group.inputs)
 
     def through_torch(tensors):
@@ -125,16 +126,21 @@ def _make_fn(group: FusionGroup, gen: Generated, backend: Backend | None, why_no
         if len(tensors) != n_inputs:
             raise TypeError(f"region {group.id} takes {n_inputs} tensors, got {len(tensors)}")
         key = tuple(InputSpec.of_tensor(t, device_type) for t in tensors)
-        fd = cache.get(key)
-        if fd is _FAILED:
+        entry = cache.get(key)
+        if entry is _FAILED:
             return through_torch(tensors)
-        first = fd is None
+        first = entry is None
+        inputs = list(tensors)
         try:
-            if fd is None:
-                source, body, _ = write_source(group, list(key), backend.api)
-                gen.definitions[key] = source
-                fd = build_definition(body, backend)
-            outs = fd.execute(list(tensors))
+            if entry is None:
+                d = write_definition(group, list(key), backend.api)
+                gen.definitions[key] = d.source
+                scalars = _scalar_inputs(group, d.scalars)
+                entry = (build_definition(d.body, backend), scalars)
+            fd, scalars = entry
+            if scalars is not None:  # a symbolic group's numbers at these sizes, after the tensors
+                inputs += scalars(tensors)
+            outs = fd.execute(inputs)
         except Exception as e:  # noqa: BLE001 - nvFuser raises RuntimeErrors of many kinds
             if not fallback or not backend.real:
                 raise
@@ -143,13 +149,13 @@ def _make_fn(group: FusionGroup, gen: Generated, backend: Backend | None, why_no
             gen.errors.append(f"nvFuser failed on inputs {list(key)}: {type(e).__name__}: {first_line}; "
                               "these inputs run the region's prims through torch")
             return through_torch(tensors)
-        cache[key] = fd
+        cache[key] = entry
         gen.executions += 1
         if backend.real and not gen.nvfuser_ran:
             gen.nvfuser_ran = True
             gen.note = f"ran on {backend.label}"
         if first:
-            _collect(gen, fd, backend, list(tensors))
+            _collect(gen, fd, backend, inputs)
         return tuple(o if o.is_contiguous() else o.contiguous() for o in outs)
 
     def fn(*tensors):
@@ -157,15 +163,26 @@ def _make_fn(group: FusionGroup, gen: Generated, backend: Backend | None, why_no
     return fn, run
 
 
+def _scalar_inputs(group: FusionGroup, scalars: list) -> Callable | None:
+    """tensors -> the definition's scalar inputs at their sizes, each a python number of its
+    DataType (Double or Int); None where the definition takes none."""
+    if not scalars:
+        return None
+    values = symbolic.evaluator(group.inputs, [e for e, _ in scalars])
+    kinds = [float if double else int for _, double in scalars]
+    return lambda tensors: [kind(v) for kind, v in zip(kinds, values(tensors))]
+
+
 def example_inputs(group: FusionGroup, device) -> list[torch.Tensor]:
     """Contiguous inputs of the group's shapes and dtypes, to compile a definition on."""
     out = []
     for v in group.inputs:
         dev = "cpu" if (v.device.type == "cpu" and v.ndim == 0) else device
+        shape = symbolic.example_shape(v.shape)  # a symbolic group compiles at its example's sizes
         if v.dtype.is_floating_point:
-            out.append(torch.randn(v.shape, dtype=v.dtype, device=dev))
+            out.append(torch.randn(shape, dtype=v.dtype, device=dev))
         else:
-            out.append(torch.ones(v.shape, dtype=v.dtype, device=dev))
+            out.append(torch.ones(shape, dtype=v.dtype, device=dev))
     return out
 
 
@@ -178,7 +195,7 @@ def generate(group: FusionGroup, dev: torch.device, backend: Backend | None, why
     api = backend.api if backend is not None else (installed_api() or "nvfuser_direct")
     source = definition_source(group, api, dev.type)
     gen = Generated(source=source, fn=None, kernels=1,
-                    eager_fn=ops_callable(group.bsyms, group.inputs, group.outputs), api=api,
+                    eager_fn=symbolic.eager_callable(group), api=api,
                     backend=backend.label if backend is not None else "", runnable=backend is not None)
     if backend is None:
         gen.note = f"nvFuser did not run: {why}. This is the definition that would run."

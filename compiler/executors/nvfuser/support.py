@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import torch
 
 from compiler.contract import Layout
+from compiler.executors import symbolic
 from compiler.ir import Value, contiguous_strides, dtype_name
 from compiler.ops import prims
 
@@ -61,7 +62,7 @@ def tensor_descriptor(shape, strides) -> tuple[tuple[int, ...], tuple[bool | Non
     """
     shape, strides = [int(s) for s in shape], [int(s) for s in strides]
     n = len(shape)
-    symbolic = [1 if s == 1 else -1 for s in shape]
+    extents = [1 if s == 1 else -1 for s in shape]
     physical = sorted(range(n), key=lambda d: -strides[d])  # stable: ties keep logical order
     stride_order = [0] * n
     for pos, d in enumerate(physical):
@@ -79,7 +80,7 @@ def tensor_descriptor(shape, strides) -> tuple[tuple[int, ...], tuple[bool | Non
                 expected = strides[e] * shape[e]
                 break
         contiguity.append(strides[d] == expected)
-    return tuple(symbolic), tuple(contiguity), tuple(stride_order)
+    return tuple(extents), tuple(contiguity), tuple(stride_order)
 
 
 @dataclass(frozen=True)
@@ -105,7 +106,8 @@ class InputSpec:
 
     @staticmethod
     def of_value(v: Value, device_type: str) -> InputSpec:
-        shape, contiguity, order = tensor_descriptor(v.shape, contiguous_strides(v.shape))
+        example = symbolic.example_shape(v.shape)  # a symbol's dim is -1 at any size: its example's will do
+        shape, contiguity, order = tensor_descriptor(example, contiguous_strides(example))
         return InputSpec(v.dtype, shape, contiguity, order,
                          v.ndim == 0 and v.device.type == "cpu" and device_type != "cpu")
 
@@ -120,7 +122,9 @@ def _category(x) -> int:
     """0 bool, 1 integer, 2 floating: of a dtype or a python number."""
     if isinstance(x, torch.dtype):
         return 0 if x == torch.bool else (2 if x.is_floating_point or x.is_complex else 1)
-    return 0 if isinstance(x, bool) else (1 if isinstance(x, int) else 2)
+    if isinstance(x, (bool, torch.SymBool)):
+        return 0
+    return 1 if isinstance(x, (int, torch.SymInt)) else 2
 
 
 def _scalar_operands_share_dtype(scalars_and_tensors, tensor: Value) -> str | None:
@@ -185,11 +189,12 @@ def can_take(bsym) -> str | None:
         if why is not None:
             return why
     if sym is prims.broadcast_in_dim:
-        a, shape, dims = bsym.args[0], bsym.args[1], tuple(bsym.args[2])
+        a, shape, dims = bsym.args[0], symbolic.dims(bsym.args[1]), tuple(bsym.args[2])
         if any(d2 <= d1 for d1, d2 in zip(dims, dims[1:])):
             return "nvFuser's broadcast_in_dim needs strictly increasing broadcast_dims"
+        ashape = symbolic.dims(a.shape)  # compared as expressions: comparing SymInts records guards
         for src, dst in enumerate(dims):
-            if a.shape[src] != 1 and a.shape[src] != shape[dst]:
+            if ashape[src] != 1 and ashape[src] != shape[dst]:
                 return "broadcast_in_dim changes a non-size-1 dim"
     if sym in REDUCTIONS or sym is prims.var_mean:
         a, dims = bsym.args[0], tuple(bsym.args[1])

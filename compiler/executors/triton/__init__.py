@@ -22,10 +22,19 @@ Kernels are specialised to one stride signature (runtime.py); on a CPU they run 
 Triton's interpreter with TRITON_INTERPRET=1 (support.py); each distinct generated module
 is exec'd once per process (module.py), so identical regions share their compiled kernels.
 
+A dynamic program's group (shapes of symbols, compiler/symbols.py) gets kernels that take
+every size depending on a symbol as an argument (sizes.py): the launcher reads each symbol
+from an input that has it as a dim and computes the rest, so one source serves every size;
+a variant is specialised to the inputs' stride pattern (broadcast, contiguous, unit or other
+dims), block sizes come from the example's sizes, a row whose length is a symbol's is
+looped, and 64-bit indexing is a constexpr the launcher sets per call. A symbol no input
+carries as a dim is declined.
+
 The modules, down the pipeline:
     tuning      block sizes and limits (module attributes, for tests and benchmarks)
     support     availability here; which prims and dtypes are generated (can_take)
     analysis    the stride-independent analysis of a group; identifiers and literals
+    sizes       a symbolic group's size arguments and stride patterns
     emitter     loads and prim expressions for one stride signature; the _fl_* helpers
     writer      what the two kernel writers share
     pointwise   the pointwise kernel writer

@@ -11,6 +11,7 @@ import re
 from torch.utils import _pytree as pytree
 
 from compiler.contract import Decline, FusionGroup
+from compiler.executors import symbolic
 from compiler.ir import BoundSymbol, Value
 from compiler.ops import prims
 
@@ -35,7 +36,7 @@ def _literal(x) -> str:
 _RESERVED = set(keyword.kwlist) | {
     "tl", "triton", "torch", "pid", "offs", "mask", "rows", "cols", "row_mask", "col_mask", "start",
     "float", "int", "range", "min", "max", "abs", "sum", "len", "print", "BLOCK", "BLOCK_M", "BLOCK_N",
-    "grid", "math", "True", "False", "None",
+    "grid", "math", "True", "False", "None", "INDEX_64", "index_64",
 }
 
 
@@ -43,8 +44,8 @@ def _ident(name: str) -> str:
     clean = "".join(c if c.isalnum() or c == "_" else "_" for c in name)
     if not clean or clean[0].isdigit():
         clean = "v_" + clean
-    if (clean in _RESERVED or clean.startswith(("_fl_", "acc_", "on_", "wf_", "r_", "c_", "i_", "fl_"))
-            or re.fullmatch(r"out\d+(_ptr)?", clean) or clean.endswith("_ptr")):
+    if (clean in _RESERVED or clean.startswith(("_fl_", "acc_", "on_", "wf_", "r_", "c_", "i_", "fl_", "sz_", "st_"))
+            or re.fullmatch(r"(out|s)\d+(_ptr)?", clean) or clean.endswith("_ptr")):  # s0: a size symbol
         clean = "v_" + clean
     return clean
 
@@ -58,7 +59,11 @@ class _Analysis:
 
     def __init__(self, group: FusionGroup):
         self.group = group
-        self.domain = tuple(int(s) for s in group.domain)
+        # sizes as ints, or sympy expressions of a dynamic program's symbols (never SymInts:
+        # comparing those records guards)
+        self.env = symbolic.env_of_group(group)
+        self._shapes: dict[str, tuple] = {}
+        self.domain = symbolic.dims(group.domain)
         self.n = len(self.domain)
         self.rdims = tuple(sorted(int(d) % max(self.n, 1) for d in group.reduction_dims))
         self.kept = tuple(d for d in range(self.n) if d not in self.rdims)
@@ -78,7 +83,7 @@ class _Analysis:
         if len(devices) > 1:
             raise Decline(f"the region's tensors are on different devices ({', '.join(devices)}); "
                           "one kernel reads one device")
-        if math.prod(self.domain) == 0:
+        if any(isinstance(s, int) and s == 0 for s in self.domain):
             raise Decline("the region is empty (a zero-size dimension); torch runs it")
         for b in group.bsyms:
             reason = can_take(b)
@@ -104,7 +109,7 @@ class _Analysis:
                 self.reductions.append(b)
                 src = b.args[0]
                 dims = tuple(sorted(int(d) for d in b.args[1]))
-                if tuple(src.shape) != self.domain or dims != self.rdims:
+                if self.shape(src) != self.domain or dims != self.rdims:
                     raise Decline(f"{b.sym.name} over dims {dims} of {list(src.shape)} does not match the "
                                   f"region's reduction over {self.rdims} of {list(self.domain)}")
             p = not is_red and all(self.pure.get(a.name, True) for a in ins)
@@ -115,7 +120,7 @@ class _Analysis:
         # rows and their elements
         self.nrows = math.prod(self.reduced_shape) if self.is_reduction else 1
         self.ncols = math.prod(self.domain[d] for d in self.rdims) if self.is_reduction else 1
-        if self.is_reduction and self.nrows == 1 and self.ncols > tuning.ONE_PROGRAM_LIMIT:
+        if self.is_reduction and self.nrows == 1 and self.hint(self.ncols) > tuning.ONE_PROGRAM_LIMIT:
             raise Decline(f"a reduction of all {self.ncols} elements to one value would run on one program; "
                           "torch runs it")
         for o in self.outputs:
@@ -124,8 +129,19 @@ class _Analysis:
                               f"{list(self.domain)} nor its reduced shape")
         self._passes()
 
+    def shape(self, v: Value) -> tuple:
+        """v's shape as ints and expressions (symbolic.dims)."""
+        s = self._shapes.get(v.name)
+        if s is None:
+            s = self._shapes[v.name] = symbolic.dims(v.shape)
+        return s
+
+    def hint(self, x) -> int | float:
+        """The example's value of a size: for block sizes and limits, never for correctness."""
+        return symbolic.hint(x, self.env) if self.env is not None else x
+
     def level_shape(self, v) -> str | None:
-        s = tuple(v.shape)
+        s = self.shape(v)
         if s == self.domain:
             if self.is_reduction and not self.pure.get(v.name, True) and s == self.keepdim_shape:
                 return "row"
@@ -136,7 +152,7 @@ class _Analysis:
 
     def canonical(self, v) -> tuple[int | None, ...]:
         """The mapping (value dim -> domain dim or None) of a full or row-level value."""
-        s = tuple(v.shape)
+        s = self.shape(v)
         kind = self.level_shape(v)
         if kind is None:
             raise Decline(f"{v.name} has shape {list(s)}, neither the region's domain {list(self.domain)} "
@@ -148,7 +164,7 @@ class _Analysis:
             m = tuple(None if d in self.rdims else d for d in range(self.n))
         else:
             m = self.kept
-        return tuple(None if v.shape[i] == 1 else d for i, d in enumerate(m))
+        return tuple(None if s[i] == 1 else d for i, d in enumerate(m))
 
     def _passes(self):
         """Assign each reduction to a pass over the rows; find online softmax pairs."""

@@ -17,10 +17,12 @@ from dataclasses import dataclass
 import torch
 
 from compiler.contract import Decline
+from compiler.executors import symbolic
 from compiler.ir import Value, format_arg
 from compiler.ops import prims
 
 from .analysis import _Analysis, _ident, _literal
+from .sizes import KernelSizes
 from .support import BINARY_OP, FLOATS, REDUCTIONS, TL_DTYPE, UNARY_EXPR
 
 # Helper device functions, included in a module only when used. Written with long-stable
@@ -109,7 +111,7 @@ class _Run:
     """Adjacent domain dims indexed together (coalesced): their index variable and size."""
 
     dims: list[int]
-    size: int
+    size: int  # or a sympy expression of a dynamic program's sizes
     var: str
 
 
@@ -135,10 +137,11 @@ class _Scope:
 class _Emitter:
     """Generates the module source for one stride signature (None: collect accesses only)."""
 
-    def __init__(self, an: _Analysis, strides: list[tuple[int, ...]], runs: dict[str, list[_Run]] | None,
-                 rid: str):
+    def __init__(self, an: _Analysis, strides: list[tuple], runs: dict[str, list[_Run]] | None,
+                 rid: str, sizes: KernelSizes):
         self.an = an
-        self.strides = strides
+        self.strides = strides  # per input, per dim: an int, or an expression of the size arguments
+        self.sizes = sizes  # how the kernel spells a size: a literal or an argument
         self.runs = runs  # group name -> [_Run]; None in the collecting dry run
         self.rid = rid
         self.accesses: list[tuple[int, ...]] = []  # domain-stride vectors of every load
@@ -157,8 +160,9 @@ class _Emitter:
     def dstrides(self, v, mapping) -> tuple[int, ...]:
         ds = [0] * self.an.n
         st = self.strides[self.an.input_index[v.name]]
+        shape = self.an.shape(v)
         for i, d in enumerate(mapping):
-            if d is not None and v.shape[i] != 1:
+            if d is not None and shape[i] != 1:
                 ds[d] += st[i]
         return tuple(ds)
 
@@ -172,15 +176,15 @@ class _Emitter:
             if len(runs) > 1 and all(ds[a.dims[-1]] == ds[b.dims[-1]] * b.size for a, b in zip(runs, runs[1:])):
                 # this access is dense over the whole group: index it by the flat index itself
                 stride = ds[runs[-1].dims[-1]]
-                if stride:
-                    terms.append(group if stride == 1 else f"{group} * {stride}")
+                if stride != 0:
+                    terms.append(group if stride == 1 else f"{group} * {self.sizes.text(stride)}")
                     used.add(group)
                 continue
             for r in runs:
                 stride = ds[r.dims[-1]]
                 if stride == 0:
                     continue
-                terms.append(r.var if stride == 1 else f"{r.var} * {stride}")
+                terms.append(r.var if stride == 1 else f"{r.var} * {self.sizes.text(stride)}")
                 used.add(group)
         return (" + ".join(terms) if terms else "0"), used
 
@@ -227,8 +231,10 @@ class _Emitter:
 
     def val(self, x, mapping) -> str:
         if not isinstance(x, Value):
-            return _literal(x)
-        mapping = tuple(None if (d is None or x.shape[i] == 1) else d for i, d in enumerate(mapping))
+            # a number of a dynamic program (a SymFloat 1/N): an argument, or a literal if constant
+            return self.sizes.text(x) if isinstance(x, (torch.SymInt, torch.SymFloat)) else _literal(x)
+        shape = self.an.shape(x)
+        mapping = tuple(None if (d is None or shape[i] == 1) else d for i, d in enumerate(mapping))
         scope, memo = self.scope_for(x, mapping)
         key = (x.name, mapping)
         if key in memo:
@@ -267,12 +273,13 @@ class _Emitter:
         comment = f"  # {sym.name}"
         if sym is prims.broadcast_in_dim:
             a, shape, bdims = b.args[0], b.args[1], b.args[2]
-            amap = tuple(mapping[bdims[i]] if a.shape[i] != 1 else None for i in range(a.ndim))
+            ashape = self.an.shape(a)
+            amap = tuple(mapping[bdims[i]] if ashape[i] != 1 else None for i in range(a.ndim))
             src = self.val(a, amap)
             if src in self.scalars:
                 self.scalars.add(name)
             scope.mark(b)
-            scope.add(f"{name} = {src}{comment}({a.name}, {list(shape)}, {list(bdims)})")
+            scope.add(f"{name} = {src}{comment}({a.name}, {list(symbolic.dims(shape))}, {list(bdims)})")
             return
         args = [x for x in b.args if not isinstance(x, torch.dtype)]
         operands = [self.val(x, mapping) for x in args]
@@ -315,6 +322,8 @@ class _Emitter:
                 self.helpers.add("_fl_imod")
                 expr = f"_fl_imod({a}, {c})"
         elif sym is prims.pow:
+            if symbolic.is_symbolic(b.args[1]):
+                raise Decline("pow with an exponent that depends on a size is not generated for Triton")
             expr = _pow_expr(operands[0], b.args[1])
         elif sym is prims.where:
             c, a, d = operands

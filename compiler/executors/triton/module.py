@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import itertools
-import math
 import linecache
 import os
 import threading
@@ -13,12 +12,15 @@ from collections.abc import Callable
 from typing import Any
 
 from compiler.contract import FusionGroup
+from compiler.executors import symbolic
 
 from .analysis import _Analysis, _ident
 from .emitter import HELPER_DEPS, HELPERS, _type_str
 from .pointwise import PointwiseWriter
 from .reduction import ReductionWriter
+from .sizes import pattern_strides
 from .support import PTR_TYPE
+from .writer import INDEX_LIMIT
 
 # the order helpers appear in a module
 _HELPER_ORDER = ("_fl_expm1", "_fl_log1p", "_fl_tanh", "_fl_round", "_fl_trunc", "_fl_bf16", "_fl_imod", "_fl_mul",
@@ -39,9 +41,18 @@ def _region_ident(rid: str) -> str:
     return "fl_" + _ident(str(rid)).removeprefix("v_")
 
 
-def build_source(group: FusionGroup, an: _Analysis, strides: list[tuple[int, ...]]) -> tuple[str, str, str, KernelSpec]:
-    """(source, kernel name, launcher name, KernelSpec)."""
+def variant_strides(an: _Analysis, key: list[tuple]) -> list[tuple]:
+    """The strides a variant key stands for: a static group's key is its strides; a symbolic
+    group's is a stride pattern per input (sizes.py), read as expressions of the sizes."""
+    if an.env is None:
+        return [tuple(k) for k in key]
+    return [pattern_strides(an.shape(v), tuple(k), _ident(v.name)) for v, k in zip(an.inputs, key)]
+
+
+def build_source(group: FusionGroup, an: _Analysis, key: list[tuple]) -> tuple[str, str, str, KernelSpec]:
+    """(source, kernel name, launcher name, KernelSpec) of the variant for `key` (runtime.py)."""
     rid = _region_ident(group.id)
+    strides = variant_strides(an, key)
     w = (ReductionWriter if an.is_reduction else PointwiseWriter)(an, strides, rid)
     lines, helpers, runs = w.write()
     for h in list(helpers):
@@ -49,7 +60,7 @@ def build_source(group: FusionGroup, an: _Analysis, strides: list[tuple[int, ...
     kname = f"{rid}_kernel"
     lname = f"{rid}_launch"
     args = w._signature()
-    const_names = list(w.constexprs)
+    const_names = list(w.constexprs) + (["INDEX_64"] if w.symbolic else [])
     out = [f"# FusionLens · Triton code for region {group.id}", w.kind_comment()]
     if group.source_lines:
         out.append("# from:")
@@ -58,6 +69,9 @@ def build_source(group: FusionGroup, an: _Analysis, strides: list[tuple[int, ...
     out.append("# inputs: " + "; ".join(f"{v.name}: {_type_str(v)} strides {tuple(st)}"
                                         for v, st in zip(an.inputs, strides)))
     out.append("# outputs: " + "; ".join(f"{o.name}: {_type_str(o)}" for o in an.outputs))
+    if w.sizes.args:  # a symbolic group's: the launcher computes them at each call
+        out.append("# size arguments: " + ", ".join(n if e.is_Symbol else f"{n} = {e}"
+                                                     for e, n in w.sizes.names.items()))
     out += ["import torch", "import triton", "import triton.language as tl", "", ""]
     for h in _HELPER_ORDER:
         if h in helpers:
@@ -66,32 +80,51 @@ def build_source(group: FusionGroup, an: _Analysis, strides: list[tuple[int, ...
     out.append(f"def {kname}({', '.join(args + [c + ': tl.constexpr' for c in const_names])}):")
     out += lines
     out += ["", ""]
-    dev = f"{_ident(an.inputs[0].name)}.device" if an.inputs else "torch.device('cuda')"
-    largs = [_ident(v.name) for v in an.inputs]
-    out.append(f"def {lname}({', '.join(largs)}):")
-    for k, o in enumerate(an.outputs):
-        out.append(f"    out{k} = torch.empty({tuple(o.shape)!r}, dtype={o.dtype}, device={dev})  # {o.name}")
-    consts = ", ".join(f"{c}={v}" for c, v in w.constexprs.items())
-    call_args = ", ".join(largs + [f"out{k}" for k in range(len(an.outputs))])
-    out.append(f"    {kname}[{w.grid!r}]({call_args}, {consts}, num_warps={w.warps})")
-    ret = ", ".join(f"out{k}" for k in range(len(an.outputs)))
-    out.append(f"    return ({ret},)" if len(an.outputs) == 1 else f"    return ({ret})")
+    out += _launcher(w, an, kname, lname)
     source = "\n".join(out) + "\n"
     sig: dict[str, str] = {}
     for v, a in zip(an.inputs, args):
         sig[a] = PTR_TYPE[v.dtype]
     for k, o in enumerate(an.outputs):
         sig[f"out{k}_ptr"] = PTR_TYPE[o.dtype]
+    sig.update(w.sizes.signature())
     for c in const_names:
         sig[c] = "constexpr"
-    spec = KernelSpec(kname, sig, dict(w.constexprs), w.warps)
+    constexprs = dict(w.constexprs) | ({"INDEX_64": False} if w.symbolic else {})
+    spec = KernelSpec(kname, sig, constexprs, w.warps)
     return source, kname, lname, spec
+
+
+def _launcher(w, an: _Analysis, kname: str, lname: str) -> list[str]:
+    """The launcher: it takes the region's inputs, allocates the outputs and launches the
+    kernel; for a symbolic group it first computes every size argument from the inputs."""
+    dev = f"{_ident(an.inputs[0].name)}.device" if an.inputs else "torch.device('cuda')"
+    largs = [_ident(v.name) for v in an.inputs]
+    out = [f"def {lname}({', '.join(largs)}):"]
+    consts = ", ".join(f"{c}={v}" for c, v in w.constexprs.items())
+    if w.symbolic:
+        from compiler import symbols  # sympy: only a dynamic program's regions'
+        shapes = [symbolic.dims(o.shape) for o in an.outputs]
+        worst = w.worst_offsets()
+        out += w.sizes.launcher_lines([d for s in shapes for d in s] + worst)
+        far = ", ".join(symbols.source(x) for x in worst)  # the largest offset the kernel may form
+        out.append(f"    index_64 = {far if len(worst) == 1 else f'max({far})'} >= {INDEX_LIMIT}")
+        consts += ", INDEX_64=index_64"
+    for k, o in enumerate(an.outputs):
+        shape = symbols.source(symbolic.dims(o.shape)) if w.symbolic else repr(tuple(o.shape))
+        out.append(f"    out{k} = torch.empty({shape}, dtype={o.dtype}, device={dev})  # {o.name}")
+    call_args = ", ".join(largs + [f"out{k}" for k in range(len(an.outputs))] + w.sizes.args)
+    out.append(f"    {kname}[{w.grid}]({call_args}, {consts}, num_warps={w.warps})")
+    ret = ", ".join(f"out{k}" for k in range(len(an.outputs)))
+    out.append(f"    return ({ret},)" if len(an.outputs) == 1 else f"    return ({ret})")
+    return out
 
 
 def all_outputs_empty(group: FusionGroup) -> bool:
     """Every output has no elements: nothing to compute, so no kernel (and nothing for a prim's
     dtype rules to reject: softmax of an empty bool tensor is an empty bool tensor in eager)."""
-    return bool(group.outputs) and all(math.prod(o.shape) == 0 for o in group.outputs)
+    return bool(group.outputs) and all(any(isinstance(d, int) and d == 0 for d in symbolic.dims(o.shape))
+                                       for o in group.outputs)
 
 
 def build_empty_source(group: FusionGroup) -> tuple[str, str]:
@@ -106,8 +139,16 @@ def build_empty_source(group: FusionGroup) -> tuple[str, str]:
     largs = [_ident(v.name) for v in group.inputs]
     dev = f"{largs[0]}.device" if largs else repr(str(group.outputs[0].device))
     out.append(f"def {lname}({', '.join(largs)}):")
-    for k, o in enumerate(group.outputs):
-        out.append(f"    out{k} = torch.empty({tuple(o.shape)!r}, dtype={o.dtype}, device={dev})  # {o.name}")
+    shapes = [repr(tuple(o.shape)) for o in group.outputs]
+    if any(symbolic.is_symbolic(o.shape) for o in group.outputs):  # an empty dim beside a symbol's
+        from compiler import symbols
+
+        dims = [symbolic.dims(o.shape) for o in group.outputs]
+        binding = symbolic.bind(group.inputs, symbolic.free_symbols([d for s in dims for d in s]))
+        out += symbolic.binding_lines(binding, largs)
+        shapes = [symbols.source(s) for s in dims]
+    for k, (o, shape) in enumerate(zip(group.outputs, shapes)):
+        out.append(f"    out{k} = torch.empty({shape}, dtype={o.dtype}, device={dev})  # {o.name}")
     ret = ", ".join(f"out{k}" for k in range(len(group.outputs)))
     out.append(f"    return ({ret},)" if len(group.outputs) == 1 else f"    return ({ret})")
     return "\n".join(out) + "\n", lname

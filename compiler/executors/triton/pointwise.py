@@ -32,17 +32,16 @@ class PointwiseWriter(_Writer):
     def _body(self, em: _Emitter) -> list[str]:
         an = self.an
         numel = math.prod(an.domain)
-        self.block, self.warps = _pick_pointwise(numel)
+        self.block, self.warps = _pick_pointwise(int(an.hint(numel)))  # a symbolic size: its example's
         int64 = self.needs_int64()
         body = _Scope("    ")
         em.loop, em.prologue, em.rowscope = body, body, body
         outs: list[tuple[int, Value, str]] = []  # (index, output, its variable)
         for k, o in enumerate(an.outputs):
             outs.append((k, o, em.val(o, an.canonical(o))))
-        head = [
-            f"pid = tl.program_id(0){'.to(tl.int64)' if int64 else ''}",
+        head = self.pid_lines(int64) + [
             "offs = pid * BLOCK + tl.arange(0, BLOCK)",
-            f"mask = offs < {numel}",
+            f"mask = offs < {self.sz(numel, 'numel')}",
         ]
         if em.runs is not None:
             head += self.index_lines("offs", em.runs["offs"])
@@ -53,5 +52,5 @@ class PointwiseWriter(_Writer):
             lines.append(f"    tl.store(out{k}_ptr + {off}, {_store_cast(v, o)}, mask=mask)  # {o.name}: "
                          f"{_type_str(o)}")
         self.constexprs = {"BLOCK": self.block}
-        self.grid = (math.ceil(numel / self.block),)
+        self.grid = self.grid_for(numel, self.block)
         return lines

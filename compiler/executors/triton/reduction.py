@@ -9,7 +9,7 @@ pass recomputes and stores the full-shape outputs."""
 
 from __future__ import annotations
 
-import math
+from typing import Any
 
 import torch
 
@@ -25,18 +25,23 @@ from .writer import _next_pow2, _store_cast, _Writer
 
 
 def _pick_reduction(an: _Analysis, rows_contiguous: bool) -> tuple[int, int, bool, int]:
-    """(BLOCK_M, BLOCK_N, looped, num_warps)."""
-    ncols, nrows = an.ncols, an.nrows
-    single = ncols <= tuning.MAX_SINGLE_PASS
+    """(BLOCK_M, BLOCK_N, looped, num_warps). A row length that is a symbol's is looped (the
+    kernel serves every size) in blocks sized for the example's length."""
+    ncols, nrows = int(an.hint(an.ncols)), int(an.hint(an.nrows))
+    fixed = isinstance(an.ncols, int)
+    single = fixed and ncols <= tuning.MAX_SINGLE_PASS
     if rows_contiguous:
         # the reduced dims are not the innermost: neighbouring rows are neighbouring addresses
         bm = min(_next_pow2(nrows), 64)
-        bn = (min(_next_pow2(ncols), max(4096 // bm, 8)) if single else
+        bn = (min(_next_pow2(ncols), max(4096 // bm, 8)) if single or not fixed else
               min(tuning.LOOP_BLOCK_N, max(4096 // bm, 8)))
-        single = ncols <= bn
-    else:
+        single = single and ncols <= bn
+    elif fixed:
         bn = _next_pow2(ncols) if single else _next_pow2(tuning.LOOP_BLOCK_N)
         bm = min(_next_pow2(nrows), max(1, 2048 // bn), 64) if single else 1
+    else:
+        bn = min(_next_pow2(ncols), _next_pow2(tuning.LOOP_BLOCK_N))
+        bm = min(_next_pow2(nrows), max(1, 2048 // bn), 64)
     tile = bm * bn
     warps = (1 if tile <= 128 else 2 if tile <= 512 else 4 if tile <= 2048 else 8 if tile <= 4096 else
              16 if tile <= 8192 else 32)
@@ -62,22 +67,22 @@ class ReductionWriter(_Writer):
         nontrivial = [d for d in range(an.n) if an.domain[d] != 1]
         rows_contiguous = bool(nontrivial) and nontrivial[-1] in an.kept
         self.bm, self.bn, self.looped, self.warps = _pick_reduction(an, rows_contiguous)
-        self.cast64 = ".to(tl.int64)" if self.needs_int64() else ""
+        int64 = self.needs_int64()
+        self.cast64 = ".to(tl.int64)" if int64 else ""
         em.prologue = _Scope("    ")
         em.rowscope = _Scope("    ")
         em.loop = None
-        head = [
-            f"pid = tl.program_id(0){self.cast64}",
+        head = self.pid_lines(int64) + [
             "rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)[:, None]  # [BLOCK_M, 1]: one row = one index of "
             f"the kept dims {list(an.kept)}",
-            f"row_mask = rows < {an.nrows}",
+            f"row_mask = rows < {self.sz(an.nrows, 'rows')}",
         ]
         if em.runs is not None:
             head += self.index_lines("rows", em.runs["rows"])
         stored: set[int] = set()  # the row outputs stored so far
         body = self._looped_body(em, stored) if self.looped else self._single_pass_body(em, stored)
         self.constexprs = {"BLOCK_M": self.bm, "BLOCK_N": self.bn}
-        self.grid = (math.ceil(an.nrows / self.bm),)
+        self.grid = self.grid_for(an.nrows, self.bm)
         return ["    " + h for h in head] + body
 
     def _outputs_at(self, level: str) -> list[tuple[int, Value]]:
@@ -87,10 +92,11 @@ class ReductionWriter(_Writer):
     def _col_index(self, em: _Emitter, base: str) -> list[str]:
         """The lines that index one BLOCK_N chunk of each row, starting at `base`."""
         an = self.an
+        wide = ["if INDEX_64:", "    cols = cols.to(tl.int64)"] if self.symbolic else []
         return ([f"cols = {base}tl.arange(0, BLOCK_N)[None, :]{self.cast64}  # [1, BLOCK_N]: elements of the "
-                 f"reduced dims {list(an.rdims)}",
-                 f"col_mask = cols < {an.ncols}",
-                 "mask = row_mask & col_mask"]
+                 f"reduced dims {list(an.rdims)}"] + wide
+                + [f"col_mask = cols < {self.sz(an.ncols, 'cols')}",
+                   "mask = row_mask & col_mask"]
                 + (self.index_lines("cols", em.runs["cols"]) if em.runs is not None else []))
 
     def _flush_rows(self, em: _Emitter, stored: set[int]):
@@ -161,7 +167,7 @@ class ReductionWriter(_Writer):
                 self._store_full(em, loop, k, o)
             em.loop = None
             pieces += [f"    # pass {an.npasses + 1} over the row: the full-shape outputs",
-                       f"    for start in range(0, {an.ncols}, BLOCK_N):", loop]
+                       f"    for start in range(0, {self.sz(an.ncols, 'cols')}, BLOCK_N):", loop]
         for k, o in self._outputs_at("row"):
             if k not in stored:
                 raise Decline(f"internal: row output {o.name} was never ready")
@@ -188,7 +194,7 @@ class ReductionWriter(_Writer):
         em.loop = None
         title = ", ".join(f"{b.sym.name} -> " + "/".join(o.name for o in b.outputs) for b in reds)
         return [f"    # pass {p + 1} over the row: {title}", init,
-                f"    for start in range(0, {an.ncols}, BLOCK_N):", loop, fin]
+                f"    for start in range(0, {self.sz(an.ncols, 'cols')}, BLOCK_N):", loop, fin]
 
     def _ready(self, v, em) -> bool:
         """Are all reductions upstream of v finished (in the row memo)?"""
@@ -209,6 +215,10 @@ class ReductionWriter(_Writer):
         return True
 
     # reductions -----------------------------------------------------------------------------
+    def _number(self, x) -> str:
+        """A divisor: a float literal, or the argument of a size that depends on a symbol."""
+        return repr(float(x)) if isinstance(x, (int, float)) else self.sz(x)
+
     def _register(self, em, out, varname):
         em.rowmemo[(out.name, self.an.canonical(out))] = varname
         em.finished.add(out.name)
@@ -222,10 +232,10 @@ class ReductionWriter(_Writer):
         body.mark(b)
         if sym is prims.var_mean:
             var_o, mean_o, mv, vv, denom, corr = _var_mean_names(b, an.ncols)
-            body.add(f"{mv} = tl.sum(tl.where(mask, {x}, 0.0), axis=1)[:, None] / {float(an.ncols)!r}  "
+            body.add(f"{mv} = tl.sum(tl.where(mask, {x}, 0.0), axis=1)[:, None] / {self._number(an.ncols)}  "
                      f"# prims.var_mean({src.name}): mean")
             body.add(f"{vv}_d = tl.where(mask, {x} - {mv}, 0.0)")
-            body.add(f"{vv} = tl.sum({vv}_d * {vv}_d, axis=1)[:, None] / {denom!r}  "
+            body.add(f"{vv} = tl.sum({vv}_d * {vv}_d, axis=1)[:, None] / {self._number(denom)}  "
                      f"# prims.var_mean({src.name}, correction={corr}): var")
             self._register(em, mean_o, mv)
             self._register(em, var_o, vv)
@@ -286,7 +296,7 @@ class ReductionWriter(_Writer):
             loop.add(f"{w}_m2 = {w}_m2 + {w}_cm2 + {w}_delta * {w}_delta * {w}_n * {w}_frac")
             loop.add(f"{w}_n = {w}_nn")
             fin.add(f"{mv} = {w}_mean  # prims.var_mean({src.name}): mean (Welford)")
-            fin.add(f"{vv} = {w}_m2 / {denom!r}  # prims.var_mean({src.name}, "
+            fin.add(f"{vv} = {w}_m2 / {self._number(denom)}  # prims.var_mean({src.name}, "
                     f"correction={corr}): var")
             self._register(em, mean_o, mv)
             self._register(em, var_o, vv)
@@ -338,8 +348,13 @@ def _identity(sym, dtype) -> tuple[str, str]:
     return ident, acc_t
 
 
-def _var_mean_names(b, ncols: int) -> tuple[Value, Value, str, str, float, int | float]:
-    """(var value, mean value, mean name, var name, variance divisor, correction)."""
+def _var_mean_names(b, ncols) -> tuple[Value, Value, str, str, Any, int | float]:
+    """(var value, mean value, mean name, var name, variance divisor, correction); the divisor
+    is a float, or an expression where the row length is a symbol's."""
     var_o, mean_o = b.outputs
     corr = b.args[2] if len(b.args) > 2 else b.kwargs.get("correction", 1)
-    return var_o, mean_o, _ident(mean_o.name), _ident(var_o.name), float(max(ncols - corr, 0)), corr
+    if isinstance(ncols, int):
+        return var_o, mean_o, _ident(mean_o.name), _ident(var_o.name), float(max(ncols - corr, 0)), corr
+    import sympy
+
+    return var_o, mean_o, _ident(mean_o.name), _ident(var_o.name), sympy.Max(ncols - corr, 0), corr

@@ -1,10 +1,14 @@
 """A region's generated artefact: the contiguous variant's source and specs, and a launcher
 that generates, execs and caches another variant the first time it sees other strides.
 
-Kernels take the domain sizes and the input strides as literals: the generated source is
-specialised to one stride signature. `Generated.source` is the variant for contiguous
-inputs; the launcher (`Generated.fn`) makes the others (transposed or sliced inputs), and
-Triton caches the compiled binaries. `Generated.specs` describes each kernel for an
+A static group's kernels take the domain sizes and the input strides as literals: the
+generated source is specialised to one stride signature. A symbolic group's (a dynamic
+program's, compiler/symbols.py) take every size that depends on a symbol, and the strides
+that do, as arguments its launcher computes from the inputs at each call (sizes.py): its
+source is the same at every size and is specialised to a stride *pattern* only (which dims
+are broadcast, contiguous, unit-stride or other). `Generated.source` is the variant for
+contiguous inputs; the launcher (`Generated.fn`) makes the others (transposed or sliced
+inputs), and Triton caches the compiled binaries. `Generated.specs` describes each kernel for an
 ahead-of-time `triton.compile(ASTSource(...), target=GPUTarget("cuda", 90, 32))` check
 (see aot.py and tests/test_triton_hopper.py).
 """
@@ -16,14 +20,16 @@ import threading
 from dataclasses import dataclass, field
 
 from compiler.contract import Decline, FusionGroup, Layout, check_layouts
-from compiler.executors import base
-from compiler.ir import contiguous_strides, ops_callable
+from compiler.executors import base, symbolic
+from compiler.ir import contiguous_strides
 
 from .analysis import _Analysis
 from .module import KernelSpec, _region_ident, all_outputs_empty, build_empty_source, build_source, load_source
+from .sizes import contiguous_pattern, pattern
 
-# every input's strides (0 for a size-1 dim): what one generated variant is specialised to
-StrideSignature = tuple[tuple[int, ...], ...]
+# every input's strides (0 for a size-1 dim), or for a symbolic group every input's stride
+# pattern (sizes.py): what one generated variant is specialised to
+StrideSignature = tuple[tuple, ...]
 
 
 @dataclass
@@ -35,6 +41,7 @@ class Generated(base.Generated):
     default_key: StrideSignature = ()  # the stride signature of contiguous inputs
     last_key: StrideSignature | None = None  # the stride signature of the latest call
     interpreted: bool = False  # generated under TRITON_INTERPRET=1
+    symbols: list[str] = field(default_factory=list)  # a dynamic program's symbols the kernels take sizes of
 
     def report_code(self) -> str:
         """The source of the variant that ran last (the contiguous one before any call)."""
@@ -48,6 +55,8 @@ class Generated(base.Generated):
             parts.append("ran by Triton's interpreter on the CPU (numpy): checks the kernel, not its speed")
         if self.last_key is not None and self.last_key != self.default_key:
             parts.append("generated for the strides of its non-contiguous inputs")
+        if self.symbols:
+            parts.append(f"sizes of {', '.join(self.symbols)} are kernel arguments: one kernel serves every size")
         return "; ".join(parts)
 
 
@@ -55,8 +64,15 @@ def _stride_key(shape, stride) -> tuple[int, ...]:
     return tuple(0 if s == 1 else int(x) for s, x in zip(shape, stride))
 
 
-def _contiguous_key(an: _Analysis) -> list[tuple[int, ...]]:
+def _contiguous_key(an: _Analysis) -> list[tuple]:
+    if an.env is not None:
+        return [contiguous_pattern(an.shape(v)) for v in an.inputs]
     return [_stride_key(v.shape, contiguous_strides(v.shape)) for v in an.inputs]
+
+
+def _layout_key(an: _Analysis, v, shape, stride) -> tuple:
+    """The variant key of one input of this runtime shape and stride."""
+    return pattern(an.shape(v), shape, stride) if an.env is not None else _stride_key(shape, stride)
 
 
 def source_only(group: FusionGroup) -> str:
@@ -79,7 +95,8 @@ def source_for(group: FusionGroup, layouts: list[Layout]) -> str:
     if all_outputs_empty(group):
         return build_empty_source(group)[0]
     an = _Analysis(group)
-    return build_source(group, an, [_stride_key(lay.shape, lay.stride) for lay in layouts])[0]
+    return build_source(group, an, [_layout_key(an, v, lay.shape, lay.stride)
+                                    for v, lay in zip(an.inputs, layouts)])[0]
 
 
 def _generate_empty(group: FusionGroup) -> Generated:
@@ -96,6 +113,7 @@ def generate(group: FusionGroup, device=None) -> Generated:
         an = _Analysis(group)
         default = _contiguous_key(an)
         source, kname, lname, spec = build_source(group, an, default)
+        eager = symbolic.eager_callable(group)
     except Decline:
         raise
     except Exception as e:  # a gap in the generator must not break the program: torch runs it
@@ -104,23 +122,18 @@ def generate(group: FusionGroup, device=None) -> Generated:
     variants = {tuple(default): source}
     launchers = {tuple(default): load_source(source, lname, label)}
     lock = threading.Lock()
-    shapes = [tuple(v.shape) for v in an.inputs]
-    dtypes = [v.dtype for v in an.inputs]
-
-    gen = Generated(source, None, 1, ops_callable(group.bsyms, group.inputs, group.outputs), [spec], variants,
-                    tuple(default), interpreted=os.environ.get("TRITON_INTERPRET") == "1")
+    gen = Generated(source, None, 1, eager, [spec], variants, tuple(default),
+                    interpreted=os.environ.get("TRITON_INTERPRET") == "1", symbols=_symbol_names(an))
+    key_of = _key_function(an, tuple(default))
 
     def launch(*tensors):
-        if len(tensors) != len(shapes):
-            raise TypeError(f"region {group.id} takes {len(shapes)} tensors, got {len(tensors)}")
-        key = tuple(_stride_key(s, t.stride()) for s, t in zip(shapes, tensors))
+        if len(tensors) != len(an.inputs):
+            raise TypeError(f"region {group.id} takes {len(an.inputs)} tensors, got {len(tensors)}")
+        key = key_of(tensors)
         gen.last_key = key
         fn = launchers.get(key)
         if fn is None:
-            for t, s, d, v in zip(tensors, shapes, dtypes, an.inputs):
-                if tuple(t.shape) != s or t.dtype != d:
-                    raise TypeError(f"region {group.id}: {v.name} was compiled for {d}{list(s)}, got "
-                                    f"{t.dtype}{list(t.shape)}")
+            _check_inputs(group, an, tensors)
             with lock:
                 src, _, name, _ = build_source(group, an, list(key))
                 fn = launchers[key] = load_source(src, name, label)
@@ -140,3 +153,33 @@ def generate(group: FusionGroup, device=None) -> Generated:
     else:
         gen.fn = launch
     return gen
+
+
+def _symbol_names(an: _Analysis) -> list[str]:
+    if an.env is None:
+        return []
+    return [s.name for s in symbolic.free_symbols([d for v in an.inputs for d in an.shape(v)])]
+
+
+def _key_function(an: _Analysis, default: StrideSignature):
+    """tensors -> their variant key; contiguous inputs of a symbolic group skip the pattern."""
+    shapes = [an.shape(v) for v in an.inputs]
+    if an.env is None:
+        return lambda tensors: tuple(_stride_key(s, t.stride()) for s, t in zip(shapes, tensors))
+
+    def key(tensors):
+        if all(t.is_contiguous() for t in tensors):
+            return default
+        return tuple(pattern(s, t.shape, t.stride()) for s, t in zip(shapes, tensors))
+    return key
+
+
+def _check_inputs(group: FusionGroup, an: _Analysis, tensors) -> None:
+    """TypeError unless each tensor has its input's dtype and static sizes (a symbol's size is
+    the program's guards' to check)."""
+    for t, v in zip(tensors, an.inputs):
+        shape = an.shape(v)
+        if t.dtype != v.dtype or t.ndim != len(shape) or any(
+                isinstance(s, int) and s != n for s, n in zip(shape, t.shape)):
+            raise TypeError(f"region {group.id}: {v.name} was compiled for {v.dtype}{list(shape)}, got "
+                            f"{t.dtype}{list(t.shape)}")

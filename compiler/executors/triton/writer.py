@@ -8,12 +8,16 @@ import math
 
 import torch
 
+from compiler.executors import symbolic
+
 from . import tuning
 from .analysis import _Analysis, _ident
 from .emitter import _Emitter, _Run
+from .sizes import KernelSizes, is_stride_symbol
 from .support import TL_DTYPE
 
 _INT32_LIMIT = 2**31 - 1
+INDEX_LIMIT = _INT32_LIMIT - tuning.POINTWISE_BLOCK * 4  # an offset from here on needs 64-bit indexing
 
 
 def _next_pow2(n: int) -> int:
@@ -30,14 +34,38 @@ class _Writer:
     """Writes one kernel's body; subclasses give `_body` (and set constexprs, grid, warps)."""
 
     constexprs: dict[str, int]  # the kernel's tl.constexpr arguments (block sizes) -> value
-    grid: tuple[int, ...]
+    grid: str  # the launch grid, as the launcher writes it
     warps: int
 
-    def __init__(self, an: _Analysis, strides: list[tuple[int, ...]], rid: str):
+    def __init__(self, an: _Analysis, strides: list[tuple], rid: str):
         self.an = an
-        self.strides = [tuple(int(x) for x in s) for s in strides]
+        self.strides = [symbolic.dims(s) for s in strides]
         self.rid = rid
         self.kname = f"{rid}_kernel"
+        # a symbolic group's kernel: sizes are arguments, 64-bit indexing is the launcher's call
+        self.symbolic = an.env is not None
+        self.sizes = self._new_sizes()
+
+    def _new_sizes(self) -> KernelSizes:
+        return KernelSizes(self.an.env, self.an.inputs, self.strides, [_ident(v.name) for v in self.an.inputs])
+
+    def sz(self, x, role: str | None = None) -> str:
+        """A size as the kernel spells it (a literal, or its argument's name)."""
+        return self.sizes.text(x, role)
+
+    def grid_for(self, count, block: int) -> str:
+        """The grid of `count` work items in programs of `block` (a literal for static sizes)."""
+        if isinstance(count, int):
+            return repr((math.ceil(count / block),))
+        return f"(triton.cdiv({self.sz(count)}, {block}),)"
+
+    def pid_lines(self, int64: bool | None) -> list[str]:
+        """The program id, 64-bit where offsets may pass 2**31 (None: the launcher says, per call)."""
+        if int64 is not None:
+            return [f"pid = tl.program_id(0){'.to(tl.int64)' if int64 else ''}"]
+        return ["pid = tl.program_id(0)",
+                "if INDEX_64:  # the launcher found an offset past 2**31 at this call's sizes",
+                "    pid = pid.to(tl.int64)"]
 
     def kind_comment(self) -> str:
         """The `# kind: ...` header line of the module."""
@@ -78,29 +106,43 @@ class _Writer:
             if len(runs) == 1:
                 expr = group
             elif k == 0:
-                expr = f"{group} // {inner}"
+                expr = f"{group} // {self.sz(inner)}"
             elif inner == 1:
-                expr = f"{group} % {r.size}"
+                expr = f"{group} % {self.sz(r.size)}"
             else:
-                expr = f"({group} // {inner}) % {r.size}"
+                expr = f"({group} // {self.sz(inner)}) % {self.sz(r.size)}"
             out.append(f"{r.var} = {expr}  # domain dims {r.dims}")
         return out
 
-    def needs_int64(self) -> bool:
+    def needs_int64(self) -> bool | None:
+        """Whether some offset passes 2**31; None for a symbolic group (the launcher decides)."""
+        if self.symbolic:
+            return None
         an = self.an
         worst = math.prod(an.domain)
         for v, st in zip(an.inputs, self.strides):
             worst = max(worst, sum((s - 1) * abs(x) for s, x in zip(v.shape, st)) + 1)
-        return worst >= _INT32_LIMIT - tuning.POINTWISE_BLOCK * 4
+        return worst >= INDEX_LIMIT
+
+    def worst_offsets(self) -> list:
+        """What the launcher of a symbolic group compares with INDEX_LIMIT: the domain's size and
+        the extent of each input read through strides passed as arguments."""
+        an = self.an
+        out = [math.prod(an.domain)]
+        for v, st in zip(an.inputs, self.strides):
+            if any(is_stride_symbol(x) for x in st):
+                out.append(1 + sum((s - 1) * x for s, x in zip(an.shape(v), st)))
+        return out
 
     def write(self) -> tuple[list[str], set[str], dict[str, list[_Run]]]:
         """(kernel body lines, helper functions it uses, index runs)."""
         # dry run to learn every access, then coalesce dims against all of them
-        dry = _Emitter(self.an, self.strides, None, self.rid)
+        dry = _Emitter(self.an, self.strides, None, self.rid, self.sizes)
         self._body(dry)
         accesses = dry.accesses + [self.out_ds(o) for o in self.an.outputs if self.an.level_shape(o) == "full"]
         runs = self.make_runs(accesses)
-        em = _Emitter(self.an, self.strides, runs, self.rid)
+        self.sizes = self._new_sizes()  # only what the kernel really spells becomes an argument
+        em = _Emitter(self.an, self.strides, runs, self.rid, self.sizes)
         lines = self._body(em)
         return lines, em.helpers, runs
 
@@ -108,4 +150,4 @@ class _Writer:
         an = self.an
         args = [f"{_ident(v.name)}_ptr" for v in an.inputs]
         args += [f"out{k}_ptr" for k in range(len(an.outputs))]
-        return args
+        return args + self.sizes.args

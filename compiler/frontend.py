@@ -350,7 +350,9 @@ class TraceResult:
         for copy_ in self.copies:
             original = self.originals[id(copy_)]
             if not _same_values(copy_, original):
-                original.copy_(copy_)
+                leaf = original.is_leaf and original.requires_grad  # updated under no_grad in the call
+                with torch.no_grad() if leaf else contextlib.nullcontext():
+                    original.copy_(copy_)
             by_id[id(copy_)] = original
         result = pytree.tree_map(lambda x: by_id.get(id(x), x) if isinstance(x, torch.Tensor) else x,
                                  self.eager_output)
@@ -395,10 +397,10 @@ def _trace(tracer: Tracer, fn, args, kwargs, originals: dict, clone) -> TraceRes
             if isinstance(leaf, torch.Tensor):
                 tracer.bind_input(leaf, _sanitize(label), "input")
             signature.append(describe_input(label, leaf))
-    for label, t in states.tensors():
-        if id(t) not in tracer.inputs_by_id:
-            tracer.bind_input(t, _sanitize(label), "input")
-            signature.append(describe_input(label, t))
+    for label, tensor in states.tensors():
+        if id(tensor) not in tracer.inputs_by_id:
+            tracer.bind_input(tensor, _sanitize(label), "input")
+            signature.append(describe_input(label, tensor))
     user_inputs = list(tracer.inputs)
     module = fn if isinstance(fn, torch.nn.Module) else getattr(fn, "__self__", None)
     state = list(module.parameters()) + list(module.buffers()) if isinstance(module, torch.nn.Module) else []
@@ -480,11 +482,12 @@ def _mutations(tracer: Tracer, versions: dict, originals: dict) -> tuple:
             where[v.name] = tracer.updated_at.get(id(t))
         mutated[v.name] = _clone(t.detach())
         params += [(v, t)] if v.role == "param" else []
-    if tracer.views.why is not None and tracer.eager_only is None:
-        tracer.eager_only, at = tracer.views.why
+    if (why := tracer.views.eager_because(originals)) is not None and tracer.eager_only is None:
+        tracer.eager_only, at = why
         tracer.notes.append(Note("warning", tracer.eager_only, at, DiagnosticCode.INPLACE_VIEW))
     if params and not tracer.views.restore(tracer, [t for _, t in params], originals) and tracer.eager_only is None:
-        tracer.eager_only = f"the call updates the parameter {params[0][0].name} in place: calls with this signature run eagerly"
+        tracer.eager_only = (f"the call updates the parameter {params[0][0].name} in place: calls with this "
+                             "signature run eagerly")
         tracer.notes.append(Note("warning", tracer.eager_only, None, DiagnosticCode.INPLACE_PARAMETER))
     for v, final in writeback:
         tracer.notes.append(Note("information", f"{v.name} is updated in place: the compiled program writes "

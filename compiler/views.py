@@ -20,6 +20,7 @@ final values kept for the check, so the program's write-back is the only update.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch.utils import _pytree as pytree
@@ -77,12 +78,26 @@ class Link:
     """How a traced view was made from its parent, and how an update of it goes back."""
 
     parent: torch.Tensor
+    view: torch.Tensor
     made: BoundSymbol  # the recorded op that made it
     index: int  # which of made's outputs it is
     source: Value  # the parent's Value `made` read
     generation: int  # the parent's generation the view's current Value was made from
-    inverse: tuple = ()  # ("box", key) | ("reshape",) | ("permute", dims) | ("expand", key) | ("alias",) | ("index",)
     why: str = ""  # why an update of it cannot be written back (no inverse)
+    # ("box", key) | ("reshape",) | ("permute", dims) | ("expand", key) | ("alias",) | ("index",);
+    # () where there is none; None until an update asks (most views are never updated)
+    _inverse: tuple[Any, ...] | None = None
+
+    @property
+    def inverse(self) -> tuple[Any, ...]:
+        if self._inverse is None:
+            try:
+                self._inverse = _inverse(self.made, self.index, self.parent, self.view)
+            except (TypeError, ValueError, IndexError, KeyError, RuntimeError) as e:  # arguments it does not follow
+                self._inverse, self.why = (), f"{self.made.sym.name} with these arguments: {e}"
+            if not self._inverse and not self.why:
+                self.why = f"FusionLens cannot write an update of a view made by {self.made.sym.name} back"
+        return self._inverse
 
 
 @dataclass
@@ -91,8 +106,10 @@ class Views:
     generation: dict[int, int] = field(default_factory=dict)  # id(tensor) -> how often its elements changed
     updated: set[int] = field(default_factory=set)  # ids of the bases the trace updated in place
     by_strides: set[int] = field(default_factory=set)  # ids of results of reshapes that view or copy by strides
+    stride_dependent: tuple[str, Provenance | None] | None = None  # (why, where) of the first update through one
     snapshots: dict[int, torch.Tensor] = field(default_factory=dict)  # id(parameter) -> its values before the call
-    pending: tuple | None = None  # (tensor, its Value before, op name, where) of the in-place op being recorded
+    # the in-place op being recorded: (its tensor, the tensor's Value before, its name, where)
+    pending: tuple[torch.Tensor, Value, str, Provenance | None] | None = None
     why: tuple[str, Provenance | None] | None = None  # why calls of this signature must run eagerly
     untracked: Symbol | None = None  # this trace's untracked_update symbol
 
@@ -141,7 +158,8 @@ class Views:
                 name in _NOT_DATA or name in _METADATA:
             return
         t = args[0]
-        if torch.is_grad_enabled() and t.requires_grad and hasattr(torch.Tensor, name):  # nn.init.* use no_grad
+        if torch.is_grad_enabled() and t.requires_grad and (  # not nn.init.*: those update under no_grad
+                hasattr(torch.Tensor, name) or kwargs.get("inplace") is True):
             _refuse_leaf_copies(tracer, t)
         root = self.root(t)
         if tracer.known.get(id(root), ("",))[0] == "param" and id(root) not in self.snapshots and \
@@ -153,7 +171,8 @@ class Views:
             t = link.parent
         return t if t._base is None else t._base
 
-    def mutating(self, tracer, t: torch.Tensor, name: str, where: Provenance | None, args: tuple = ()) -> None:
+    def mutating(self, tracer, t: torch.Tensor, name: str, where: Provenance | None,
+                 args: tuple[Any, ...] = ()) -> None:
         """The torch call being recorded updates `t` in place (it ran already): functionalise it
         once it is recorded."""
         if name in _NOT_DATA:
@@ -166,17 +185,17 @@ class Views:
         if name == "__setitem__" and self._puts_itself_back(t, args):
             self.pending = (t, self.pending[1], "", where)  # `x[k] += y` ends with x[k] = (x[k] updated)
 
-    def _puts_itself_back(self, t: torch.Tensor, args: tuple) -> bool:
+    def _puts_itself_back(self, t: torch.Tensor, args: tuple[Any, ...]) -> bool:
         """Whether `t[key] = value` copies t's own box `t[key]` onto itself (a no-op in eager)."""
-        if len(args) != 3 or not isinstance(args[2], torch.Tensor) or (link := self.links.get(id(args[2]))) is None:
+        link = self.links.get(id(args[2])) if len(args) == 3 and isinstance(args[2], torch.Tensor) else None
+        if link is None or link.inverse[:1] != ("box",):
             return False
         key = args[1] if isinstance(args[1], tuple) else (args[1],)
-        box = link.inverse[1] if link.inverse and link.inverse[0] == "box" else None
-        box = box if isinstance(box, tuple) else (box,)
+        box = link.inverse[1] if isinstance(link.inverse[1], tuple) else (link.inverse[1],)
         plain = all(isinstance(k, (int, slice, type(None), type(Ellipsis))) for k in key + box)
         return link.parent is t and plain and key == box
 
-    def recorded(self, tracer, func, args, kwargs, flat: list) -> None:
+    def recorded(self, tracer, func, args, kwargs, flat: list[Any]) -> None:
         """After a torch call is recorded: write an in-place update back through the views it
         went through; note each output that is a view of the tensor the call was made on."""
         if self.pending is not None:
@@ -192,27 +211,27 @@ class Views:
         first, made, storage = tensors[0], tracer.bound_symbols[-1], None
         outs = [x for x in flat if isinstance(x, torch.Tensor)]
         known = tracer.inputs_by_id.get(id(first))
-        if func in _BY_STRIDES and (known is None or known.role == "input" and not first.is_contiguous()):
-            self.by_strides.update(id(o) for o in outs)  # not where the signature fixes the strides
+        if func in _BY_STRIDES and (known is None or known.role == "input"):  # a parameter's strides stay
+            self.by_strides.update(id(o) for o in outs)
         for i, o in enumerate(outs):
             if o.layout != torch.strided or any(o is x for x in tensors):
                 continue
             storage = storage or first.untyped_storage()._cdata
-            if o.untyped_storage()._cdata == storage and len(made.outputs) == len(outs):
-                self.links[id(o)] = _link(func, first, made, i, o, self.generation.get(id(first), 0))
+            if o.untyped_storage()._cdata == storage and len(made.outputs) == len(outs) and \
+                    (link := _link(first, made, i, o, self.generation.get(id(first), 0))) is not None:
+                self.links[id(o)] = link
 
     def _functionalise(self, tracer, t: torch.Tensor, old: Value | None, name: str, where) -> None:
         new = tracer.values.get(id(t))
-        if new is None or new is old:
+        if new is None or old is None or new is old:
             return
         if tracer.grad and not torch.is_grad_enabled() and t.requires_grad and _differentiable(t):
             tracer.frozen.add(new.name)  # the update itself is not recorded by eager's autograd
             new = tracer.values[id(t)] = self._untracked_update(tracer, old, new, where)
         self._bump(t)
-        if self._by_strides(tracer, t):
-            self.give_up(f"in-place {name} of the result of a reshape, which is a view of its input or a copy "
-                         "as the strides of the call's inputs have it", where)
-            return
+        if self.by_strides and self.stride_dependent is None and self._by_strides(t):
+            self.stride_dependent = (f"in-place {name} of the result of a reshape, which is a view of its input or "
+                                     "a copy as the strides of a non-contiguous input have it", where)
         child, value = t, new
         while (link := self.links.get(id(child))) is not None:
             if not link.inverse or (link.inverse[0] == "expand" and (child is not t or name == "__setitem__")):
@@ -228,18 +247,23 @@ class Views:
             child = parent
         self.updated.add(id(child))
 
-    def _by_strides(self, tracer, t: torch.Tensor) -> bool:
-        """Whether an update of `t` goes through the result of a reshape (flatten, ...) in a call
-        with a non-contiguous input: another call of the same signature may have other strides
-        there (the jit keys on contiguity only), where eager's reshape is a copy if it was a view
-        here, or a view if it was a copy."""
+    def _by_strides(self, t: torch.Tensor) -> bool:
+        """Whether an update of `t` goes through the result of a reshape (flatten, ...)."""
         chain = [t]
         while (link := self.links.get(id(chain[-1]))) is not None:
             chain.append(link.parent)
-        if not any(id(x) in self.by_strides for x in chain):
-            return False
-        return any(v.role == "input" and not x.is_contiguous() for x in tracer.alive
-                   if (v := tracer.inputs_by_id.get(id(x))) is not None)
+        return any(id(x) in self.by_strides for x in chain)
+
+    def eager_because(self, originals: dict) -> tuple[str, Provenance | None] | None:
+        """Why calls of this signature must run eagerly, if they must; `originals`: the caller's
+        tensors by id(copy). An update through a reshape's result is followed only where every
+        input is contiguous: the jit keys on contiguity alone, and other strides of a
+        non-contiguous input may make eager's reshape a copy where it was a view here, or a view
+        where it was a copy."""
+        if self.stride_dependent is not None and any(
+                x.layout == torch.strided and not x.is_contiguous() for x in originals.values()):
+            self.give_up(*self.stride_dependent)
+        return self.why
 
     def _write_back(self, tracer, link: Link, base: Value, view: Value, where) -> Value:
         """The parent's Value after its view `link` became `view`."""
@@ -341,8 +365,8 @@ def _freeze(tracer, v: Value, t: torch.Tensor) -> None:
         tracer.frozen.add(v.name)
 
 
-def _emit(tracer, sym: Symbol, args: tuple, like: torch.Tensor, where, kwargs: dict | None = None,
-          shape: tuple | None = None, dtype: torch.dtype | None = None) -> Value:
+def _emit(tracer, sym: Symbol, args: tuple[Any, ...], like: torch.Tensor, where, kwargs: dict[str, Any] | None = None,
+          shape: tuple[int, ...] | None = None, dtype: torch.dtype | None = None) -> Value:
     out = Value(tracer.names.next(), like.shape if shape is None else shape, dtype or like.dtype, like.device)
     tracer.bound_symbols.append(BoundSymbol(sym, args, kwargs or {}, [out], None, where, note=_WRITTEN))
     _freeze(tracer, out, like)
@@ -366,19 +390,14 @@ def _clone_of_leaf(t: torch.Tensor) -> bool:
         type(fn.next_functions[0][0]).__name__ == "AccumulateGrad"
 
 
-def _link(func, parent: torch.Tensor, made: BoundSymbol, index: int, view: torch.Tensor, generation: int) -> Link:
+def _link(parent: torch.Tensor, made: BoundSymbol, index: int, view: torch.Tensor, generation: int) -> Link | None:
     source = next((v for v in pytree.tree_leaves((made.args, made.kwargs)) if isinstance(v, Value)), None)
-    link = Link(parent, made, index, source, generation)
-    try:
-        link.inverse = _inverse(func, made, index, parent, view)
-    except (TypeError, ValueError, IndexError) as e:  # arguments the classification does not follow
-        link.why = f"{made.sym.name} with these arguments: {e}"
-    if not link.inverse and not link.why:
-        link.why = f"FusionLens cannot write an update of a view made by {made.sym.name} back"
-    return link
+    if source is None:  # the parent's Value: made's first, as the parent is its first tensor
+        return None
+    return Link(parent, view, made, index, source, generation)
 
 
-def _inverse(func, made: BoundSymbol, index: int, parent: torch.Tensor, view: torch.Tensor) -> tuple:
+def _inverse(made: BoundSymbol, index: int, parent: torch.Tensor, view: torch.Tensor) -> tuple[Any, ...]:
     """How an update of `view` (made's output `index`) goes back into `parent`; () where it cannot."""
     name, nd = made.sym.name, parent.ndim
     if view.dtype != parent.dtype or name in _UNREPLAYABLE:
@@ -386,8 +405,6 @@ def _inverse(func, made: BoundSymbol, index: int, parent: torch.Tensor, view: to
     if name == "operator.getitem":
         return ("box", made.args[1])
     if name in _RESHAPES:
-        if func in _BY_STRIDES and not parent.is_contiguous():
-            return ()  # whether it is a view at all depends on strides the jit does not key on
         return ("reshape",)
     if name == "torch.Tensor.detach":
         return ("alias",)

@@ -314,17 +314,6 @@ def test_data_dependent_fixture_warns_at_the_line():
         assert not [d for d in report.diagnostics if d.severity == "error"]
 
 
-def test_inplace_on_a_view_warns():
-    def fn(x):
-        y = x * 1
-        v = y[0]
-        v.add_(1)
-        return y
-
-    res = frontend.trace(fn, (torch.randn(2, 3),))
-    assert any(n.severity == "warning" and "in-place" in n.message for n in res.notes)
-
-
 # --- every printed stage runs on its own ------------------------------------------------------
 
 def _flat(trace):

@@ -38,30 +38,16 @@ CUDA = torch.cuda.is_available()
 # Changing the generator (tests/fuzz/generate.py, ops.py) changes every program: rebuild the
 # table (docs/fuzzing.md says how). The seeds were found on the CPU (torch executor, Triton's
 # interpreter); on a GPU the marks are not strict.
-ITEM_2 = "issue 21 item 2: a view taken before its base is updated in place keeps the old values"
 EXPANDED_WRITE = ("fuzzer: an in-place update of an input whose elements share memory (expanded, stride 0) "
                   "raises in the program's write-back, where eager writes it")
 VIEW_OF_ITSELF = ("fuzzer: an in-place op on x[None] that reads x raises while tracing; eager allows the "
                   "exact overlap")
-FIRST_CALL_GRAD = ("fuzzer: the first call of a training signature that runs eagerly returns the traced run's "
-                   "results, whose gradients do not reach the caller's inputs")
-
-RESHAPE_ALIAS = ("fuzzer: whether flatten/reshape returns a view of its input depends on strides the jit signature "
-                 "does not key on: traced on a copy, a later call where it is a view misses eager's update of "
-                 "the input through it")
-CAUGHT_OR_NOT = (judge.WRONG, judge.CAUGHT)  # silent, or caught by the jit's check, as the check judges it
 
 KNOWN: dict[tuple[str, int], tuple[tuple[str, ...], str]] = {
-    ("default", 8): (CAUGHT_OR_NOT, ITEM_2),
-    ("default", 79): (CAUGHT_OR_NOT, ITEM_2),
     ("default", 261): (("raises:RuntimeError",), EXPANDED_WRITE),
     ("default", 277): (("raises:RuntimeError",), EXPANDED_WRITE),
     ("default", 299): (("raises:CompileError",), VIEW_OF_ITSELF),
-    ("default", 339): ((judge.WRONG,), RESHAPE_ALIAS),
     ("triton", 1): (("raises:RuntimeError",), EXPANDED_WRITE),
-    ("triton", 154): (CAUGHT_OR_NOT, ITEM_2),
-    ("backward", 39): ((judge.WRONG_GRAD,), FIRST_CALL_GRAD),
-    ("backward", 90): ((judge.WRONG_GRAD,), FIRST_CALL_GRAD),
 }
 
 

@@ -71,22 +71,6 @@ def test_batch_norm_training_updates_running_statistics_once_per_call():
                   (reference.running_mean, reference.running_var, reference.num_batches_tracked))
 
 
-def test_an_update_through_a_view_runs_eagerly_and_says_where():
-    def fn(x):
-        row = x[0]
-        row.mul_(3)  # updates x through the view
-        return x + 1
-
-    jfn = compiler.jit(fn, executors=EXECUTORS)
-    for _ in range(2):
-        x = torch.randn(2, 3)
-        ex = x.clone()
-        _same(jfn(x), fn(ex))
-        _same(x, ex)
-    (w,) = [d for d in compiler.last_report(jfn).diagnostics if "view" in d.message]
-    assert w.severity == "warning" and w.line == fn.__code__.co_firstlineno + 2
-
-
 def test_compile_checks_updates_on_copies_and_leaves_the_callers_tensors_alone():
     def fn(x):
         x.add_(1)

@@ -202,7 +202,7 @@ def test_batch_norm_training_updates_running_statistics_once_per_step():
     grads_close([p.grad for p in model.parameters()], [p.grad for p in twin.parameters()])
 
 
-def test_an_input_that_requires_grad_and_is_updated_in_place_runs_eagerly():
+def test_a_leaf_that_requires_grad_updated_in_place_raises_eagers_error():
     def fn(x):
         y = x * 2
         y.add_(1)
@@ -217,7 +217,8 @@ def test_an_input_that_requires_grad_and_is_updated_in_place_runs_eagerly():
     buf = torch.randn(4, requires_grad=True)
     leaf = buf.clone().detach().requires_grad_()
     jfn = compiler.jit(lambda x, b: mutating(x, b))
-    with pytest.raises(RuntimeError):  # as eager: a leaf that requires grad cannot be updated in place
+    # as eager: a leaf that requires grad cannot be updated in place (eager's message, at the user's line)
+    with pytest.raises(compiler.CompileError, match="a leaf Variable that requires grad"):
         jfn(x, leaf)
     with pytest.raises(RuntimeError):
         mutating(x, leaf)

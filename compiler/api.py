@@ -44,7 +44,8 @@ def compile_checked(fn, args, kwargs, options: CompileOptions, name: str, *, ben
                     repeats: int = 0, warmup: int = 0, torch_compile: bool = False,
                     target: R.Target | None = None,
                     eager_on_failure: bool = False,
-                    dims: tuple[frozenset[int], ...] | None = None) -> tuple[pipeline.Compiled, R.CompileReport, bool]:
+                    dims: tuple[frozenset[int], ...] | None = None,
+                    ints: frozenset[int] = frozenset()) -> tuple[pipeline.Compiled, R.CompileReport, bool]:
     """Compile, check against eager, benchmark if asked, then report: what compile, jit and
     compile_target share. Returns (Compiled, report, whether the check failed).
 
@@ -52,13 +53,14 @@ def compile_checked(fn, args, kwargs, options: CompileOptions, name: str, *, ben
     defined, which is also where the check's diagnostics point. `eager_on_failure`: the
     caller (jit) runs a signature that failed its check eagerly, and the report says so.
     `dims`: per user tensor, the dims compiled symbolic; by default those marked dynamic.
+    `ints`: the int arguments compiled symbolic (positions among the flat leaves of the call).
     """
     defined = reporting.target_of(fn, name)
     target = target or defined
     if dims is None:  # the dims the example's tensors were marked with (compiler.mark_dynamic)
         dims = tuple(dynamic.marked_dims(t) for t in frontend.user_tensors(fn, args, kwargs))
     try:
-        c = pipeline.compile_program(fn, args, kwargs, options, name, dims)
+        c = pipeline.compile_program(fn, args, kwargs, options, name, dims, ints)
     except frontend.TraceError as e:
         raise CompileError(reporting.error_report(e, target, options.executors)) from e
     inputs = frontend.user_tensors(fn, args, kwargs) + c.constants

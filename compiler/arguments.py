@@ -95,4 +95,6 @@ def describe_input(name: str, x) -> str:
                   "contiguous" if x.is_contiguous() else f"strides {tuple(x.stride())}")
         return (f"{name}: {dtype_name(x.dtype)}{list(x.shape)} on {x.device}, {layout}, "
                 f"requires_grad={x.requires_grad}")
+    if isinstance(x, torch.SymInt):  # an int argument a dynamic program serves every value of
+        return f"{name} = {x} (dynamic)"
     return f"{name} = {x!r} (specialised)"

@@ -11,10 +11,11 @@ from compiler.ir import Value
 from compiler.sizes import evaluate, symbol_values
 
 
-def run_ops(bsyms, env: dict) -> dict:
+def run_ops(bsyms, env: dict, sizes: dict[str, int] | None = None) -> dict:
     """Run ops one by one with their torch impls, reading and writing `env` (name -> tensor).
-    The reference semantics every executor is compared with."""
-    values = symbol_values(*_symbolic_inputs(bsyms, env)) if _has_symbols(bsyms) else {}
+    The reference semantics every executor is compared with. `sizes`: a dynamic program's int
+    symbols' values (its SIZES global); the others are read from the tensors in `env`."""
+    values = {**symbol_values(*_symbolic_inputs(bsyms, env)), **(sizes or {})} if sizes or _has_symbols(bsyms) else {}
     read = lambda x: env[x.name] if isinstance(x, Value) else evaluate(x, values) if values else x  # noqa: E731
     with torch.no_grad():
         for b in bsyms:

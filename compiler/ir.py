@@ -22,7 +22,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from compiler.provenance import Provenance
-from compiler.sizes import as_dim, symbol_bindings
+from compiler.sizes import SIZES, as_dim, symbol_bindings
 
 DTYPE_SHORT = {
     torch.float64: "f64", torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16",
@@ -91,13 +91,23 @@ def contiguous_strides(shape) -> tuple:
     strides, acc = [], 1
     for s in reversed(shape):
         strides.append(acc)
-        acc *= max(int(s), 1)
+        acc *= s if type(s) is torch.SymInt else max(int(s), 1)  # a symbol is >= 2 (0 and 1 are specialised)
     return tuple(reversed(strides))
 
 
 def values_in(tree) -> list:
-    """Every Value in a pytree of arguments, in order (with repeats)."""
-    return [leaf for leaf in pytree.tree_leaves(tree) if isinstance(leaf, Value)]
+    """Every Value in a pytree of arguments, in order (with repeats): plain tuples, lists and
+    dicts walked here (pytree's generic walk was a fifth of a compile), anything else by pytree."""
+    out, todo = [], [tree]
+    while todo:
+        x = todo.pop()
+        if type(x) is Value:
+            out.append(x)
+        elif type(x) in (tuple, list, dict):
+            todo.extend(reversed(list(x.values()) if type(x) is dict else x))
+        elif type(x) not in _LITERALS:
+            out.extend(leaf for leaf in pytree.tree_leaves(x) if isinstance(leaf, Value))
+    return out
 
 
 class SymbolKind(enum.StrEnum):
@@ -529,7 +539,7 @@ class TracePrinter:
         if t.packed:
             out.append(f"  {', '.join(v.name for v in t.inputs[:t.packed])}, = {packed}")
             out.append(f"  {packed}.clear()  # the caller's list: each tensor lives to its last use here")
-        out.extend(f"  {line}" for line in symbol_bindings(t.inputs))
+        out.extend(f"  {line}" for line in symbol_bindings(t.inputs, t.bound_symbols, SIZES in t.extra_globals))
         frees = self.frees() if t.stage == "execution" else {}
         for i, bsym in enumerate(t.bound_symbols):
             if i in t.ranges:

@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -58,6 +58,7 @@ class CacheEntry:
     report: R.CompileReport
     signature: tuple[Any, ...]
     dims: DynamicDims = ()  # per user tensor, the dims its program serves every size of
+    static_ints: dict[int, int] = field(default_factory=dict)  # leaf position -> an int it specialised on
     eager_fallback: bool = False  # the program failed its check: run eager for this signature
     grad_mask: tuple[bool, ...] = ()  # which of the program's constants (parameters) required grad at compile
 
@@ -75,7 +76,8 @@ class JitFunction:
         self.max_entries = max_entries  # a Python number that changes every call would grow it forever
         self.cache: dict[tuple[Any, ...], CacheEntry] = {}
         self.symbolic: dict[tuple[Any, ...], list[CacheEntry]] = {}  # erased signature -> dynamic programs
-        self.first_shapes: dict[tuple[Any, ...], list[tuple[int, ...]]] = {}  # erased signature -> sizes first seen
+        # erased signature -> the sizes and argument leaves first seen (what changes becomes symbolic)
+        self.first_seen: dict[tuple[Any, ...], tuple[list[tuple[int, ...]], list[Any]]] = {}
         self.compiles = 0
         self.hits = 0
         self.misses = 0
@@ -114,8 +116,8 @@ class JitFunction:
             self.misses += 1
             entry = self._dynamic_entry(key, args, kwargs)
             if entry is None:
-                entry = self._compile(key, args, kwargs, self._dims(key, args, kwargs))
-                if entry.dims:
+                entry = self._compile(key, args, kwargs, *self._dynamic(key, args, kwargs))
+                if entry.compiled.guards is not None:
                     self.symbolic.setdefault(_erased(key), []).append(entry)
             if len(self.cache) >= self.max_entries:  # forget the oldest signature
                 self.cache.pop(next(iter(self.cache)))
@@ -129,6 +131,8 @@ class JitFunction:
         if entry.eager_fallback:
             return self.fn(*args, **kwargs)
         c = entry.compiled
+        if c.guards is not None and c.guards.ints:  # the program reads its int arguments' symbols
+            c.guards.bind(pytree.tree_leaves((args, kwargs)))
         try:
             if len(key) == 2:  # positional tensors only: they are the program's inputs
                 return c.fn(*args, *c.constants)
@@ -153,45 +157,56 @@ class JitFunction:
         if not entries:
             return None
         tensors = frontend.user_tensors(self.fn, args, kwargs)
+        leaves = pytree.tree_leaves((args, kwargs)) if len(key) == 3 else []
         for entry in reversed(entries):  # the latest is the most general
             guards = entry.compiled.guards
-            if guards is not None and not entry.eager_fallback and guards.check(tensors):
+            if guards is None or entry.eager_fallback:
+                continue
+            if all(p < len(leaves) and leaves[p] == v for p, v in entry.static_ints.items()) and \
+                    guards.check(tensors, leaves):
                 return entry
         return None
 
-    def _dims(self, key, args, kwargs) -> DynamicDims:
-        """Per user tensor, the dims to compile symbolic: those marked (dynamic.mark_dynamic),
-        and those whose size changed since this signature was first seen (all, `dynamic=True`)."""
+    def _dynamic(self, key, args, kwargs) -> tuple[DynamicDims, frozenset[int]]:
+        """What to compile symbolic: per user tensor, the dims marked (dynamic.mark_dynamic) and
+        those whose size changed since this signature was first seen, and the int arguments
+        (positions among the flat leaves) whose value changed; all of them with `dynamic=True`."""
         if self.dynamic is False:
-            return ()
+            return (), frozenset()
         tensors = frontend.user_tensors(self.fn, args, kwargs)
         shapes = [tuple(t.shape) for t in tensors]
-        first = self.first_shapes.setdefault(_erased(key), shapes)
+        leaves = pytree.tree_leaves((args, kwargs)) if len(key) == 3 else []
+        first_shapes, first_leaves = self.first_seen.setdefault(_erased(key), (shapes, leaves))
         dims = []
-        for t, shape, seen in zip(tensors, shapes, first):
+        for t, shape, seen in zip(tensors, shapes, first_shapes):
             changed = {i for i, (a, b) in enumerate(zip(shape, seen)) if a != b} if self.dynamic is None else \
                 set(range(t.ndim))
             dims.append(frozenset(d for d in changed | dynamic.marked_dims(t) if shape[d] > 1))
-        return tuple(dims) if any(dims) else ()
+        ints = frozenset(i for i, (a, b) in enumerate(zip(leaves, first_leaves)) if type(a) is int
+                         and (a != b or self.dynamic is True))
+        return (tuple(dims) if any(dims) else ()), ints
 
-    def _compile(self, key, args, kwargs, dims: DynamicDims = ()) -> CacheEntry:
+    def _compile(self, key, args, kwargs, dims: DynamicDims = (), ints: frozenset[int] = frozenset()) -> CacheEntry:
         # The random stream is put back as it was before compiling (tracing and checking draw
         # from it): the program's first run then takes the draws (dropout's masks) eager would.
         # Not when the signature runs eagerly: its first result is the traced run's own.
         cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
         cpu_state, cuda_state = torch.random.get_rng_state(), torch.cuda.get_rng_state() if cuda else None
         self.compiles += 1
-        entry = self._compile_here(key, args, kwargs, dims)
+        entry = self._compile_here(key, args, kwargs, dims, ints)
         if not entry.eager_fallback:
             torch.random.set_rng_state(cpu_state)
             if cuda_state is not None:
                 torch.cuda.set_rng_state(cuda_state)
         return entry
 
-    def _compile_here(self, key, args, kwargs, dims: DynamicDims) -> CacheEntry:
+    def _compile_here(self, key, args, kwargs, dims: DynamicDims, ints: frozenset[int]) -> CacheEntry:
         c, rep, failed = api.compile_checked(self.fn, args, kwargs, self.options, frontend.target_name(self.fn),
-                                             benchmark=False, eager_on_failure=True, dims=dims)
-        return CacheEntry(c, rep, key, dims if c.guards is not None else (), eager_fallback=failed,
+                                             benchmark=False, eager_on_failure=True, dims=dims, ints=ints)
+        symbolic = set(c.guards.ints) if c.guards is not None else set()
+        leaves = pytree.tree_leaves((args, kwargs)) if len(key) == 3 else []
+        static_ints = {i: x for i, x in enumerate(leaves) if type(x) is int and i not in symbolic}
+        return CacheEntry(c, rep, key, dims if c.guards is not None else (), static_ints, eager_fallback=failed,
                           grad_mask=tuple(t.requires_grad for t in c.constants))
 
     def cache_info(self) -> dict[str, Any]:
@@ -204,7 +219,7 @@ class JitFunction:
     def reset(self) -> None:
         self.cache.clear()
         self.symbolic.clear()
-        self.first_shapes.clear()
+        self.first_seen.clear()
         self.hits = self.misses = self.compiles = 0
         self.last = None
 
@@ -222,11 +237,14 @@ def _with_states(traced: frontend.TraceResult, result, args, kwargs):
 
 
 def _erased(key: tuple[Any, ...]) -> tuple[Any, ...]:
-    """A signature with each tensor's sizes replaced by its number of dims: what a dynamic
-    program is found by (its guards then check the sizes)."""
+    """A signature with each tensor's sizes replaced by its number of dims, and each int
+    argument's value by `int`: what a dynamic program is found by (its guards then check the
+    sizes and the int symbols, `CacheEntry.static_ints` the ints it specialised on)."""
     def erase(k):
         if isinstance(k, tuple) and k and isinstance(k[0], torch.Size):
             return (len(k[0]),) + k[1:]
+        if isinstance(k, tuple) and len(k) == 2 and k[0] is int:  # an int argument: its value may be a symbol
+            return (int,)
         if isinstance(k, tuple) and k and k[0] == "state":  # a cache's tensors: (path, their key)
             return k[:2] + (tuple((path, erase(leaf)) for path, leaf in k[2]),)
         return k

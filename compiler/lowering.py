@@ -25,6 +25,7 @@ from compiler import fusion, profiling
 from compiler.contract import BoundaryCode, Decline, FusionGroup, boundary
 from compiler.executors.base import FusionExecutor, Generated
 from compiler.interpret import ops_callable, run_ops
+from compiler.sizes import SIZES
 from compiler.ir import PROFILE_RANGE, BoundSymbol, Symbol, SymbolKind, Trace, Value, distinct_lines
 from compiler.report import Boundary
 
@@ -174,4 +175,5 @@ def _tuple_spec(n: int):
 
 def interpret(trace: Trace, inputs: list) -> dict:
     """Run a trace op by op and keep every value: name -> tensor (for per-region timing)."""
-    return run_ops(trace.bound_symbols, {v.name: x for v, x in zip(trace.inputs, inputs)})
+    return run_ops(trace.bound_symbols, {v.name: x for v, x in zip(trace.inputs, inputs)},
+                   trace.extra_globals.get(SIZES))

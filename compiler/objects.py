@@ -10,6 +10,7 @@ every pass sees the Values inside it, and `ir.output_builder` rebuilds the real 
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 import torch
 from torch.utils import _pytree as pytree
@@ -86,7 +87,8 @@ def template(obj, to_value, computed, keep: set, seen=None, depth: int = MAX_DEP
 # call changed and what it holds after; `apply` does the same to the caller's object.
 
 Path = tuple  # of steps: a str is an attribute, an int a list index, a ("key", k) a dict key
-_PLAIN = (str, bytes, int, float, bool, complex, type(None), torch.dtype, torch.device)
+_PLAIN = (str, bytes, int, float, bool, complex, type(None), torch.dtype, torch.device,
+          torch.SymInt, torch.SymFloat, torch.SymBool)
 
 
 def _slots(obj):
@@ -152,7 +154,8 @@ def state_key(obj, tensor_key) -> tuple:
 def snapshot(obj, depth: int = MAX_DEPTH) -> list:
     """Every container reachable from `obj` with a shallow copy of its slots: `restore` puts
     back what the call replaced, appended or set, so tracing and checking leave it as it was."""
-    saved, seen = [], set()
+    saved: list[tuple[Any, Any]] = []
+    seen: set[int] = set()
 
     def visit(x, d):
         if id(x) in seen or d == 0 or not _descends(x) or type(x) is tuple:
@@ -182,19 +185,19 @@ def restore(saved: list) -> None:
             container.__dict__.update(slots)
 
 
-def swap_copies(obj, copy) -> None:
+def swap_copies(obj, copy, depth: int = MAX_DEPTH) -> None:
     """Put `copy(t)` in every tensor slot of `obj` (tuples are rebuilt): the call then updates
     copies, and `restore` of a snapshot taken before puts the caller's tensors back."""
     for step, value in _slots(obj):
         if isinstance(value, torch.Tensor):
             _set(obj, step, copy(value))
-        elif _descends(value):
+        elif depth > 1 and _descends(value):
             if type(value) is tuple:
                 value = list(value)
-                swap_copies(value, copy)
+                swap_copies(value, copy, depth - 1)
                 _set(obj, step, tuple(value))
             else:
-                swap_copies(value, copy)
+                swap_copies(value, copy, depth - 1)
 
 
 def _set(container, step, value) -> None:

@@ -99,6 +99,7 @@ class Compiled:
 # The stages `Compiled.stage_ms` times, in pipeline order (the verifier's time, when it runs,
 # is kept apart under "verify"), and the stage each recorded trace's time is charged to.
 STAGE_TIMES = ("trace", "decompose", "optimise", "autograd", "fusion", "lowering", "previews")
+stage_clock: Callable[[], float] = time.perf_counter  # benchmarks/compile_time.py may time CPU instead
 _TIMED_AS = {"acquired": "trace", "decomposed": "decompose", "optimised": "optimise", "joint": "autograd",
              "forward": "autograd", "backward": "autograd", "fusion": "fusion", "execution": "lowering"}
 
@@ -111,11 +112,11 @@ class _StageLog:
                  since: float | None = None):
         self.name, self.kind, self.options, self.times = name, kind, options, times
         self.traces: dict[str, Trace] = {}
-        self.last = time.perf_counter() if since is None else since
+        self.last = stage_clock() if since is None else since
 
     def charge(self, stage: str) -> None:
         """Add the time since the last trace (or charge) to `stage`."""
-        now = time.perf_counter()
+        now = stage_clock()
         self.times[stage] = self.times.get(stage, 0.0) + (now - self.last) * 1e3
         self.last = now
 
@@ -144,7 +145,7 @@ class _StageLog:
             for r in plan.regions:
                 if r.generated is not None:
                     print(f"# --- {r.id} ({r.executor}) ---\n{r.generated.source}", file=sys.stderr)
-        self.last = time.perf_counter()  # printing is no stage's time
+        self.last = stage_clock()  # printing is no stage's time
         return trace
 
 
@@ -161,20 +162,22 @@ def requires_grad(tensors) -> bool:
 
 
 def compile_program(fn, args, kwargs, options: CompileOptions | None = None,
-                    name: str | None = None, dims: dynamic.DynamicDims = ()) -> Compiled:
+                    name: str | None = None, dims: dynamic.DynamicDims = (),
+                    ints: frozenset[int] = frozenset()) -> Compiled:
     """Trace `fn(*args, **kwargs)` and run every stage. `options.previews`: with the default
     executors, also write the code of the fusion executors that cannot run here (reports want
     it; jit does not). Where grad is enabled and an input, parameter or buffer requires grad,
     the call is compiled for training: a forward and a backward program joined by autograd.
-    `dims`: per user tensor, the dims the program serves every size of (compiler/dynamic.py)."""
+    `dims`: per user tensor, the dims the program serves every size of (compiler/dynamic.py);
+    `ints`: the int arguments (positions among the call's flat leaves) it serves every value of."""
     options = options or CompileOptions()
-    start, stage_ms = time.perf_counter(), dict.fromkeys(STAGE_TIMES, 0.0)
+    start, stage_ms, since = time.perf_counter(), dict.fromkeys(STAGE_TIMES, 0.0), stage_clock()
     traced = frontend.trace(fn, args, kwargs, name)
     notes, eager_only = list(traced.notes), traced.eager_only
-    traced, guards, why_static = _symbolic(fn, args, kwargs, name, dims, traced)
+    traced, guards, why_static = _symbolic(fn, args, kwargs, name, dims, ints, traced)
     if why_static:
         notes.append(frontend.Note("information", why_static, None, DiagnosticCode.DYNAMIC_SHAPES))
-    forward = _StageLog(traced.trace.name, "forward", options, stage_ms, since=start)
+    forward = _StageLog(traced.trace.name, "forward", options, stage_ms, since=since)
     acquired = forward(traced.trace)
     optimised = forward(passes.optimise(forward(passes.decompose(acquired))))
     user_tensors = frontend.user_tensors(fn, args, kwargs)
@@ -205,13 +208,18 @@ def compile_program(fn, args, kwargs, options: CompileOptions | None = None,
                     device, names, options, notes, eager_only, differentiated, stage_ms, guards)
 
 
-def _symbolic(fn, args, kwargs, name, dims: dynamic.DynamicDims, traced: frontend.TraceResult):
+def _symbolic(fn, args, kwargs, name, dims: dynamic.DynamicDims, ints: frozenset[int],
+              traced: frontend.TraceResult):
     """(the trace to compile, its guards, why it is not symbolic): the real trace unless
-    `dims` asks for symbolic sizes and the call can be traced with them."""
-    if not any(dims) or traced.eager_only is not None:
+    `dims` (or `ints`) asks for symbolic sizes and the call can be traced with them."""
+    if not any(dims) and not ints or traced.eager_only is not None:
         return traced, None, ""
+    if ints and requires_grad(frontend.user_tensors(fn, args, kwargs) + list(traced.constants.values())):
+        ints = frozenset()  # a backward runs after later calls have set the int symbols: sizes only
+        if not any(dims):
+            return traced, None, ""
     try:
-        symbolic, guards = dynamic.trace(fn, args, kwargs, name or traced.trace.name, dims, traced)
+        symbolic, guards = dynamic.trace(fn, args, kwargs, name or traced.trace.name, dims, traced, ints)
     except dynamic.Unsupported as e:
         return traced, None, f"this signature compiles for its static shapes: {e}"
     return symbolic, guards, ""

@@ -7,6 +7,8 @@ alias, a cost, a report) and never record one. No sympy import: static programs 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
 
@@ -50,30 +52,52 @@ def same_shape(a, b) -> bool:
 
 
 
-def symbol_bindings(inputs: list) -> list[str]:
+SIZES = "fusionlens_sizes"  # a dynamic program's global: its int arguments' symbols' values for the call
+
+
+def symbol_bindings(inputs: list, bsyms: Sequence = (), sizes: bool = False) -> list[str]:
     """`s0 = x.shape[1]`: a dynamic program reads each symbol's value from the first input
-    with that symbol as a dim."""
+    with that symbol as a dim; with `sizes`, a symbol no input carries (an int argument's) from
+    SIZES: `s1 = fusionlens_sizes['s1']`."""
     lines, bound = [], set()
     for v in inputs:
         for i, d in enumerate(v.shape):
             if type(d) is torch.SymInt and d.node.expr.is_symbol and d.node.expr not in bound:
                 bound.add(d.node.expr)
                 lines.append(f"{d.node.expr} = {v.name}.shape[{i}]")
+    if sizes:
+        used = {s for b in bsyms for x in _symbolic_numbers((b.args, b.kwargs)) for s in x.node.expr.free_symbols}
+        lines += [f"{s} = {SIZES}[{str(s)!r}]" for s in sorted(used - bound, key=str)]
     return lines
 
 
-def symbol_values(inputs: list, tensors) -> dict:
-    """symbol -> its value in this call, read from the tensors as `symbol_bindings` does."""
-    values = {}
+def _symbolic_numbers(tree):
+    """The SymInts (SymFloats, SymBools) in an op's arguments, slices' bounds included."""
+    if isinstance(tree, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        yield tree
+    elif isinstance(tree, (tuple, list)):
+        for x in tree:
+            yield from _symbolic_numbers(x)
+    elif isinstance(tree, dict):
+        for x in tree.values():
+            yield from _symbolic_numbers(x)
+    elif isinstance(tree, slice):
+        yield from _symbolic_numbers((tree.start, tree.stop, tree.step))
+
+
+def symbol_values(inputs: list, tensors) -> dict[str, int]:
+    """symbol name -> its value in this call, read from the tensors as `symbol_bindings` does."""
+    values: dict[str, int] = {}
     for v, t in zip(inputs, tensors):
         for i, d in enumerate(v.shape):
             if type(d) is torch.SymInt and d.node.expr.is_symbol:
-                values.setdefault(d.node.expr, t.shape[i])
+                values.setdefault(str(d.node.expr), t.shape[i])
     return values
 
 
-def evaluate(x, values: dict):
+def evaluate(x, values: dict[str, int]):
     """A number that may be a symbol's expression (a SymInt argument) at this call's values."""
     if not isinstance(x, (torch.SymInt, torch.SymFloat, torch.SymBool)) or x.node.expr.is_number:
         return hint(x)
-    return x.node.pytype(x.node.expr.xreplace(values))
+    expr = x.node.expr
+    return x.node.pytype(expr.xreplace({s: values[s.name] for s in expr.free_symbols}))

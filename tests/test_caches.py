@@ -61,8 +61,8 @@ def test_decode_steps_with_a_dynamic_cache_match_eager(make):
     with torch.no_grad():
         eager_ids = compiled_ids = ids
         for _ in range(12):
-            want = model(input_ids=eager_ids, past_key_values=eager_cache, use_cache=True)
-            got = jfn(input_ids=compiled_ids, past_key_values=compiled_cache, use_cache=True)
+            want = model(input_ids=eager_ids, cache=eager_cache, use_cache=True)
+            got = jfn(input_ids=compiled_ids, cache=compiled_cache, use_cache=True)
             torch.testing.assert_close(got.logits, want.logits, rtol=1e-5, atol=1e-5)
             assert got.past_key_values is compiled_cache  # the caller's cache, updated as eager updates it
             for a, b in zip(_cache_tensors(compiled_cache), _cache_tensors(eager_cache), strict=True):
@@ -108,12 +108,12 @@ def test_a_cache_keys_by_its_contents_and_is_restored_after_compiling():
     jfn = compiler.jit(model)
     cache = transformers.DynamicCache(config=model.config)
     with torch.no_grad():
-        model(input_ids=torch.randint(0, 128, (1, 4)), past_key_values=cache, use_cache=True)
+        model(input_ids=torch.randint(0, 128, (1, 4)), cache=cache, use_cache=True)
         before = [t.clone() for t in _cache_tensors(cache)]
         snapshot = copy.deepcopy(cache)
         ids = torch.randint(0, 128, (1, 1))
-        got = jfn(input_ids=ids, past_key_values=cache, use_cache=True)  # compiles: traced, checked, run once
-        want = model(input_ids=ids, past_key_values=snapshot, use_cache=True)
+        got = jfn(input_ids=ids, cache=cache, use_cache=True)  # compiles: traced, checked, run once
+        want = model(input_ids=ids, cache=snapshot, use_cache=True)
     torch.testing.assert_close(got.logits, want.logits)
     after = _cache_tensors(cache)
     assert [t.shape[2] for t in after] == [b.shape[2] + 1 for b in before]  # one step, not one per compile stage

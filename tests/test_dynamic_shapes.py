@@ -163,3 +163,73 @@ def test_training_with_a_dynamic_dim_matches_eager_gradients():
 def test_erased_signature_keys_tensors_by_rank():
     key = (True, ((torch.Size([3, 5]), torch.float32, torch.device("cpu"), False, True),))
     assert jit_cache._erased(key) == (True, ((2, torch.float32, torch.device("cpu"), False, True),))
+
+
+class _CachedAttention(torch.nn.Module):
+    """Meta's reference Llama style: a preallocated cache, updated in place at `start_pos`."""
+
+    def __init__(self, d: int = 16, heads: int = 2, max_len: int = 64):
+        super().__init__()
+        self.h, self.d = heads, d
+        self.wq, self.wk, self.wv, self.wo = (torch.nn.Linear(d, d, bias=False) for _ in range(4))
+        self.register_buffer("cache_k", torch.zeros(1, max_len, heads, d // heads))
+        self.register_buffer("cache_v", torch.zeros(1, max_len, heads, d // heads))
+
+    def forward(self, x, start_pos: int):
+        b, t, _ = x.shape
+        q, k, v = (w(x).view(b, t, self.h, -1) for w in (self.wq, self.wk, self.wv))
+        self.cache_k[:b, start_pos:start_pos + t] = k
+        self.cache_v[:b, start_pos:start_pos + t] = v
+        keys = self.cache_k[:b, :start_pos + t].transpose(1, 2)
+        values = self.cache_v[:b, :start_pos + t].transpose(1, 2)
+        att = (q.transpose(1, 2) @ keys.transpose(2, 3)) / (self.d // self.h) ** 0.5
+        return self.wo((att.softmax(-1) @ values).transpose(1, 2).reshape(b, t, -1))
+
+
+def test_an_int_argument_that_changes_every_call_is_a_symbol():
+    torch.manual_seed(0)
+    model, reference = _CachedAttention().eval(), _CachedAttention().eval()
+    reference.load_state_dict(model.state_dict())
+    jfn = compiler.jit(model, executors=EXECUTORS)
+    with torch.no_grad():
+        x, pos = torch.randn(1, 5, 16), 0
+        for _ in range(24):
+            close(jfn(x, pos), reference(x, pos))
+            close(model.cache_k, reference.cache_k)
+            close(model.cache_v, reference.cache_v)
+            pos += x.shape[1]
+            x = torch.randn(1, 1, 16)
+    assert jfn.cache_info()["compiles"] == 2  # the prompt, then one program for every later position
+    report = compiler.last_report(jfn)
+    assert "start_pos = s0 (dynamic)" in report.signature
+    assert "1 <= start_pos" in report.guards
+    assert "s0 = fusionlens_sizes['s0']" in compiler.last_compiled(jfn).forward.plan.trace.python()
+
+
+def test_a_branch_on_an_int_argument_is_a_guard():
+    def fn(x, n):
+        return x * n if n > 10 else x - n
+
+    jfn = compiler.jit(fn, executors=EXECUTORS)
+    x = torch.randn(3)
+    for n in (12, 13, 14, 20, 5, 6, 11):
+        close(jfn(x, n), fn(x, n))
+    assert jfn.cache_info()["compiles"] == 3  # 12, then one program for n > 10, then one for n <= 10
+
+
+def test_int_arguments_of_a_training_program_stay_specialised():
+    w = torch.randn(8, requires_grad=True)
+
+    def fn(x, n):
+        return (x[:n] * w[:n]).sum()
+
+    jfn = compiler.jit(fn, executors=EXECUTORS)
+    for n in (3, 4, 5):
+        x = torch.randn(8)
+        w.grad = None
+        jfn(x, n).backward()
+        got = w.grad.clone()
+        w.grad = None
+        fn(x, n).backward()
+        close(got, w.grad)
+    assert jfn.cache_info()["compiles"] == 3

@@ -295,18 +295,21 @@ def check_gradients(c, fn, args, kwargs, inputs: list[torch.Tensor], target) -> 
     wrt = [inputs[i] for i in d.grad_inputs]
     names = [c.acquired.inputs[i].name for i in d.grad_inputs]
     state = [x for v, x in zip(c.acquired.inputs, inputs) if v.role == "buffer" or v.name in c.traced.mutated]
+    with restored(state), torch.random.fork_rng(devices=_cuda_devices(inputs)):  # each run from the same state
+        torch.manual_seed(0)
+        run_on, wrt_compiled, _ = _own_copies(d, inputs, wrt, args, kwargs)
+        outs = differentiable_outputs(c.fn(*run_on))
+        cots = cotangents(outs)
+        got = torch.autograd.grad([t for _, t in outs], wrt_compiled, cots, allow_unused=True) if outs else []
     with restored(state), torch.random.fork_rng(devices=_cuda_devices(inputs)):
         torch.manual_seed(0)
-        outs = differentiable_outputs(c.fn(*inputs))
-        cots = cotangents(outs)
-        got = torch.autograd.grad([t for _, t in outs], wrt, cots, allow_unused=True) if outs else []
-        torch.manual_seed(0)
-        eager = dict(differentiable_outputs(fn(*args, **kwargs)))
+        _, wrt_eager, (eager_args, eager_kwargs) = _own_copies(d, inputs, wrt, args, kwargs)
+        eager = dict(differentiable_outputs(fn(*eager_args, **eager_kwargs)))
         pairs = [(eager[i], g) for (i, _), g in zip(outs, cots) if i in eager]
         # eager's backward reads what its forward saved (batch_norm: the running statistics),
         # so it runs before the block restores them
-        expected = torch.autograd.grad([t for t, _ in pairs], wrt, [g for _, g in pairs], allow_unused=True) \
-            if pairs and len(pairs) == len(outs) else []
+        expected = torch.autograd.grad([t for t, _ in pairs], wrt_eager, [g for _, g in pairs],
+                                       allow_unused=True) if pairs and len(pairs) == len(outs) else []
     if len(pairs) != len(outs):
         return [_gradient_error("eager's outputs that require grad are not the compiled program's", target)]
     through = {t.dtype for t in inputs} | {t.dtype for _, t in outs}
@@ -324,6 +327,27 @@ def check_gradients(c, fn, args, kwargs, inputs: list[torch.Tensor], target) -> 
     return [Diagnostic("information", f"the compiled gradients of {shown} differ from eager float32's beyond "
                        "the tolerance, but are as close to a float64 run as eager's are: ill-conditioned "
                        "there, not wrong", target.file, target.line, code=DiagnosticCode.ILL_CONDITIONED)]
+
+
+def _own_copies(d, inputs: list[torch.Tensor], wrt: list[torch.Tensor], args, kwargs):
+    """(inputs, what to differentiate for, (args, kwargs)) of one checking run: where the call
+    updates a non-leaf input that requires grad in place (d.written), that run gets its own
+    copy, a non-leaf made from a fresh leaf as the caller's is, the gradient taken at the fresh
+    leaf: the compiled and the eager run must not update the same tensor. (A leaf, updated
+    under no_grad, is state: `restored` puts it back between the runs.)"""
+    swap: dict[int, torch.Tensor] = {}
+    at: dict[int, torch.Tensor] = {}
+    for i in d.written:
+        x = inputs[i]
+        if x.is_leaf:
+            continue
+        base = x.detach().clone().requires_grad_(x.requires_grad)
+        swap[id(x)], at[id(x)] = base.clone(), base
+    if not swap:
+        return inputs, wrt, (args, kwargs)
+    own = lambda t: swap.get(id(t), t) if isinstance(t, torch.Tensor) else t  # noqa: E731
+    return ([own(x) for x in inputs], [at.get(id(x), x) for x in wrt],
+            pytree.tree_map(own, (tuple(args), dict(kwargs))))
 
 
 def _gradient_error(problem: str, target) -> Diagnostic:

@@ -304,8 +304,7 @@ class Views:
         none: False where one cannot be put back (updated inside a library call, or a write-back
         autograd would refuse) or the signature runs eagerly anyway."""
         if tracer.eager_only is not None or any(
-                id(t) not in self.snapshots or id(t) not in self.updated or (tracer.grad and t.requires_grad)
-                for t in params):
+                id(t) not in self.snapshots or id(t) not in self.updated for t in params):
             return False
         for t in params:
             final = t.detach().clone()

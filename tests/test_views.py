@@ -342,3 +342,50 @@ def test_compile_leaves_a_parameter_it_traced_an_update_of_as_it_was():
         before = [p.clone() for p in model.parameters()]
         compiler.compile(model, torch.randn(2, 4), executors=EXECUTORS)
     _same(list(model.parameters()), before)
+
+
+def test_a_parameter_that_requires_grad_updated_under_no_grad_in_forward_trains_natively():
+    class Decaying(torch.nn.Module):  # an EMA-like update of a trained weight inside forward
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 4)
+
+        def forward(self, x):
+            with torch.no_grad():
+                self.lin.weight.mul_(0.9)
+            return self.lin(x).tanh()
+
+    torch.manual_seed(0)
+    model, reference = Decaying(), Decaying()
+    reference.load_state_dict(model.state_dict())
+    jfn = compiler.jit(model, executors=EXECUTORS)
+    for _ in range(3):
+        x = torch.randn(2, 4)
+        actual, expected = jfn(x), reference(x)
+        _same(actual, expected)
+        _same(model.lin.weight, reference.lin.weight)
+        actual.square().sum().backward()
+        expected.square().sum().backward()
+        _same((model.lin.weight.grad, model.lin.bias.grad), (reference.lin.weight.grad, reference.lin.bias.grad))
+    _native(jfn)
+    assert compiler.last_report(jfn).training is not None
+
+
+def test_an_input_that_requires_grad_updated_in_place_trains_natively():
+    def fn(x, w):
+        y = x * 2
+        x.mul_(w)  # a non-leaf input: its new value and its history are the update's
+        return (x * y).sum()
+
+    jfn = compiler.jit(fn, executors=EXECUTORS)
+    for _ in range(3):
+        a, w = torch.randn(4, requires_grad=True), torch.randn(4, requires_grad=True)
+        a2, w2 = a.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
+        x_eager, x_compiled = a * 1, a2 * 1
+        expected, actual = fn(x_eager, w), jfn(x_compiled, w2)
+        _same(actual, expected)
+        _same(x_compiled, x_eager)
+        (expected + x_eager.sum()).backward()  # a later use of x reaches the update's history
+        (actual + x_compiled.sum()).backward()
+        _same((a2.grad, w2.grad), (a.grad, w.grad))
+    _native(jfn)

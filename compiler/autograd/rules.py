@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from compiler.autograd import composite_rules, prim_rules, torch_rules
 from compiler.autograd.torch_rules import Rule
+from compiler import views
 from compiler.ir import BoundSymbol, Symbol, Value
 
 
@@ -20,6 +21,8 @@ def lookup(sym: Symbol) -> Rule | None:
     prim = prim_rules.RULES.get(sym)  # read at each call: tests swap a prim's rule
     if prim is not None:
         return lambda b, cots: _prim_pairs(b, prim(b, cots))
+    if sym.impl is views.untracked_update:  # new values, the old gradient path: saves nothing
+        return lambda b, cots: [(b.args[0], cots[0])] if cots[0] is not None else []
     return torch_rules.RULES.get(sym) or composite_rules.RULES.get(sym)
 
 

@@ -10,14 +10,19 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import contextlib
+
 import torch
 from torch.autograd.function import once_differentiable
 
 
 def training_program(forward: Callable, backward: Callable, n_inputs: int, n_results: int,
-                     differentiable: list, grad_inputs: list, build: Callable) -> Callable:
+                     differentiable: list, grad_inputs: list, build: Callable, written: list | None = None) -> Callable:
     """`forward(*inputs) -> (*results, *saved)`; `backward([*saved], *cotangents) -> grads of
-    inputs[grad_inputs]` (it empties the list); `build(*results)` makes the call's result (its structure)."""
+    inputs[grad_inputs]` (it empties the list); `build(*results)` makes the call's result (its
+    structure) from all results but the last len(written): the final values of the inputs at
+    `written`, which require grad and are updated in place."""
+    written = written or []
     frozen = [i for i, d in enumerate(differentiable) if not d]
 
     class CompiledFunction(torch.autograd.Function):
@@ -44,5 +49,17 @@ def training_program(forward: Callable, backward: Callable, n_inputs: int, n_res
             return tuple(out)
 
     def run(*inputs):
-        return build(*CompiledFunction.apply(*inputs))
+        if not written:
+            return build(*CompiledFunction.apply(*inputs))
+        # An input updated in place is written after the Function ran, never inside it: the
+        # forward may save it for the backward, which needs the value before the update. A
+        # non-leaf goes in as a clone (its gradient flows through the clone to its history).
+        originals = [inputs[i] for i in written]
+        inputs = tuple(x.clone() if i in written and not x.is_leaf else x for i, x in enumerate(inputs))
+        outs = CompiledFunction.apply(*inputs)
+        n = len(outs) - len(written)
+        for x, new in zip(originals, outs[n:]):
+            with torch.no_grad() if x.is_leaf else contextlib.nullcontext():  # a leaf: updated under no_grad
+                x.copy_(new)  # a non-leaf: its new value and history are the update's, as in eager
+        return build(*outs[:n])
     return run

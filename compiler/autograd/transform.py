@@ -45,6 +45,8 @@ class Differentiated:
     grad_inputs: list[int]  # indices into the trace's inputs that get a gradient
     saved: list[Value]  # what the backward reads from the forward
     recomputed: list[str] = field(default_factory=list)  # names the backward recomputes instead
+    # inputs that require grad and are updated in place: their final values are the last results
+    written: list[int] = field(default_factory=list)
 
 
 def _differentiable(v: Value) -> bool:
@@ -134,17 +136,16 @@ def _vjp(b, cots: list, needs: set) -> list:
 
 def differentiate(trace: Trace, requires_grad: list) -> Differentiated:
     """`requires_grad[i]`: whether trace input i gets a gradient."""
-    for dst, _ in trace.writeback:
-        i = trace.inputs.index(dst)
-        if requires_grad[i]:
-            raise Unsupported(f"{dst.name} requires grad and is updated in place")
+    # an input that requires grad updated in place: its final value is a result too, so a
+    # non-leaf's new value carries its gradient (runtime copies it in with autograd on)
+    written = [(i, src) for dst, src in trace.writeback if requires_grad[(i := trace.inputs.index(dst))]]
     needs = {v.name for v, r in zip(trace.inputs, requires_grad) if r and _differentiable(v)}
     taken = {v.name for v in trace.inputs}
     names = NameGen("t", passes.max_index(trace) + 1, taken)
     forward: list = []
     _expand(trace.bound_symbols, needs, forward, trace.frozen, names)
 
-    results = values_in(trace.output)
+    results = values_in(trace.output) + [src for _, src in written]
     differentiable = [v.name in needs for v in results]
     cot_gen = NameGen("g", 0, taken)  # g0, g1, ... unless an input is named so
     cotangents = [Value(cot_gen.next(), v.shape, v.dtype, v.device, "input") for v in results if v.name in needs]
@@ -184,8 +185,12 @@ def differentiate(trace: Trace, requires_grad: list) -> Differentiated:
     backward, recomputed = remat.recompute(forward, backward, saved, {v.name for v in trace.inputs})
     if recomputed:
         saved = _saved(backward, outs, cot_names)
+    if written:  # written after the Function runs (runtime.training_program), not by the forward program
+        updated = {trace.inputs[i].name for i, _ in written}
+        trace = trace.with_(trace.stage, trace.bound_symbols)
+        trace.writeback = [(dst, src) for dst, src in trace.writeback if dst.name not in updated]
     d = _split(trace, forward, backward, results, differentiable, cotangents, grad_inputs, saved, outs)
-    d.recomputed = recomputed
+    d.recomputed, d.written = recomputed, [i for i, _ in written]
     return d
 
 

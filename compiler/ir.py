@@ -88,7 +88,8 @@ def broadcast_shapes(*shapes) -> tuple:
 
 def contiguous_strides(shape) -> tuple:
     """The strides torch gives a contiguous tensor of `shape` (size-0 dims count as 1)."""
-    strides, acc = [], 1
+    strides: list[int | torch.SymInt] = []
+    acc: int | torch.SymInt = 1
     for s in reversed(shape):
         strides.append(acc)
         acc *= s if type(s) is torch.SymInt else max(int(s), 1)  # a symbol is >= 2 (0 and 1 are specialised)

@@ -7,8 +7,10 @@ worst sample:
 
 - native: every op the trace recorded is a known symbol and decomposes into prims;
 - library: known symbols only, some of them run whole as a library call (matmul, sort, ...);
-- declined: known symbols only, but a decomposition declines these arguments (or fails):
-  that op runs whole, the report's fallbacks say why;
+- declined: known symbols only, but a decomposition declines these arguments (or fails), or the
+  op is its input at these shapes and the program hands it out (passes.decompose runs it whole so
+  the caller gets eager's tensor: the summary counts those apart): that op runs whole, the
+  report's fallbacks say why;
 - fallback: some op has no symbol and runs as one opaque torch call; the result is eager's;
 - mismatch: the compiled program's result differs from eager's (for ops whose eager values
   change from seed to seed, random draws and torch.empty, only shapes and dtypes count);
@@ -39,6 +41,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 KINDS = ("native", "library", "declined", "fallback", "mismatch", "raise", "eager fails")
 NO_FALLBACK = ("native", "library", "declined")  # every op it records is a known symbol
+COMPILED = ("native", "library")  # and none of them runs as a whole-op torch call it declined
+# passes.decompose's note for an op that is its input at a sample's shapes (x.t() of a vector,
+# sum of a 0-d tensor) when the program hands it out: the torch call makes eager's tensor
+IDENTITY_NOTE = "is its input here, and the program hands it out"
 SAMPLES_PER_OP = 3
 
 
@@ -185,15 +191,27 @@ def counts(results) -> Counter:
     return Counter(r.kind for r in results)
 
 
+def identity_declines(results) -> list:
+    """The declined ops whose only decline is an identity handed out (IDENTITY_NOTE): each
+    decomposes, but the sweep's sample makes the op's result the program's."""
+    return [r for r in results if r.kind == "declined" and all(IDENTITY_NOTE in part for part in r.detail.split("; "))]
+
+
+def _share(n: int, total: int) -> str:
+    return f"{n} of {total} ({100 * n / max(total, 1):.0f}%)"
+
+
 def summary(results) -> str:
     c = counts(results)
     total = len(results)
     lines = [f"{'outcome':12} {'ops':>5}", "-" * 18]
     lines += [f"{k:12} {c[k]:5}" for k in KINDS]
     known = builtins.sum(c[k] for k in NO_FALLBACK)
+    compiled = builtins.sum(c[k] for k in COMPILED)
     lines += ["-" * 18, f"{'total':12} {total:5}",
-              f"no fallback (known symbols: native, library or declined): {known} of {total} "
-              f"({100 * known / max(total, 1):.0f}%)",
+              f"compiled (native or library, no op declined to a whole torch call): {_share(compiled, total)}",
+              f"no fallback (known symbols: native, library or declined): {_share(known, total)}",
+              f"  of the declined, an identity at the sample's shapes handed out: {len(identity_declines(results))}",
               f"eager's result (all but mismatch and raise): {total - c['mismatch'] - c['raise']} of {total}"]
     return "\n".join(lines)
 
@@ -216,10 +234,12 @@ def markdown(results, n: int = SAMPLES_PER_OP) -> str:
         "with the torch executor and checked against eager (see [ops.md](ops.md) for the symbols). An op is",
         "*native* when every op it records decomposes into prims, *library* when some run whole as a",
         "known library call, *declined* when a known symbol's decomposition declines the sample's",
-        "arguments (it runs whole, and says why), *fallback* when some op has no symbol and runs as one",
-        "opaque torch call (the result is still eager's), *mismatch* when the result differs from",
-        "eager's (only shapes and dtypes count for random draws and `torch.empty`), *raise* when",
-        "compiling raises where eager does not. An op's outcome is its worst sample's.",
+        "arguments (it runs whole, and says why; an op that is its input at the sample's shapes, and so",
+        "the program's result, runs whole too, so that the caller gets eager's tensor), *fallback* when",
+        "some op has no symbol and runs as one opaque torch call (the result is still eager's),",
+        "*mismatch* when the result differs from eager's (only shapes and dtypes count for random draws",
+        "and `torch.empty`), *raise* when compiling raises where eager does not. An op's outcome is its",
+        "worst sample's; *compiled* counts the native and library ones.",
         "`tests/test_opinfo.py` runs a slice of this sweep in CI.",
         "",
         "| outcome | ops |",
@@ -227,7 +247,10 @@ def markdown(results, n: int = SAMPLES_PER_OP) -> str:
     ]
     lines += [f"| {k} | {c[k]} |" for k in KINDS]
     known = builtins.sum(c[k] for k in NO_FALLBACK)
-    lines += [f"| **no fallback** (native + library + declined) | **{known} of {total}** |", ""]
+    compiled = builtins.sum(c[k] for k in COMPILED)
+    lines += [f"| **compiled** (native + library) | **{compiled} of {total}** |",
+              f"| **no fallback** (native + library + declined) | **{known} of {total}** |",
+              f"| declined as an identity at the sample's shapes, handed out | {len(identity_declines(results))} |", ""]
     lines += ["## Ops that decline, fall back, mismatch or raise", "", "| op | outcome | why |", "|---|---|---|"]
     for r in results:
         if r.kind not in ("native", "library", "eager fails"):

@@ -6,7 +6,7 @@ Imported by tests/op_samples.py, in a fixed order: the order of SAMPLES (test id
 import torch
 import torch.nn.functional as F
 
-from samples_common import FLOATS_OR_SKIP, bools, each, ints, nt, sample, t
+from samples_common import FLOATS_OR_SKIP, ONLY_F32, bools, each, ints, nt, sample, t
 
 
 # --- in-place ops (traced as new values) ----------------------------------------------------
@@ -62,6 +62,7 @@ sample("operator.getitem", "getitem_tensor_dims", lambda a, i, j: (a[:, i], a[0,
 sample("setitem", "setitem_tensor_keys", _setitem_cases, t(4, 3), ints(2, high=4), bools(4, 3), dtypes=FLOATS_OR_SKIP)
 sample("torch.index_select", "index_select", lambda a, i: torch.index_select(a, 1, i) + a.index_select(-1, i), t(3, 5),
        ints(4, high=5))
+sample("torch.index_select", "index_select_0d", lambda a, i: torch.index_select(a, 0, i) * 2, t(), ints(1, high=1))
 sample("torch.gather", "gather", lambda a, i: torch.gather(a, 1, i) + a.gather(1, i), t(3, 5), ints(2, 3, high=5))
 sample("torch.take_along_dim", "take_along_dim", lambda a, i: (torch.take_along_dim(a, i, 1), a.take_along_dim(i)),
        t(3, 5), ints(1, 2, high=5))
@@ -97,6 +98,13 @@ sample("torch.as_strided_scatter", "as_strided_scatter", lambda a, s: torch.as_s
        t(3, 4), t(2, 2))
 sample("torch.slice_scatter", "slice_scatter", lambda a, s, u: torch.slice_scatter(a, s, 1, 1, 3)
        + a.slice_scatter(u, 0, 2), t(3, 4), t(3, 2), t(1, 4))
+sample("torch.slice_scatter", "slice_scatter_step", lambda a, s, u: (torch.slice_scatter(a, s, 1, 1, None, 2),
+       a.slice_scatter(u, 0, 0, 3, 2)), t(3, 5), t(3, 2), t(2, 5))
+sample("torch._unsafe_masked_index", "unsafe_masked_index", lambda a, m, i, j: torch._unsafe_masked_index(
+       a, m, [i, j], -1.5), t(4, 5), bools(6, 6), ints(6, 1, low=-2, high=6), ints(1, 6, high=7), dtypes=ONLY_F32)
+sample("torch._unsafe_masked_index_put_accumulate", "unsafe_masked_index_put_accumulate",
+       lambda a, m, i, j, v: torch._unsafe_masked_index_put_accumulate(a, m, [i, j], v), t(4, 5), bools(6, 6),
+       ints(6, 1, high=4), ints(1, 6, high=5), t(6, 6), dtypes=ONLY_F32)
 sample("torch.select_scatter", "select_scatter", lambda a, s: torch.select_scatter(a, s, 0, -1) + a.select_scatter(
        s[:3], 1, 0), t(3, 4), t(4))
 sample("torch.flip", "flip", lambda a: torch.flip(a, (0, 2)) + a.flip(1) + a.flip(0, 1), nt(2, 3, 3))
@@ -106,8 +114,11 @@ sample("torch.diff", "diff", lambda a, p: (torch.diff(a), a.diff(2, 0), torch.di
        torch.diff(a > 0)), t(3, 4), t(3, 1))
 sample("torch.nn.functional.pad", "pad_constant", lambda a: (F.pad(a, (1, 2)), F.pad(a, (0, 1, 2, 0), value=1.5),
        F.pad(a, (-1, 2, 1, -1)), F.pad(a, (0, 0)) * 2), t(3, 4))
-sample("torch.nn.functional.pad", "pad_reflect", lambda a: F.pad(a, (1, 2), mode="reflect"), t(2, 3, 4),
-       decomposes=False, why_not="mode='reflect'")
+sample("torch.nn.functional.pad", "pad_reflect", lambda a: (F.pad(a, (1, 2), mode="reflect"),
+       F.pad(a, (2, 1, 1, 0), "reflect"), F.pad(a, (-1, 2), "reflect")), t(2, 3, 4))
+sample("torch.nn.functional.pad", "pad_replicate_circular", lambda a, v: (F.pad(a, (3, 1), "replicate"),
+       F.pad(a, (0, 2, -1, 1), mode="replicate"), F.pad(a, (1, 2, 2, 0), "circular"), F.pad(v, (1, 1, 1, 1, 1, 1),
+       "replicate"), torch.nn.ReflectionPad2d(1)(a)), t(2, 3, 4), t(1, 2, 2, 3, 3))
 sample("torch.roll", "roll", lambda a: torch.roll(a, 1) + a.roll((1, -2), (0, 1)) + a.roll(5, 1), t(3, 4))
 sample("torch.movedim", "movedim", lambda a: torch.movedim(a, 0, -1) + torch.moveaxis(a, (0, 1), (2, 0)).permute(
        1, 2, 0).movedim(2, 0).moveaxis(0, 2), t(2, 2, 2))
@@ -134,6 +145,14 @@ sample("torch.unsafe_chunk", "unsafe_chunk", lambda a: torch.unsafe_chunk(a, 2, 
 sample("torch.broadcast_tensors", "broadcast_tensors", lambda a, b: torch.broadcast_tensors(a, b), t(3, 1), t(4))
 sample("torch.meshgrid", "meshgrid", lambda a, b, c: torch.meshgrid(a, b, indexing="ij") + torch.meshgrid(
        [a, b, c], indexing="xy"), t(3), t(4), t(2))
+sample("torch.gradient", "gradient", lambda a, b: (torch.gradient(a), torch.gradient(a, spacing=2.0, dim=1),
+       torch.gradient(a, spacing=[0.5, 2], edge_order=2), torch.gradient(b, dim=(0,))), t(4, 5), t(6))
+sample("torch.adjoint", "adjoint", lambda a: torch.adjoint(a) + a.adjoint() * 2, t(2, 3, 4))
+sample("torch.ops.aten.resize.default", "resize", lambda a: (torch.ops.aten.resize.default(a, [2, 5]),
+       torch.ops.aten.resize_as.default(a, a[0])), t(3, 4), dtypes=ONLY_F32)  # x.resize_(...), x.resize_as_(y)
+sample("torch.ops.aten.resize_as.default", "resize_as",
+       lambda a, b: torch.ops.aten.resize_as.default(a, b) * 2, t(3, 4),
+       t(6), dtypes=ONLY_F32)
 sample("torch.Tensor.sum_to_size", "sum_to_size", lambda a: (a.sum_to_size(3, 1), a.sum_to_size((1, 4)),
        a.sum_to_size(4)), t(2, 3, 4))
 each("copy", {

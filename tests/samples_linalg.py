@@ -127,3 +127,12 @@ each("random", {
                                                                                     (p / 3).bernoulli()),
     "torch.multinomial": lambda a, p: (torch.multinomial(p, 2), p.multinomial(1))},
      t(3, 4), pos(3, 4), random=True, dtypes=FLOATS_OR_SKIP)
+each("draw", {"torch.ops.aten.cauchy.default": lambda a: torch.ops.aten.cauchy.default(a, 0.0, 2.0),
+              "torch.ops.aten.exponential.default": lambda a: torch.ops.aten.exponential.default(a, 3.0),
+              "torch.ops.aten.geometric.default": lambda a: torch.ops.aten.geometric.default(a, 0.3),
+              "torch.ops.aten.log_normal.default": lambda a: torch.ops.aten.log_normal.default(a),
+              "torch.ops.aten.uniform.default": lambda a: torch.ops.aten.uniform.default(a, -1.0, 1.0),
+              "torch.ops.aten.normal_functional.default": lambda a: torch.ops.aten.normal_functional.default(a, 1.0),
+              "torch.ops.aten.random": lambda a: (torch.ops.aten.random(a), torch.ops.aten.random(a, 5),
+                                                  torch.ops.aten.random(a, -3, 3))},
+     t(3, 4), dtypes=ONLY_F32, random=True)  # the functional forms of x.cauchy_(), x.uniform_(a, b), ...

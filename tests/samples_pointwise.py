@@ -8,7 +8,7 @@ import operator
 import torch
 import torch.nn.functional as F
 
-from samples_common import BF16, F32, ONLY_F32, bools, cl, ints, nt, pos, sample, sl, t
+from samples_common import BF16, F32, ONLY_F32, bools, cl, each, ints, nt, pos, sample, sl, t
 
 
 # --- elementwise binary ----------------------------------------------------------------------
@@ -37,8 +37,14 @@ sample("torch.div", "div_fns", lambda a, b: torch.div(a, b) + torch.divide(a, 2)
        + a.div(b) + a.true_divide(b), t(3, 4), pos(3, 4))
 sample("torch.div", "div_int", lambda a, b: a / b, ints(3, 4), ints(3, 4, low=1, high=4), dtypes=ONLY_F32)
 sample("torch.div", "div_floor", lambda a, b: torch.div(a, b, rounding_mode="floor"), t(3, 4), pos(3, 4))
-sample("torch.div", "div_trunc", lambda a, b: torch.div(a, b, rounding_mode="trunc"), t(3, 4), pos(3, 4),
-       decomposes=False, why_not="rounding_mode")
+sample("torch.div", "div_trunc",
+       lambda a, b: torch.div(a, b, rounding_mode="trunc") + a.div(-0.3, rounding_mode="trunc"),
+       t(3, 4, low=-9, high=9), pos(3, 4))
+sample("torch.div", "div_integer_rounding", lambda i, j: (torch.div(i, j, rounding_mode="floor"), i // 3,
+       torch.div(i, j, rounding_mode="trunc"), torch.floor_divide(i, j)), ints(3, 4, low=-9, high=9),
+       ints(4, low=1, high=4), dtypes=ONLY_F32)  # integers divide in a torch call of their own
+sample("torch.round", "round_decimals", lambda a: (torch.round(a, decimals=2), a.round(decimals=-1),
+       torch.round(a, decimals=0)), t(3, 4, low=-300, high=300))
 sample("torch.Tensor.__rtruediv__", "rdiv_scalar", lambda a: 2 / a, pos(3, 4))
 sample("torch.pow", "pow_scalar", lambda a: a ** 3, t(3, 4))
 sample("torch.pow", "pow_square", lambda a: a ** 2, t(3, 4))
@@ -143,6 +149,24 @@ sample("torch.nn.functional.dropout", "dropout_p0", lambda a: torch.dropout(a, 0
 sample("torch.nn.functional.dropout", "dropout_module_eval", lambda a: torch.nn.Dropout(0.1).eval()(a) + 1, t(3, 4))
 sample("torch.nn.functional.dropout", "dropout_train", lambda a: F.dropout(a, 0.5, training=True), t(3, 4),
        random=True)  # bernoulli.p (eager's draw) and a multiply
+sample("torch.nn.functional.dropout2d", "feature_dropouts_eval", lambda a: F.dropout2d(a, 0.5, training=False) * 2,
+       t(2, 3, 4, 4))
+sample("torch.nn.functional.dropout1d", "dropout1d", lambda c: (F.dropout1d(c, training=False) - 1, F.dropout1d(c, 0.5),
+       F.dropout1d(c[0], 0.5)), t(2, 3, 5), dtypes=ONLY_F32, random=True)
+sample("torch.nn.functional.dropout2d", "feature_dropouts_train", lambda a: F.dropout2d(a, 0.5), t(2, 3, 4, 4),
+       dtypes=ONLY_F32, random=True)
+sample("torch.nn.functional.dropout3d", "dropout3d",
+       lambda b: (F.dropout3d(b, 0.25, True), F.dropout3d(b, 0.5, False) * 2),
+       t(2, 3, 2, 2, 2), dtypes=ONLY_F32, random=True)
+each("alpha_dropout", {"torch.nn.functional.alpha_dropout": lambda a: (F.alpha_dropout(a, 0.5) * 2,
+                                                                      F.alpha_dropout(a, 0.2, True)),
+                       "torch.nn.functional.feature_alpha_dropout": lambda a: (F.feature_alpha_dropout(a, 0.5) + 1,
+                                                                              F.feature_alpha_dropout(a, 0.4, True)),
+                       "torch.feature_dropout": lambda a: (torch.feature_dropout(a, 0.0, True) * 3,
+                                                           torch.feature_dropout(a, 0.5, True)),
+                       "torch.alpha_dropout": lambda a: torch.alpha_dropout(a, 0.3, True),
+                       "torch.feature_alpha_dropout": lambda a: torch.feature_alpha_dropout(a, 0.3, True)},
+     t(2, 3, 4), dtypes=ONLY_F32, random=True)
 sample("torch.nn.functional.hardsigmoid", "hardsigmoid", lambda a: F.hardsigmoid(a) + torch.nn.Hardsigmoid()(a),
        t(3, 4, low=-5, high=5))
 sample("torch.nn.functional.hardswish", "hardswish", lambda a: F.hardswish(a) + torch.nn.Hardswish()(a),
@@ -169,7 +193,11 @@ sample("torch.nn.functional.prelu", "prelu_module", lambda a: _PRELU(a), t(2, 3,
 sample("torch.nn.functional.rrelu", "rrelu_eval", lambda a: F.rrelu(a) + torch.rrelu(a, 0.1, 0.3)
        + torch.nn.RReLU().eval()(a), t(3, 4))
 sample("torch.nn.functional.rrelu", "rrelu_train", lambda a: F.rrelu(a, training=True), t(3, 4), dtypes=(F32, BF16),
-       decomposes=False, why_not="training mode is random", random=True)
+       random=True)  # a uniform draw of slopes (aten's uniform) and a where
+sample("torch.nn.functional.threshold", "threshold", lambda a: F.threshold(a, 0.5, -1.0) + torch.threshold(a, -0.2, 3)
+       + torch.nn.Threshold(0.0, 2.0)(a), t(3, 4))
+sample("torch.ops.aten.native_dropout_backward.default", "native_dropout_backward",
+       lambda g, m: torch.ops.aten.native_dropout_backward.default(g, m, 2.0), t(3, 4), bools(3, 4))
 sample("torch.nn.functional.glu", "glu", lambda a: (F.glu(a), F.glu(a, 1), torch.nn.GLU(0)(a)), t(4, 6, 2))
 sample("torch.nn.functional.glu", "glu_nc", lambda a: F.glu(a, -1), nt(3, 4))
 

@@ -43,5 +43,8 @@ sample("torch.sum", "sum_int32_dtype", lambda a: a.sum(-1, dtype=torch.int32) + 
 sample("torch.prod", "prod_int32", lambda a: a.prod(-1), ints(3, 4, low=1, high=4, dtype=torch.int32), dtypes=ONLY_F32)
 sample("torch.linalg.vector_norm", "vector_norm", lambda a: torch.linalg.vector_norm(a) + torch.linalg.vector_norm(
        a, dim=-1).sum(), t(3, 4))
-sample("torch.linalg.vector_norm", "vector_norm_ord1", lambda a: torch.linalg.vector_norm(a, 1), t(3, 4), dtypes=ONLY_F32,
-       decomposes=False, why_not="ord=1")
+sample("torch.linalg.vector_norm", "vector_norm_ords", lambda a: (torch.linalg.vector_norm(a, 1),
+       torch.linalg.vector_norm(a, float("inf"), -1), torch.linalg.vector_norm(a, -float("inf"), 0, True),
+       torch.linalg.vector_norm(a * (a > 0), 0, 1), torch.linalg.vector_norm(a, 3.5, dtype=torch.float64),
+       torch.linalg.vector_norm(a, 2, 1, dtype=torch.float32)), t(3, 4))
+sample("torch.argmax", "argmax_0d", lambda a: (a.argmax(), torch.argmax(a, 0, keepdim=True), torch.argmin(a, -1)), t())

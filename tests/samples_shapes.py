@@ -4,6 +4,7 @@ Imported by tests/op_samples.py, in a fixed order: the order of SAMPLES (test id
 """
 
 import torch
+import torch.nn.functional as F
 
 from samples_common import ONLY_F32, bools, ints, nt, sample, sl, t
 
@@ -23,6 +24,7 @@ sample("torch.unflatten", "unflatten", lambda a: a.unflatten(-1, (2, -1)) + torc
        2, 12).unflatten(1, (2, 6)), t(2, 12))
 sample("torch.squeeze", "squeeze", lambda a: a.squeeze() + a.squeeze(1).squeeze(-1) + torch.squeeze(a, (1, 3)),
        t(3, 1, 4, 1))
+sample("torch.squeeze", "squeeze_no_dims", lambda a: torch.squeeze(a, ()) * 2, t(1, 3, 1))
 sample("torch.unsqueeze", "unsqueeze", lambda a: a.unsqueeze(0) + torch.unsqueeze(a, -1).transpose(0, 2), t(3, 3))
 sample("torch.permute", "permute", lambda a: a.permute(2, 0, 1) + torch.permute(a, (2, 0, 1)) + a.permute((2, 0, 1)),
        t(2, 3, 4))
@@ -46,6 +48,10 @@ sample("operator.getitem", "getitem_tensor_index", lambda a, i: a[i] * 2, t(5, 3
 sample("operator.getitem", "getitem_bool_mask", lambda a, m: a[m] * 2, t(3, 4), bools(3, 4), dtypes=ONLY_F32,
        decomposes=False, why_not="a boolean mask")
 sample("torch.narrow", "narrow", lambda a: a.narrow(1, 1, 2) + torch.narrow(a, -1, -3, 2), t(3, 4))
+sample("torch.narrow", "narrow_tensor_start", lambda a, i: (a.narrow(1, i, 2), torch.narrow(a, 0, i - 3, 2)), t(3, 4),
+       ints(low=0, high=2))  # where it starts is data: a take
+sample("torch.ops.aten.slice.Tensor", "aten_slice", lambda a: (torch.ops.aten.slice.Tensor(a, 1, 1, -1),
+       torch.ops.aten.slice.Tensor(a, 0, None, None, 2), torch.ops.aten.slice.Tensor(a, -1, 2, 100) * 2), t(3, 5))
 sample("torch.select", "select", lambda a: a.select(1, 2) + torch.select(a, 0, -1).sum(), t(3, 3))
 sample("torch.split", "split", lambda a: [x * 2 for x in a.split(2, dim=-1)] + list(torch.split(a, [1, 4], 1)),
        t(3, 5))
@@ -74,7 +80,18 @@ sample("torch.zeros_like", "zeros_like", lambda a: a - torch.zeros_like(a), nt(3
 sample("torch.full_like", "full_like", lambda a: a * torch.full_like(a, 3.0), t(3, 4))
 sample("torch.arange", "arange", lambda a: a + torch.arange(4) + torch.arange(1, 9, 2) + torch.arange(4, dtype=a.dtype),
        t(3, 4))
+sample("torch.arange", "arange_keywords", lambda a: a + torch.arange(start=0, end=4) + torch.arange(1, end=5)
+       + torch.arange(end=4) + torch.arange(start=-2, end=6, step=2), t(3, 4))
 sample("torch.arange", "arange_float", lambda a: a + torch.arange(0.0, 2.0, 0.5), t(3, 4), dtypes=ONLY_F32,
        decomposes=False, why_not="float arange")
 sample("torch.tril", "causal_mask", lambda a: a.masked_fill(torch.tril(torch.ones(4, 4, dtype=torch.bool)).logical_not(),
        float("-inf")).softmax(-1), t(2, 4, 4))
+sample("torch.nn.functional.pixel_shuffle", "pixel_shuffle",
+       lambda a: (F.pixel_shuffle(a, 2), torch.pixel_shuffle(a[0], 1),
+       torch.nn.PixelShuffle(2)(a) * 2), t(2, 8, 3, 2))
+sample("torch.nn.functional.pixel_unshuffle", "pixel_unshuffle", lambda a: (F.pixel_unshuffle(a, 2),
+       torch.nn.PixelUnshuffle(3)(a[:, :, :6, :6])), t(2, 3, 6, 8))
+sample("torch.nn.functional.channel_shuffle", "channel_shuffle", lambda a: (F.channel_shuffle(a, 2),
+       torch.nn.ChannelShuffle(3)(a)), t(2, 6, 3, 2))
+sample("torch.nn.functional.unfold", "unfold_im2col", lambda a: (F.unfold(a, 2), F.unfold(a, (2, 3), dilation=(1, 2),
+       padding=1, stride=2), torch.nn.Unfold(3, padding=1)(a[0])), t(2, 3, 5, 6))

@@ -81,7 +81,14 @@ def test_what_the_name_rule_called_random_is_tagged_random():
     assert [s.name for s in named if OpTag.RANDOM not in s.tags] == []
     # and no op is random that is not: the tagged ones are these
     tagged = {s.name for s in torch_ops.SYMBOLS.values() if OpTag.RANDOM in s.tags}
-    assert tagged == {s.name for s in named} | {"torch.randperm", "torch.poisson", "torch.nn.functional.rrelu"}
+    draws = {f"torch.ops.aten.{n}.default" for n in ("cauchy", "exponential", "geometric", "log_normal", "uniform",
+                                                    "normal_functional")} | {"torch.ops.aten.random"}
+    dropouts = {f"torch.nn.functional.{n}" for n in ("dropout1d", "dropout2d", "dropout3d", "alpha_dropout",
+                                                    "feature_alpha_dropout")} | {
+        "torch.feature_dropout", "torch.alpha_dropout", "torch.feature_alpha_dropout"}
+    pools = {f"torch.nn.functional.fractional_max_pool{d}d{s}" for d in (2, 3) for s in ("", "_with_indices")}
+    assert tagged == {s.name for s in named} | {"torch.randperm", "torch.poisson", "torch.nn.functional.rrelu"} \
+        | draws | dropouts | pools
 
 
 def test_torch_callables_the_name_rule_called_random_are_known_random():

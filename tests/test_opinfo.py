@@ -22,9 +22,16 @@ import opinfo_sweep  # noqa: E402
 
 STRIDE = 20
 OFFSET = 7
-ALWAYS = ("__getitem__", "index_select", "gather", "take_along_dim", "scatter_add", "index_put", "masked_select",
-          "nonzero", "cumsum", "topk", "sort", "kthvalue", "einsum", "where", "addmm", "baddbmm", "tensordot",
-          "nn.functional.multi_head_attention_forward")
+# issue 18's gaps, decomposed now (or library calls): each must stay compiled, not decline or fall back
+COMPILED = ("nn.functional.pad.reflect", "nn.functional.pad.circular", "nn.functional.cross_entropy",
+            "nn.functional.nll_loss", "nn.functional.binary_cross_entropy_with_logits", "nn.functional.pdist",
+            "nn.functional.pixel_shuffle", "nn.functional.unfold", "nn.functional.max_unpool2d",
+            "nn.functional.adaptive_avg_pool2d", "round.decimals_3", "div.trunc_rounding", "sparse.mm.reduce",
+            "native_layer_norm", "gradient")
+ALWAYS = COMPILED + (
+    "__getitem__", "index_select", "gather", "take_along_dim", "scatter_add", "index_put", "masked_select", "nonzero",
+    "cumsum", "topk", "sort", "kthvalue", "einsum", "where", "addmm", "baddbmm", "tensordot",
+    "nn.functional.multi_head_attention_forward")
 
 # Known compiler bugs an op of the sweep hits (outside compiler/ops), each with its fix; the
 # ops' tests are xfail(strict=True): once fixed, delete the entry.
@@ -65,6 +72,8 @@ def test_op_gives_eagers_result_or_says_why(op):
     assert r.kind not in ("raise", "mismatch"), f"{r.name}: {r.kind}: {r.detail}"
     if r.kind in ("fallback", "declined"):
         assert r.detail and "runs as one torch call" in r.detail, r.detail
+    if r.name in COMPILED:
+        assert r.kind in opinfo_sweep.COMPILED, f"{r.name}: {r.kind}: {r.detail}"
 
 
 def test_most_of_the_slice_has_no_fallback():

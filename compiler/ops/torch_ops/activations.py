@@ -10,10 +10,10 @@ import torch.nn.functional as F
 
 from compiler.ir import OpTag, Symbol
 from compiler.ops import prims
-from compiler.ops.torch_ops.common import opmath
+from compiler.ops.torch_ops.common import _is_value, _scalar_as, cast, opmath
 from compiler.ops.torch_ops.pointwise import (abs, add, clamp, div, erf, exp, expm1, gt, le, log1p, lt, minimum,
                                               mul, neg, sigmoid, sub, tanh, where)
-from compiler.ops.torch_ops.registry import NoDecomposition, register
+from compiler.ops.torch_ops.registry import NoDecomposition, library_part, register
 
 
 @register(F.relu, torch.relu, torch.Tensor.relu)
@@ -83,6 +83,85 @@ def dropout(input, p=0.5, training=True, inplace=False):
     if p == 1:
         return mul(input, 0.0)
     return mul(input, div(dropout_noise(input, 1.0 - p), 1.0 - p))
+
+
+def _keep_mask(input, p: float, feature: bool):
+    """The kept elements (1.0) of a dropout's draw: one an element, or one a channel (dims 0
+    and 1) broadcast over the rest for the feature (channel-wise) dropouts."""
+    if not feature:
+        return dropout_noise(input, 1.0 - p)
+    shape = tuple(input.shape[:2]) + (1,) * (input.ndim - 2)
+    drawn = dropout_noise(prims.full(shape, 0.0, dtype=input.dtype, device=input.device), 1.0 - p)
+    return prims.broadcast_in_dim(prims.reshape(drawn, input.shape[:2]), input.shape, (0, 1))
+
+
+_SELU_SCALED_ALPHA = 1.7580993408473766  # -selu(-inf): where alpha dropout drops to
+
+
+def _dropped(input, p: float, training: bool, feature: bool, alpha: bool):
+    """torch's _dropout_impl: x * mask / (1 - p); for alpha dropout, dropped elements go to
+    selu's negative saturation value and the result is rescaled to keep mean and variance."""
+    if not training or p == 0 or input.numel() == 0:
+        return input
+    if feature and input.ndim < 2:
+        raise NoDecomposition("a feature dropout of a tensor without channels")  # torch raises
+    if p == 1:
+        return mul(input, 0.0)
+    keep = _keep_mask(input, p, feature)
+    if not alpha:
+        return mul(input, div(keep, 1.0 - p))
+    a = 1.0 / math.sqrt((_SELU_SCALED_ALPHA ** 2 * p + 1) * (1 - p))
+    shift = add(mul(sub(keep, 1.0), _SELU_SCALED_ALPHA * a), _SELU_SCALED_ALPHA * a * p)
+    return add(mul(input, mul(keep, a)), shift)
+
+
+@register(torch.ops.aten.native_dropout_backward.default, name="torch.ops.aten.native_dropout_backward.default")
+def native_dropout_backward(grad_output, mask, scale):
+    """The gradient through a dropout that kept `mask`: g * mask * scale."""
+    return mul(mul(grad_output, cast(mask, grad_output.dtype)), scale)
+
+
+# Each with its callable's own defaults (F.dropout2d trains by default, F.alpha_dropout does
+# not): the frontend drops keyword arguments equal to the decomposition's defaults.
+@register(F.dropout2d, tags=(OpTag.RANDOM,))
+def dropout2d(input, p=0.5, training=True, inplace=False):
+    return _dropped(input, p, training, feature=True, alpha=False)
+
+
+@register(F.dropout3d, tags=(OpTag.RANDOM,))
+def dropout3d(input, p=0.5, training=True, inplace=False):
+    return _dropped(input, p, training, feature=True, alpha=False)
+
+
+@register(F.alpha_dropout, tags=(OpTag.RANDOM,))
+def alpha_dropout(input, p=0.5, training=False, inplace=False):
+    return _dropped(input, p, training, feature=False, alpha=True)
+
+
+@register(F.feature_alpha_dropout, tags=(OpTag.RANDOM,))
+def feature_alpha_dropout(input, p=0.5, training=False, inplace=False):
+    return _dropped(input, p, training, feature=True, alpha=True)
+
+
+def _aten_dropout(feature: bool, alpha: bool):
+    def decomposition(input, p, train):  # torch.feature_dropout(input, p, train) and its kin
+        return _dropped(input, p, train, feature, alpha)
+    return decomposition
+
+
+torch_feature_dropout = register(torch.feature_dropout, tags=(OpTag.RANDOM,))(_aten_dropout(True, False))
+torch_alpha_dropout = register(torch.alpha_dropout, tags=(OpTag.RANDOM,))(_aten_dropout(False, True))
+torch_feature_alpha_dropout = register(torch.feature_alpha_dropout, tags=(OpTag.RANDOM,))(_aten_dropout(True, True))
+
+
+@register(F.dropout1d, tags=(OpTag.RANDOM,))
+def dropout1d(input, p=0.5, training=True, inplace=False):
+    if not training or p == 0:
+        return input
+    if input.ndim == 2:  # unbatched (C, L): a channel a row
+        batched = prims.reshape(input, (1,) + tuple(input.shape))
+        return prims.reshape(_dropped(batched, p, training, feature=True, alpha=False), input.shape)
+    return _dropped(input, p, training, feature=True, alpha=False)
 
 
 # --- the activations of convolutional networks (MobileNet, EfficientNet, ...) ------------------
@@ -156,11 +235,22 @@ def prelu(input, weight):
     return where(gt(input, 0), input, mul(w, input))
 
 
+# rrelu's slopes in training: one uniform draw in [lower, upper) an element, as a function
+rrelu_noise = library_part(torch.ops.aten.uniform.default, "torch.ops.aten.uniform.default",
+                           tags=(OpTag.RANDOM, OpTag.NON_DIFFERENTIABLE))
+
+
 @register(F.rrelu, torch.rrelu, tags=(OpTag.RANDOM,))
 def rrelu(input, lower=1.0 / 8, upper=1.0 / 3, training=False, inplace=False):
-    if training:
-        raise NoDecomposition("rrelu in training mode is random")
+    if training:  # negative elements scaled by a random slope each, as torch's kernel
+        return where(le(input, 0), mul(input, rrelu_noise(input, lower, upper)), input)
     return leaky_relu(input, (lower + upper) / 2)  # what torch's kernel does in eval mode
+
+
+@register(F.threshold, torch.threshold, name="torch.nn.functional.threshold")
+def threshold(input, threshold, value, inplace=False):
+    fill = value if _is_value(value) else _scalar_as(value, input.dtype)  # an int tensor stays int
+    return where(le(input, threshold), fill, input)  # NaN fails the test and stays NaN
 
 
 @register(F.glu)

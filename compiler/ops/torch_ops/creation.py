@@ -1,7 +1,8 @@
 """Tensors made from nothing but arguments, beyond factories.py: the Tensor.new_* fills,
 scalar_tensor, fill and eye (decomposed into full and iota), tensors from Python data
 (torch.tensor), uninitialised ones (empty*), spaced ranges (linspace, logspace) and random
-draws (tagged random: a compiled program's draws are checked by shape and dtype only)."""
+draws (tagged random: a compiled program's draws are checked by shape and dtype only), with the
+functional forms of the in-place draws into a tensor (x.uniform_(a, b) is aten's uniform(x, a, b))."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import torch
 from compiler.ir import OpTag
 from compiler.ops import prims
 from compiler.ops.torch_ops.common import _scalar_as
-from compiler.ops.torch_ops.registry import library, register
+from compiler.ops.torch_ops.registry import functional_form, library, register
 
 
 def _size(size):
@@ -79,3 +80,38 @@ RANDOM = {n: library(getattr(torch, n), tags=(OpTag.RANDOM,)) for n in (
     "rand", "randn", "randint", "randperm", "rand_like", "randn_like", "randint_like", "normal", "poisson")}
 bernoulli = library(torch.bernoulli, torch.Tensor.bernoulli, tags=(OpTag.RANDOM,))
 multinomial = library(torch.multinomial, torch.Tensor.multinomial, tags=(OpTag.RANDOM,))
+
+
+# --- the in-place draws' functional forms: aten's op of the same name makes a new tensor ------
+
+_DRAW = (OpTag.RANDOM, OpTag.NON_DIFFERENTIABLE)
+
+
+def _aten_draw(name: str):
+    op = getattr(torch.ops.aten, name).default
+    return library(op, name=f"torch.ops.aten.{name}.default", tags=_DRAW)
+
+
+def _positional(*names: str):
+    """An adapter putting these keyword arguments in their places: x.uniform_(from=0, to=1)
+    cannot be printed as a call with `from=`, a Python keyword."""
+    def adapter(args, kwargs):
+        args, kwargs = list(args), dict(kwargs)
+        for n in names[len(args) - 1:]:
+            if n not in kwargs:
+                break
+            args.append(kwargs.pop(n))
+        return tuple(args), kwargs
+    return adapter
+
+
+DRAWS = {n: _aten_draw(n) for n in ("cauchy", "exponential", "geometric", "log_normal", "uniform", "normal_functional")}
+functional_form(torch.Tensor.cauchy_, DRAWS["cauchy"])
+functional_form(torch.Tensor.exponential_, DRAWS["exponential"])
+functional_form(torch.Tensor.geometric_, DRAWS["geometric"])
+functional_form(torch.Tensor.log_normal_, DRAWS["log_normal"])
+functional_form(torch.Tensor.uniform_, DRAWS["uniform"], _positional("from", "to"))
+functional_form(torch.Tensor.normal_, DRAWS["normal_functional"])
+# random_(), random_(to), random_(from, to): the overload packet picks aten's matching one
+random_draw = library(torch.ops.aten.random, name="torch.ops.aten.random", tags=_DRAW)
+functional_form(torch.Tensor.random_, random_draw, _positional("from", "to"))

@@ -8,7 +8,7 @@ import torch
 
 from compiler.ops import prims
 from compiler.ops.torch_ops.common import result_dtype
-from compiler.ops.torch_ops.registry import NoDecomposition, register
+from compiler.ops.torch_ops.registry import NoDecomposition, functional_form, register
 
 
 def _shape_arg(size):
@@ -46,6 +46,8 @@ def _like(fill):
 
 ones_like = register(torch.ones_like)(_like(1))
 zeros_like = register(torch.zeros_like)(_like(0))
+functional_form(torch.Tensor.zero_, zeros_like)  # x.zero_(): a tensor of zeros like x
+functional_form(torch.zero_, zeros_like)
 
 
 @register(torch.full_like)
@@ -55,8 +57,16 @@ def full_like(input, fill_value, *, dtype=None, layout=None, device=None, pin_me
 
 
 @register(torch.arange)
-def arange(*args, dtype=None, layout=None, device=None, pin_memory=False, requires_grad=False, out=None):
-    start, end, step = (0, args[0], 1) if len(args) == 1 else (args[0], args[1], args[2] if len(args) > 2 else 1)
+def arange(*args, start=None, end=None, step=None, dtype=None, layout=None, device=None, pin_memory=False,
+           requires_grad=False, out=None):
+    if len(args) == 1 and end is None:  # arange(end)
+        args = (start if start is not None else 0, args[0])
+    bounds = list(args) + [None] * (3 - len(args))
+    start = bounds[0] if bounds[0] is not None else (0 if start is None else start)
+    end = bounds[1] if bounds[1] is not None else end
+    step = bounds[2] if bounds[2] is not None else (1 if step is None else step)
+    if end is None:
+        raise NoDecomposition("no end")  # torch raises
     if builtins.any(isinstance(a, float) for a in (start, end, step)) and dtype is None:
         raise NoDecomposition("float arange")  # its length rounds like torch's, not ours
     length = builtins.max(0, -(-(end - start) // step))

@@ -17,15 +17,15 @@ import torch
 from compiler.ops import prims
 from compiler.ops.torch_ops.common import _is_value, _scalar_as, broadcast_to_shape, cast, slice_indices
 from compiler.ops.torch_ops.pointwise import where
-from compiler.ops.torch_ops.registry import NoDecomposition, library, register
+from compiler.ops.torch_ops.registry import NoDecomposition, library, register, symbol_for
 from compiler.ops.torch_ops.shapes import _slice_dim, cat, reshape, take_dim, unsqueeze
 
 
 @register(torch.index_select, torch.Tensor.index_select)
 def index_select(input, dim, index):
     d = dim % builtins.max(input.ndim, 1)
-    if input.ndim == 0:
-        raise NoDecomposition("a 0-d input")
+    if input.ndim == 0:  # its one element, as a 0-d result (the index can only be 0)
+        return reshape(take_dim(reshape(input, (1,)), reshape(index, (-1,)), 0, wrap=False), ())
     return take_dim(input, reshape(index, (-1,)), d, wrap=False)
 
 
@@ -90,9 +90,22 @@ def _put_slice(input, src, d, start, stop):
 def slice_scatter(input, src, dim=0, start=None, end=None, step=1):
     d = dim % input.ndim
     start, stop, step = slice_indices(slice(start, end, step), input.shape[d])
-    if step != 1:
-        raise NoDecomposition("a step")
-    return _put_slice(input, src, d, start, builtins.max(start, stop))
+    if step == 1:
+        return _put_slice(input, src, d, start, builtins.max(start, stop))
+    if step < 1:
+        raise NoDecomposition("a step that is not positive")  # torch raises
+    # src spread over every step-th position (interior padding), then chosen where it landed
+    n = src.shape[d]
+    if n == 0:
+        return input
+    config = [(0, 0, 0)] * input.ndim
+    config[d] = (start, input.shape[d] - start - (n - 1) * step - 1, step - 1)
+    spread = prims.pad(cast(src, input.dtype), _scalar_as(0, input.dtype), config)
+    position = prims.iota(input.shape[d], start=0, step=1, dtype=torch.int64, device=input.device)
+    offset = prims.sub(position, start)
+    hit = prims.bitwise_and(prims.bitwise_and(prims.ge(offset, 0), prims.lt(offset, n * step)),
+                            prims.eq(prims.remainder(offset, step), 0))
+    return prims.where(prims.broadcast_in_dim(hit, input.shape, (d,)), spread, input)
 
 
 @register(torch.select_scatter, torch.Tensor.select_scatter)
@@ -100,6 +113,32 @@ def select_scatter(input, src, dim, index):
     d = dim % input.ndim
     i = index % input.shape[d]
     return _put_slice(input, unsqueeze(src, d), d, i, i + 1)
+
+
+@register(torch._unsafe_masked_index)
+def unsafe_masked_index(input, mask, indices, fill):
+    """input[indices] where mask, fill elsewhere; indices are clamped into [-size, size) first
+    (they may be out of range where the mask is False: what the name's "unsafe" allows), then
+    index as usual (negatives from the end), as torch's kernel."""
+    if not builtins.all(_is_value(i) for i in indices):
+        raise NoDecomposition("indices with None")
+    clamped = [prims.minimum(prims.maximum(cast(i, torch.int64), -input.shape[k]), input.shape[k] - 1)
+               for k, i in enumerate(indices)]
+    taken = symbol_for(torch.Tensor.__getitem__)(input, tuple(clamped))
+    value = cast(fill, input.dtype) if _is_value(fill) else _scalar_as(fill, input.dtype)
+    return where(mask, taken, value)
+
+
+@register(torch._unsafe_masked_index_put_accumulate)
+def unsafe_masked_index_put_accumulate(input, mask, indices, values):
+    """input with values added at indices where mask (clamped as the masked index clamps);
+    a scatter, run whole as index_put's."""
+    if not builtins.all(_is_value(i) for i in indices):
+        raise NoDecomposition("indices with None")
+    clamped = [prims.minimum(prims.maximum(cast(i, torch.int64), -input.shape[k]), input.shape[k] - 1)
+               for k, i in enumerate(indices)]
+    masked = where(mask, cast(values, input.dtype), _scalar_as(0, input.dtype))
+    return index_put(input, tuple(clamped), masked, True)
 
 
 # --- x[key] = value --------------------------------------------------------------------------

@@ -12,9 +12,9 @@ import torch
 
 from compiler.ops import prims
 from compiler.ops.torch_ops.common import _dims, _is_value, broadcast_to_shape
-from compiler.ops.torch_ops.pointwise import sub
+from compiler.ops.torch_ops.pointwise import add, div, mul, sub
 from compiler.ops.torch_ops.reductions import sum
-from compiler.ops.torch_ops.registry import NoDecomposition, _pack_varargs, library, register
+from compiler.ops.torch_ops.registry import NoDecomposition, _pack_varargs, functional_form, library, register
 from compiler.ops.torch_ops.shapes import (_slice_dim, cat, expand, narrow, permute, repeat, reshape, split,
                                            squeeze, take_dim, transpose, unbind, unsqueeze)
 from compiler.ir import broadcast_shapes
@@ -237,6 +237,25 @@ alias_copy = register(torch.alias_copy)(lambda input: input)
 narrow_copy = register(torch.narrow_copy, torch.Tensor.narrow_copy)(
     lambda input, dim, start, length: narrow(input, dim, start, length))
 
+# x.resize_(...) and x.resize_as_(y): aten's functional resizes, which keep the storage's order
+# (a non-contiguous tensor's elements are read as laid out, not as indexed): run whole
+resize = library(torch.ops.aten.resize.default, name="torch.ops.aten.resize.default")
+resize_as = library(torch.ops.aten.resize_as.default, name="torch.ops.aten.resize_as.default")
+functional_form(torch.Tensor.resize_, resize, _pack_varargs)
+functional_form(torch.Tensor.resize_as_, resize_as)
+functional_form(torch.resize_as_, resize_as)
+
+
+@register(torch.adjoint, torch.Tensor.adjoint)
+def adjoint(input):
+    """The conjugate transpose of the last two dims (x.mH): for real tensors, the transpose."""
+    if input.dtype.is_complex:
+        raise NoDecomposition("complex tensors (a conjugate)")
+    if input.ndim < 2:
+        raise NoDecomposition("fewer than 2 dims")  # torch raises
+    return transpose(input, -2, -1)
+
+
 # strided views and block layouts: run whole
 diagonal = library(torch.diagonal, torch.Tensor.diagonal)
 diagonal_copy = library(torch.diagonal_copy)
@@ -259,12 +278,14 @@ chunk_cat = library(torch._chunk_cat)
 
 @register(torch.nn.functional.pad)
 def pad(input, pad, mode="constant", value=None):
-    """Constant padding: negative pads crop (a slice), then prims.pad adds the rest. The other
-    modes (reflect, replicate, circular) run whole."""
-    if mode != "constant":
-        raise NoDecomposition(f"mode={mode!r}")
+    """Constant padding: negative pads crop (a slice), then prims.pad adds the rest. Reflect,
+    replicate and circular padding take each padded dim at computed positions (a gather)."""
     if len(pad) % 2 or len(pad) // 2 > input.ndim or not all(isinstance(p, int) for p in pad):
         raise NoDecomposition("a padding list torch refuses")
+    if mode in _POSITIONS:
+        return _gather_pad(input, pad, _POSITIONS[mode])
+    if mode != "constant":
+        raise NoDecomposition(f"mode={mode!r}")
     if not any(pad):
         return input  # a copy in torch; in the functional trace, as clone, the value itself
     config = [[0, 0] for _ in range(input.ndim)]
@@ -279,3 +300,67 @@ def pad(input, pad, mode="constant", value=None):
     if any(lo or hi for lo, hi, _ in grow):
         x = prims.pad(x, 0 if value is None else value, grow)
     return x
+
+
+def _reflect(k, size):  # the mirror image about the first and last element: size - 1 - |size - 1 - |k||
+    last = size - 1
+    return prims.sub(last, prims.abs(prims.sub(last, prims.abs(k))))
+
+
+def _replicate(k, size):  # the nearest edge element
+    return prims.minimum(prims.maximum(k, 0), size - 1)
+
+
+def _circular(k, size):  # wrapped around
+    return prims.remainder(k, size)
+
+
+_POSITIONS = {"reflect": _reflect, "replicate": _replicate, "circular": _circular}
+
+
+def _gather_pad(input, pad, positions):
+    """Each padded dim (pairs from the last dim backwards, as torch): output element j of a dim
+    of size n padded by (lo, hi) reads input element positions(j - lo, n). Negative pads crop."""
+    x = input
+    for i in range(len(pad) // 2):
+        d, lo, hi = input.ndim - 1 - i, pad[2 * i], pad[2 * i + 1]
+        n = x.shape[d]
+        if not (lo or hi):
+            continue
+        if n == 0:
+            raise NoDecomposition("padding an empty dim")  # torch raises
+        k = prims.iota(n + lo + hi, start=-lo, step=1, dtype=torch.int64, device=x.device)
+        x = take_dim(x, positions(k, n), d, wrap=False)
+    return x
+
+
+@register(torch.gradient)
+def gradient(input, *, spacing=1, dim=None, edge_order=1):
+    """Central differences inside, one-sided ones (first or second order) at the two ends, per
+    dim, with even spacing (a number per dim); coordinates as tensors run whole."""
+    if input.ndim == 0 or edge_order not in (1, 2):
+        raise NoDecomposition("a 0-d input or an edge order torch refuses")
+    dims = tuple(range(input.ndim)) if dim is None else (dim,) if isinstance(dim, int) else tuple(dim)
+    dims = tuple(d % input.ndim for d in dims)
+    spacing = 1 if spacing is None else spacing
+    steps = list(spacing) if isinstance(spacing, (list, tuple)) else [spacing] * len(dims)
+    if len(steps) == 1 and len(dims) > 1:
+        steps = steps * len(dims)
+    if len(steps) != len(dims) or any(_is_value(h) or not isinstance(h, (int, float)) for h in steps):
+        raise NoDecomposition("coordinates as tensors")
+    if any(input.shape[d] < edge_order + 1 for d in dims):
+        raise NoDecomposition("a dim too short for the edge order")  # torch raises
+    return tuple(_gradient_along(input, d, h, edge_order) for d, h in zip(dims, steps))
+
+
+def _gradient_along(x, d: int, h, edge_order: int):
+    n = x.shape[d]
+    part = lambda a, b: _slice_dim(x, d, a, b)  # noqa: E731
+    center = div(div(sub(part(2, n), part(0, n - 2)), h), 2)
+    if edge_order == 1:
+        first = div(sub(part(1, 2), part(0, 1)), h)
+        last = div(sub(part(n - 1, n), part(n - 2, n - 1)), h)
+    else:
+        first = div(add(sub(mul(part(1, 2), 2), mul(part(0, 1), 1.5)), mul(part(2, 3), -0.5)), h)
+        last = div(add(sub(mul(part(n - 3, n - 2), 0.5), mul(part(n - 2, n - 1), 2)), mul(part(n - 1, n), 1.5)), h)
+    return cat([first, center, last], d)

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from compiler.ops import prims
 from compiler.ops.torch_ops.common import _LOW_PRECISION, _keep, cast
-from compiler.ops.torch_ops.pointwise import add, clamp_min, div, exp, log, mul, rsqrt, sub
+from compiler.ops.torch_ops.pointwise import add, clamp_min, div, eq, exp, log, mul, neg, pow, rsqrt, sub, where
 from compiler.ops.torch_ops.reductions import mean, stabiliser, sum, vector_norm
 from compiler.ops.torch_ops.registry import NoDecomposition, register
 
@@ -75,9 +75,32 @@ def rms_norm(input, normalized_shape, weight=None, eps=None):
 
 @register(F.normalize)
 def normalize(input, p=2.0, dim=1, eps=1e-12, out=None):
-    if p != 2:
-        raise NoDecomposition(f"p={p}")
-    return div(input, clamp_min(vector_norm(input, 2, dim, True), eps))
+    if out is not None:
+        raise NoDecomposition("an out= tensor")
+    return div(input, clamp_min(vector_norm(input, p, dim, True), eps))
+
+
+@register(F.softmin)
+def softmin(input, dim=None, _stacklevel=3, dtype=None):
+    return softmax(neg(input), dim, dtype=dtype)
+
+
+@register(torch.ops.aten._safe_softmax.default, name="torch.ops.aten._safe_softmax.default")
+def safe_softmax(input, dim, dtype=None):
+    """softmax, with 0 for rows that are all -inf (where softmax gives nan): attention's
+    fully masked rows."""
+    out = softmax(input, dim, dtype=dtype)
+    live = sum(cast(prims.ne(input, -math.inf), torch.int32), dim, True)
+    return where(eq(live, 0), 0.0, out)
+
+
+@register(torch.ops.aten._softmax_backward_data, torch.ops.aten._softmax_backward_data.default,
+          name="torch.ops.aten._softmax_backward_data")
+def softmax_backward_data(grad_output, output, dim, input_dtype):
+    """softmax's gradient from its output y: y * (g - sum(g * y))."""
+    compute = torch.float32 if output.dtype in _LOW_PRECISION else output.dtype
+    g, y = cast(grad_output, compute), cast(output, compute)
+    return cast(mul(y, sub(g, sum(mul(g, y), dim, True))), input_dtype)
 
 
 # --- the normalisations of convolutional networks: statistics per channel or group ------------
@@ -156,3 +179,106 @@ def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
         return prims.broadcast_in_dim(prims.reshape(per_channel, (n, c)), x.shape, (0, 1))
 
     return cast(_affine(_normalise(x, spread(var), spread(mean), eps), weight, bias), input.dtype)
+
+
+# --- aten's native forms: the normalised tensor with the statistics a backward saves ----------
+
+def _saved(stat, dtype):
+    """A statistic as an output of its own: eager's autograd does not differentiate it (the trace
+    freezes it), and the normalised tensor's gradient must still flow through the value it used."""
+    out = cast(stat, dtype)
+    return prims.reshape(out, out.shape) if out is stat else out
+
+
+@register(torch.native_layer_norm)
+def native_layer_norm(input, normalized_shape, weight, bias, eps):
+    """(layer_norm, mean, 1 / std) with the statistics kept over the normalised dims."""
+    dims = tuple(range(input.ndim - len(normalized_shape), input.ndim))
+    x = cast(input, _compute_dtype(input))
+    var, m = _batch_stats(x, dims)
+    rstd = rsqrt(add(var, eps))
+    out = mul(sub(x, m), rstd)
+    if weight is not None:
+        out = mul(out, weight)
+    if bias is not None:
+        out = add(out, bias)
+    return cast(out, input.dtype), _saved(m, input.dtype), _saved(rstd, input.dtype)
+
+
+@register(torch.native_group_norm)
+def native_group_norm(input, weight, bias, N, C, HxW, group, eps):
+    """(group_norm, mean, 1 / std), the statistics of shape (N, group)."""
+    x = cast(input, _compute_dtype(input))
+    grouped = prims.reshape(x, (N, group, (C // group) * HxW))
+    var, m = prims.var_mean(grouped, (2,), 0)
+    rstd = rsqrt(add(var, eps))
+
+    def spread(s):  # (N, group) onto x's channels
+        per_channel = prims.broadcast_in_dim(s, (N, group, C // group), (0, 1))
+        return prims.broadcast_in_dim(prims.reshape(per_channel, (N, C)), x.shape, (0, 1))
+
+    out = _affine(mul(sub(x, spread(m)), spread(rstd)), weight, bias)
+    return cast(out, input.dtype), _saved(m, input.dtype), _saved(rstd, input.dtype)
+
+
+def _native_batch_norm(input, weight, bias, running_mean, running_var, training, eps):
+    """(batch_norm, saved mean, saved 1 / std): the batch's statistics (C,) in training, empty
+    tensors in evaluation (aten saves none). Training that updates running statistics in place
+    stays one torch call, as F.batch_norm's does."""
+    if training and (running_mean is not None or running_var is not None):
+        raise NoDecomposition("training mode updates the running statistics in place")
+    if not training and (running_mean is None or running_var is None):
+        raise NoDecomposition("evaluation mode without running statistics")  # torch raises
+    x = cast(input, _compute_dtype(input))
+    if not training:
+        out = _normalise(x, _per_channel(running_var, x), _per_channel(running_mean, x), eps)
+        empty = prims.full((0,), 0.0, dtype=input.dtype, device=input.device)
+        return cast(_affine(out, weight, bias), input.dtype), empty, prims.full(
+            (0,), 0.0, dtype=input.dtype, device=input.device)
+    dims = (0, *range(2, x.ndim))
+    var, m = prims.var_mean(x, dims, 0)
+    rstd = rsqrt(add(var, eps))
+    out = mul(sub(x, _per_channel(m, x)), _per_channel(rstd, x))
+    return cast(_affine(out, weight, bias), input.dtype), _saved(m, input.dtype), _saved(rstd, input.dtype)
+
+
+@register(torch.native_batch_norm)
+def native_batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps):
+    return _native_batch_norm(input, weight, bias, running_mean, running_var, training, eps)
+
+
+@register(torch._native_batch_norm_legit)
+def native_batch_norm_legit(input, weight, bias, *rest):
+    """Two overloads: (running_mean, running_var, training, momentum, eps) and, with no
+    running statistics, (training, momentum, eps)."""
+    if len(rest) == 3:
+        return _native_batch_norm(input, weight, bias, None, None, rest[0], rest[2])
+    running_mean, running_var, training, _, eps = rest
+    return _native_batch_norm(input, weight, bias, running_mean, running_var, training, eps)
+
+
+@register(torch.ops.aten._batch_norm_with_update, name="torch.ops.aten._batch_norm_with_update")
+def batch_norm_with_update(input, weight, bias, running_mean, running_var, momentum, eps):
+    raise NoDecomposition("it updates the running statistics in place")
+
+
+@register(F.local_response_norm)
+def local_response_norm(input, size, alpha=1e-4, beta=0.75, k=1.0):
+    """x / (k + alpha * mean of x^2 over `size` neighbouring channels)^beta, the window
+    zero-padded as torch pads it (size // 2 before, (size - 1) // 2 after): a sum of slices."""
+    if input.numel() == 0:
+        return input
+    if size > 32:
+        raise NoDecomposition(f"a window of {size} channels")  # one slice a channel: too many
+    x = cast(input, _compute_dtype(input))
+    squares = mul(x, x)
+    config = [(size // 2, (size - 1) // 2, 0) if d == 1 else (0, 0, 0) for d in range(x.ndim)]
+    padded = prims.pad(squares, 0.0, config)
+    c = x.shape[1]
+    window = None
+    for i in range(size):
+        part = prims.slice(padded, [i if d == 1 else 0 for d in range(x.ndim)],
+                           [i + c if d == 1 else s for d, s in enumerate(x.shape)])
+        window = part if window is None else add(window, part)
+    scale = pow(add(mul(div(window, size), alpha), k), beta)
+    return cast(div(x, scale), input.dtype)

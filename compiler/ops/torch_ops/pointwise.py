@@ -3,13 +3,15 @@ functions, and the composites over them (where, masked_fill, clamp, lerp, addcmu
 
 from __future__ import annotations
 
+import builtins
+
 import torch
 import torch.nn.functional as F
 
 from compiler.ops import prims
 from compiler.ops.torch_ops.common import (_LOW_PRECISION, _common_shape, _is_float, _is_value, _prepare,
                                            _scalar_as, broadcast_to_shape, cast, elementwise, result_dtype)
-from compiler.ops.torch_ops.registry import NoDecomposition, register, symbol_for
+from compiler.ops.torch_ops.registry import NoDecomposition, library_part, register, symbol_for
 
 
 # --- elementwise binary -------------------------------------------------------------------
@@ -38,18 +40,26 @@ def mul(input, other):
     return elementwise(prims.mul, input, other)
 
 
+# torch.div with a rounding mode on integers: no prim divides integers, so it is a torch call
+# of its own (exact, where a float quotient would round for large int64 values)
+integer_division = library_part(torch.div)
+
+
 @register(torch.div, torch.divide, torch.true_divide, torch.Tensor.div, torch.Tensor.__truediv__,
           torch.Tensor.true_divide)
 def div(input, other, *, rounding_mode=None):
-    if rounding_mode == "floor":
-        dtype = result_dtype(input, other)
-        if not _is_float(dtype):
-            raise NoDecomposition("integer floor division")
-        compute = torch.float32 if dtype in _LOW_PRECISION else dtype  # round once, as torch does
-        return cast(floor(elementwise(prims.div, cast(input, compute), cast(other, compute))), dtype)
-    if rounding_mode is not None:
+    if rounding_mode is None:
+        return elementwise(prims.div, input, other, promote="int_to_float")
+    if rounding_mode not in ("floor", "trunc"):
         raise NoDecomposition(f"rounding_mode={rounding_mode!r}")
-    return elementwise(prims.div, input, other, promote="int_to_float")
+    dtype = result_dtype(input, other)
+    if not _is_float(dtype):
+        if not any(_is_value(x) for x in (input, other)):
+            raise NoDecomposition("no tensor operand")
+        return integer_division(input, other, rounding_mode=rounding_mode)
+    compute = torch.float32 if dtype in _LOW_PRECISION else dtype  # round once, as torch does
+    quotient = elementwise(prims.div, cast(input, compute), cast(other, compute))
+    return cast(floor(quotient) if rounding_mode == "floor" else trunc(quotient), dtype)
 
 
 @register(torch.Tensor.__rtruediv__, name="torch.Tensor.__rtruediv__")
@@ -178,9 +188,27 @@ abs = _unary(prims.abs, False, torch.Tensor.__abs__)  # noqa: A001
 neg = _unary(prims.neg, False, torch.negative, torch.Tensor.__neg__)
 floor = _unary(prims.floor, False)
 ceil = _unary(prims.ceil, False)
-round = _unary(prims.round, False)  # noqa: A001
 trunc = _unary(prims.trunc, False)
 sign = _unary(prims.sign, False)
+
+
+@register(torch.round, torch.Tensor.round)
+def round(input, *, decimals=0):  # noqa: A001
+    """torch's kernel: nearbyint(x * 10^d) / 10^d, or nearbyint(x / 10^-d) * 10^-d for d < 0,
+    in float32 for low-precision inputs; an integer rounds to itself."""
+    if input.dtype.is_complex:
+        raise NoDecomposition("complex tensors")
+    if not _is_float(input.dtype):
+        if decimals:
+            raise NoDecomposition("decimals on an integer tensor")  # torch raises
+        return input
+    if decimals == 0:
+        return prims.round(input)
+    compute = torch.float32 if input.dtype in _LOW_PRECISION else input.dtype
+    x, scale = cast(input, compute), 10.0 ** builtins.abs(decimals)
+    if decimals > 0:
+        return cast(prims.div(prims.round(prims.mul(x, scale)), scale), input.dtype)
+    return cast(prims.mul(prims.round(prims.div(x, scale)), scale), input.dtype)
 
 
 @register(torch.logical_not, torch.Tensor.logical_not)

@@ -11,7 +11,7 @@ import torch
 from compiler.ir import Value
 from compiler.ops import prims
 from compiler.ops.torch_ops.common import _LOW_PRECISION, _dims, _is_value, _keep, cast, reduction
-from compiler.ops.torch_ops.pointwise import abs, add, div, eq, exp, log, maximum, minimum, mul, sqrt, sub, where
+from compiler.ops.torch_ops.pointwise import abs, add, div, eq, exp, log, maximum, minimum, mul, pow, sqrt, sub, where
 from compiler.ops.torch_ops.registry import NoDecomposition, register
 from compiler.ops.torch_ops.shapes import reshape, squeeze
 
@@ -73,8 +73,9 @@ min = register(torch.min, torch.Tensor.min)(_max_min("min"))  # noqa: A001
 
 def _argmax_min(arg_prim):
     def decomposition(input, dim=None, keepdim=False):
-        if dim is None:
-            return arg_prim(reshape(input, (-1,)), 0)
+        if dim is None or input.ndim == 0:  # a 0-d tensor's dim 0 or -1 is its one element
+            flat = arg_prim(reshape(input, (-1,)), 0)
+            return reshape(flat, (1,) * input.ndim) if keepdim and dim is not None else flat
         d = dim % input.ndim
         return _keep(arg_prim(input, d), input, (d,), keepdim)
     return decomposition
@@ -143,6 +144,25 @@ def logsumexp(input, dim, keepdim=False):
 
 @register(torch.linalg.vector_norm)
 def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None, out=None):  # noqa: A002
-    if ord != 2:
-        raise NoDecomposition(f"ord={ord}")
-    return sqrt(sum(mul(x, x), dim, keepdim))
+    """sum(|x|^ord)^(1/ord); the max and min of |x| for ord=inf and -inf; the count of
+    nonzeros for 0. In float32 for low-precision inputs, as torch accumulates."""
+    if x.dtype.is_complex or (dtype is not None and dtype.is_complex):
+        raise NoDecomposition("complex tensors")
+    if ord == 2 and dtype is None:
+        return sqrt(sum(mul(x, x), dim, keepdim))  # the 2-norm's rule (torch_rules) knows this form
+    out_dtype = dtype or x.dtype
+    compute = torch.float32 if out_dtype in _LOW_PRECISION else out_dtype
+    a = abs(cast(x, compute))
+    if ord == math.inf or ord == -math.inf:
+        if x.numel() == 0:
+            raise NoDecomposition("the max of an empty tensor")  # torch raises
+        r = (amax if ord > 0 else amin)(a, _dims(x, dim), keepdim)
+    elif ord == 0:
+        r = sum(cast(prims.ne(a, 0.0), compute), dim, keepdim)
+    elif ord == 1:
+        r = sum(a, dim, keepdim)
+    elif ord == 2:
+        r = sqrt(sum(mul(a, a), dim, keepdim))
+    else:
+        r = pow(sum(pow(a, ord), dim, keepdim), 1.0 / ord)
+    return cast(r, out_dtype)

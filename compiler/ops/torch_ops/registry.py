@@ -78,6 +78,14 @@ def library(*fns, name: str | None = None, impl: Callable | None = None, adapter
     return sym
 
 
+def library_part(fn, name: str | None = None, tags: Iterable[OpTag] = ()) -> Symbol:
+    """A torch call that a decomposition makes for what no prim computes (an integer division,
+    a random draw): a library call of its own, registered for no torch callable, so the op
+    around it still decomposes and the rest of it fuses. `name` must evaluate to `fn` in a
+    printed program (torch.ops.aten.* has no qualified name to find)."""
+    return Symbol(name or _qualname(fn), fn, tags=(OpTag.LIBRARY_CALL, *tags))
+
+
 def _add(sym, fns, adapters):
     if sym.name in SYMBOLS:  # rule tables and the printed program tell symbols apart by name
         raise ValueError(f"a symbol named {sym.name} is registered already")
@@ -88,6 +96,23 @@ def _add(sym, fns, adapters):
 
 def lookup(fn):
     return REGISTRY.get(fn)
+
+
+# In-place methods with no functional method beside them (x.uniform_(a, b), x.zero_(), x.resize_(n)):
+# the in-place callable -> the symbol of its functional form, and the adapter to that symbol's
+# convention. The frontend records such a call as that symbol's, as it records x.add_(y) as add.
+INPLACE: dict[Callable, tuple[Symbol, Callable | None]] = {}
+
+
+def functional_form(inplace_fn: Callable, sym: Symbol, adapter: Callable | None = None) -> None:
+    """`sym` (registered) computes what the in-place `inplace_fn` writes into its tensor."""
+    if inplace_fn in INPLACE:
+        raise ValueError(f"a functional form is registered already for {inplace_fn!r}")
+    INPLACE[inplace_fn] = (sym, adapter)
+
+
+def lookup_inplace(fn):
+    return INPLACE.get(fn)
 
 
 def registered(name: str) -> Symbol:

@@ -59,8 +59,9 @@ def unflatten(input, dim, sizes):
 
 @register(torch.squeeze, torch.Tensor.squeeze)
 def squeeze(input, dim=None):
+    dims: tuple[int, ...]
     if dim is None:
-        dims = range(input.ndim)
+        dims = tuple(range(input.ndim))
     else:  # squeeze(x, ()) squeezes no dim (where _dims reads () as every dim)
         dims = () if isinstance(dim, (tuple, list)) and not dim else _dims(input, dim)
     shape = tuple(s for i, s in enumerate(input.shape) if not (i in dims and s == 1))
@@ -241,7 +242,7 @@ def narrow(input, dim, start, length):
 def aten_slice(input, dim=0, start=None, end=None, step=1):
     """aten's slice: input[start:end:step] along dim, with Python's clamping of the bounds."""
     d = dim % builtins.max(input.ndim, 1)
-    begin, stop, step = builtins.slice(start, end, step).indices(input.shape[d])
+    begin, stop, step = slice_indices(builtins.slice(start, end, step), input.shape[d])
     if step <= 0:
         raise NoDecomposition("a step that is not positive")  # torch raises
     return _slice_dim(input, d, begin, builtins.max(begin, stop), step)

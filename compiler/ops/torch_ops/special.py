@@ -11,7 +11,7 @@ import torch
 
 from compiler.ops import prims
 from compiler.ops.torch_ops.common import _is_float, _is_value, cast, elementwise, result_dtype
-from compiler.ops.torch_ops.pointwise import (abs, add, div, eq, erf, exp, exp2, floor, isnan, log, log1p,
+from compiler.ops.torch_ops.pointwise import (abs, add, div, eq, erf, exp, exp2, isnan, log, log1p,
                                               logical_not, lt, maximum, minimum, mul, ne, sin, sub, trunc, where)
 from compiler.ops.torch_ops.registry import NoDecomposition, library, register
 
@@ -182,10 +182,9 @@ def float_power(input, exponent):
 
 @register(torch.floor_divide, torch.Tensor.floor_divide, torch.Tensor.__floordiv__)
 def floor_divide(input, other):
-    dtype = result_dtype(input, other)
-    if not _is_float(dtype) or dtype in (torch.float16, torch.bfloat16):
-        raise NoDecomposition("integer or low-precision floor division")
-    return floor(elementwise(prims.div, input, other))
+    """torch.div(rounding_mode="floor"): floor of the quotient for floats (in float32 for
+    low-precision ones); integers divide in a torch call of their own (no prim divides them)."""
+    return div(input, other, rounding_mode="floor")
 
 
 @register(torch.Tensor.__rmod__, name="torch.Tensor.__rmod__")

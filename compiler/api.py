@@ -64,8 +64,9 @@ def compile_checked(fn, args, kwargs, options: CompileOptions, name: str, *, ben
     except frontend.TraceError as e:
         raise CompileError(reporting.error_report(e, target, options.executors)) from e
     inputs = frontend.user_tensors(fn, args, kwargs) + c.constants
-    checked = checking.check_program(c, inputs, defined, (fn, args, kwargs)) if options.check else []
-    if options.check and not any(d.severity == "error" for d in checked):
+    check = options.check and c.eager_only is None  # a signature that runs eagerly: no program runs
+    checked = checking.check_program(c, inputs, defined, (fn, args, kwargs)) if check else []
+    if check and not any(d.severity == "error" for d in checked):
         checked += checking.check_gradients(c, fn, args, kwargs, inputs, defined)
     failed = any(d.severity == "error" for d in checked) or c.eager_only is not None
     measured = bench.measure_program(c, fn, args, kwargs, inputs, repeats=repeats, warmup=warmup,

@@ -164,6 +164,8 @@ def grad_mismatch(actual, expected, through=()) -> str | None:
     if actual.shape != expected.shape or actual.dtype != expected.dtype:
         return f"got {actual.dtype}{list(actual.shape)}, eager gives {expected.dtype}{list(expected.shape)}"
     actual, expected = actual.detach(), expected.detach()
+    if actual.layout != torch.strided or expected.layout != torch.strided:  # a sparse input's gradient
+        actual, expected = actual.to_dense(), expected.to_dense()
     # ten times the forward's tolerance: a gradient sums over a whole backward (a BatchNorm
     # CNN's input gradient differs from eager's by ~1e-4 of its scale from rounding alone);
     # a wrong rule is off by far more

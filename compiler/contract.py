@@ -111,6 +111,7 @@ class BoundaryCode(enum.StrEnum):
     SHAPE_REFUSED = "shape-refused"  # another iteration shape, or the executor declined the region
     OUTPUT_NEEDED = "output-needed"  # a value of the region is read by another region
     END_OF_PROGRAM = "end-of-program"  # no later op reads the region's values
+    COLLECTIVE = "collective"  # the next op communicates with other ranks (torch.distributed)
 
     @property
     def reason(self) -> str:
@@ -126,6 +127,7 @@ _REASONS = {
     BoundaryCode.SHAPE_REFUSED: "shape the executor refuses",
     BoundaryCode.OUTPUT_NEEDED: "output needed elsewhere",
     BoundaryCode.END_OF_PROGRAM: "end of the program",
+    BoundaryCode.COLLECTIVE: "collective",
 }
 
 

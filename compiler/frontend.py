@@ -19,11 +19,11 @@ from torch._subclasses.fake_tensor import FakeTensor
 from torch.overrides import TorchFunctionMode
 from torch.utils import _pytree as pytree
 
-from compiler import objects, provenance, views
+from compiler import collectives, objects, provenance, views
 # the call's arguments (compiler/arguments.py); target_name and user_tensors are used through frontend too
 from compiler.arguments import describe_input, parameter_names, sanitize as _sanitize, signature_names, target_name, \
     user_tensors  # noqa: F401
-from compiler.ir import (OUTPUT_BUILDER, BoundSymbol, NameGen, Symbol, SymbolKind, Trace, Value, dtype_name,
+from compiler.ir import (OUTPUT_BUILDER, BoundSymbol, NameGen, OpTag, Symbol, SymbolKind, Trace, Value, dtype_name,
                          printable)
 from compiler.ops import torch_ops
 from compiler.ops.torch_ops.fallbacks import DynamicShapes, shape_checked, shapes_text, static_shapes
@@ -58,6 +58,8 @@ class _Recorder(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if self.tracer.inside_collective or not self.tracer.recording:  # torch.distributed's own code
+            return func(*args, **kwargs)
         seen = self.tracer.dynamic.count
         self.tracer.views.before(self.tracer, func, args, kwargs)
         out = func(*args, **kwargs)
@@ -98,6 +100,8 @@ class Tracer:
         self.layout_noted = False  # whether a note says that sparse tensors' ops run whole
         self.shape_checked_names: list[str] = []  # the values whose shape the program checks at each call
         self.views = views.Views()  # how traced views were made, to follow in-place updates through them
+        self.inside_collective = False  # a torch.distributed collective runs (collectives.recording)
+        self.recording = True  # False: the call runs eagerly (a wrapping FusionLens cannot compile)
 
     def where(self) -> provenance.Provenance | None:
         """The provenance of the op being recorded now."""
@@ -236,7 +240,8 @@ class Tracer:
         if entry is None and (functional := views.functional_name(name)):
             owner = torch.Tensor if hasattr(torch.Tensor, name) else torch
             fn = getattr(owner, functional, None)
-            entry = torch_ops.lookup(fn) if fn is not None else None
+            # x.uniform_(), x.zero_(), x.resize_(n): no functional method, a registered functional form
+            entry = torch_ops.lookup_inplace(func) or (torch_ops.lookup(fn) if fn is not None else None)
             if args and isinstance(args[0], torch.Tensor):
                 self.view_mutation(args[0], name, where)
             if entry is None and not hasattr(torch.Tensor, name):  # a function such as nn.init.constant_
@@ -281,6 +286,27 @@ class Tracer:
             decomposition = functools.wraps(decompose)(lambda *a, **k: only(decompose(*a, **k)))
         return Symbol(printed, impl, kind=sym.kind, decomposition=decomposition, tags=sym.tags, flops=sym.flops)
 
+    def collective(self, name: str, impl, kwargs: dict, written: torch.Tensor) -> None:
+        """A torch.distributed collective the call ran: its functional form (collectives.py),
+        the tensor it wrote given a new Value, as an in-place update is."""
+        where = self.where()
+        if written._base is not None:
+            return self.refuse_collective(name, "on a view")
+        printed = self._unique(impl.__name__)
+        self.extra_globals[printed] = impl
+        sym = Symbol(printed, impl, kind=SymbolKind.OPAQUE,
+                     tags=frozenset({OpTag.LIBRARY_CALL, OpTag.COLLECTIVE, OpTag.NON_DIFFERENTIABLE}))
+        self.updated_at.setdefault(id(written), where)
+        vkwargs = pytree.tree_map(self.argument, kwargs)
+        self.bound_symbols.append(BoundSymbol(sym, (), vkwargs, [self.new_output(written)], None, where,
+                                              note=f"torch.distributed.{name}: it communicates, as one call"))
+
+    def refuse_collective(self, name: str, how: str = "") -> None:
+        if self.eager_only is None:
+            self.eager_only = (f"torch.distributed.{name}{' ' + how if how else ''} is not traced: calls with this "
+                               "signature run eagerly")
+            self.notes.append(Note("warning", self.eager_only, self.where(), DiagnosticCode.COLLECTIVE))
+
     def opaque(self, func, label, args, kwargs, where, why=None, called=None):
         """A call with no FusionLens symbol, run as one torch call; `called` is the torch
         callable the user called when `func` wraps it (an in-place method's functional form):
@@ -323,6 +349,8 @@ _PROPERTIES = {
     "T": (torch_ops.SYMBOLS["torch.permute"], lambda a: (a[0], tuple(reversed(range(a[0].ndim))))),
     "mT": (torch_ops.SYMBOLS["torch.transpose"], lambda a: (a[0], -2, -1) if a[0].ndim else (a[0], 0, 0)),
     "data": (torch_ops.SYMBOLS["torch.Tensor.detach"], lambda a: (a[0],)),
+    "mH": (torch_ops.SYMBOLS["torch.adjoint"], lambda a: (a[0],)),  # the conjugate transpose
+    "H": (torch_ops.SYMBOLS["torch.adjoint"], lambda a: (a[0],)),  # (of a matrix: x.H is only for 2-d)
 }
 
 
@@ -373,6 +401,9 @@ def trace(fn, args=(), kwargs=None, name: str | None = None, clone=None) -> Trac
     # Trace on copies of the caller's tensors and of the module's buffers: an in-place update
     # in `fn` must not change them (the program writes it back when it runs; eager's final
     # values are what its check compares with).
+    if (why := collectives.unsupported_wrapping(fn)) is not None:  # records nothing: eager calls only
+        tracer.eager_only, tracer.recording = why, False
+        tracer.notes.append(Note("warning", why, tracer.call, DiagnosticCode.COLLECTIVE))
     with _buffer_copies(fn) as originals:
         tracer.known = parameter_names(fn)
         return _trace(tracer, fn, args, kwargs, originals, clone or _clone)
@@ -408,7 +439,7 @@ def _trace(tracer: Tracer, fn, args, kwargs, originals: dict, clone) -> TraceRes
     try:
         # in the caller's grad mode, as eager runs it: user code that asks torch.is_grad_enabled()
         # or x.requires_grad sees what eager sees, and what autograd would not track is known
-        with _Recorder(tracer), tracer.dynamic:
+        with _Recorder(tracer), tracer.dynamic, collectives.recording(tracer):
             out = fn(*args, **kwargs)
     except TraceError:
         raise

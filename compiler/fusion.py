@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 from compiler import passes
 from compiler.contract import BoundaryCode, Decline, FusionGroup, boundary, source_comments
-from compiler.ir import BoundSymbol, NameGen, Trace, Value, external_inputs
+from compiler.ir import BoundSymbol, NameGen, OpTag, Trace, Value, external_inputs
 from compiler.ops import prims as P
 from compiler.report import Boundary
 
@@ -50,6 +50,8 @@ def _claims(b, fusers) -> tuple:
 def _blocking_reason(b: BoundSymbol, why_not: str) -> Boundary:
     """Why op `b`, which reads a region's value, is not part of that region."""
     name, where = b.sym.name, b.provenance
+    if OpTag.COLLECTIVE in b.sym.tags:
+        return boundary(BoundaryCode.COLLECTIVE, f"{name} communicates with the other ranks", where)
     if b.note:
         return boundary(BoundaryCode.UNSUPPORTED_OP, b.note, where)
     if b.sym.kind == "opaque":

@@ -131,6 +131,7 @@ class OpTag(enum.StrEnum):
     PROGRAM_GLOBAL = "program global"  # the printed program names its callable as a global
     MATMUL = "matmul"  # on tensor cores; float32 uses TF32 per torch's matmul precision
     CONVOLUTION = "convolution"  # on tensor cores through cuDNN (TF32 per cudnn.allow_tf32)
+    COLLECTIVE = "collective"  # communicates with other ranks (torch.distributed): regions end at it
 
 
 class Symbol:

@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -68,6 +69,9 @@ class JitFunction:
 
     def __init__(self, fn, executors: list[str] | None = None, max_entries: int = 64,
                  options: CompileOptions | None = None, dynamic: bool | None = None):
+        # DistributedDataParallel: its module is compiled; its own forward runs around it (_ddp_call)
+        self.wrapper = fn if _is_ddp(fn) else None
+        fn = fn.module if self.wrapper is not None else fn
         self.fn = fn
         self.dynamic = dynamic  # None: a dim is symbolic once its size changed; True: every dim; False: none
         self.options = (options or CompileOptions.from_env()).replace(previews=False)
@@ -107,6 +111,11 @@ class JitFunction:
         return (mode, spec, tuple(_leaf_key(x) for x in flat))
 
     def __call__(self, *args, **kwargs):
+        if self.wrapper is not None:
+            return _ddp_call(self.wrapper, self._call, args, kwargs)
+        return self._call(*args, **kwargs)
+
+    def _call(self, *args, **kwargs):
         key = self.signature(args, kwargs)
         entry = self.cache.get(key)
         if entry is not None and entry.grad_mask and torch.is_grad_enabled() and entry.grad_mask != tuple(
@@ -222,6 +231,27 @@ class JitFunction:
         self.first_seen.clear()
         self.hits = self.misses = self.compiles = 0
         self.last = None
+
+
+def _is_ddp(fn) -> bool:
+    parallel = sys.modules.get("torch.nn.parallel")  # imported with torch; DDP itself only if used
+    return parallel is not None and isinstance(fn, parallel.DistributedDataParallel)
+
+
+def _ddp_call(ddp, call, args, kwargs):
+    """DDP's own forward (torch/nn/parallel/distributed.py) with the compiled module in it: its
+    buffer broadcast and bucket rebuild before, and after, prepare_for_backward, which readies
+    the backward's gradient all-reduces (a program that skipped it trained each rank on its own
+    gradients from the second step). DDP communicates as it does eagerly: its reducer's hooks
+    fire as the compiled backward accumulates each parameter's gradient."""
+    with torch.autograd.profiler.record_function("DistributedDataParallel.forward"):
+        args, kwargs = ddp._pre_forward(*args, **kwargs)
+        if ddp._delay_all_reduce_all_params or ddp._use_python_reducer:
+            output = call(*args, **kwargs)
+        else:
+            with ddp._inside_ddp_forward():
+                output = call(*args, **kwargs)
+        return ddp._post_forward(output)
 
 
 def _with_states(traced: frontend.TraceResult, result, args, kwargs):

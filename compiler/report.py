@@ -236,6 +236,7 @@ class DiagnosticCode(enum.StrEnum):
     INPLACE_VIEW = "inplace-view"  # an in-place update through a view
     CAPTURED_CONSTANT = "captured-constant"  # a tensor that is no input was captured
     NOTHING_TO_COMPILE = "nothing-to-compile"  # the call returned no tensor
+    COLLECTIVE = "collective"  # a torch.distributed collective: traced, or why the signature runs eagerly
     DYNAMIC_SHAPES = "dynamic-shapes"  # which sizes a program serves, or why it is static
     HIDDEN_TENSORS = "hidden-tensors"  # the result holds computed tensors FusionLens cannot rebuild
     INPLACE_PARAMETER = "inplace-parameter"  # the call updates a parameter in place

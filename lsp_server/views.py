@@ -309,7 +309,8 @@ def preview_section(group: list[LineNote]) -> list[str]:
 
 def saved_section(saved: Sequence[SavedTensor]) -> str:
     total = sum(t.bytes for t in saved)
-    items = ", ".join(f"`{t.name}` {t.dtype}[{', '.join(map(str, t.shape))}]" for t in saved[:4]) + (" …" if len(saved) > 4 else "")
+    shown = [f"`{t.name}` {t.dtype}[{', '.join(map(str, t.shape))}]" for t in saved[:4]]  # a symbol's dims: s0
+    items = ", ".join(shown) + (" …" if len(saved) > 4 else "")
     return (f"**saved for backward:** {_plural(len(saved), 'activation')}, {format_bytes(total)} ({items})")
 
 

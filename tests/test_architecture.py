@@ -21,7 +21,7 @@ LAYERS = [
     ["compiler.interpret"],  # the op-by-op interpreter every executor is compared with
     ["compiler.objects"],
     ["compiler.ops"],
-    ["compiler.arguments", "compiler.views"],  # the call's arguments; views traced and updated in place
+    ["compiler.arguments", "compiler.views", "compiler.collectives"],  # arguments; views; torch.distributed calls
     ["compiler.frontend", "compiler.dynamic"],  # dynamic: the frontend's trace again, on symbolic sizes
     ["compiler.passes"],
     ["compiler.autograd"],

@@ -31,15 +31,12 @@ RANDOM_FALLBACKS: frozenset[Callable] = frozenset({
     # in-place draws into a tensor (the frontend records the functional form of each)
     torch.Tensor.bernoulli_, torch.Tensor.cauchy_, torch.Tensor.exponential_, torch.Tensor.geometric_,
     torch.Tensor.log_normal_, torch.Tensor.normal_, torch.Tensor.uniform_, torch.Tensor.random_,
-    # dropouts with no decomposition (F.dropout has one: activations.dropout)
-    F.dropout1d, F.dropout2d, F.dropout3d, F.alpha_dropout, F.feature_alpha_dropout,
-    torch.alpha_dropout, torch.alpha_dropout_, torch.feature_dropout, torch.feature_dropout_,
-    torch.feature_alpha_dropout, torch.feature_alpha_dropout_, torch.dropout_,
+    # the in-place dropouts (the functional ones are symbols: activations.dropout and its kin)
+    torch.alpha_dropout_, torch.feature_dropout_, torch.feature_alpha_dropout_, torch.dropout_,
     # random in training mode (F.rrelu is a symbol: activations.rrelu)
     F.rrelu_, torch.rrelu_,
-    # sampling inside an op
-    F.gumbel_softmax, F.fractional_max_pool2d, F.fractional_max_pool3d,
-    F.fractional_max_pool2d_with_indices, F.fractional_max_pool3d_with_indices,
+    # sampling inside an op (fractional max pooling is a library call: pooling.py)
+    F.gumbel_softmax,
     # torch.distributions' samplers
     torch.binomial, torch._standard_gamma, torch._sample_dirichlet,
     # weight initialisation
@@ -52,7 +49,14 @@ def fallback_tags(func: Callable) -> frozenset[OpTag]:
     """The tags of an opaque call of torch callable `func` (one that has no symbol)."""
     if func in RANDOM_FALLBACKS:
         return frozenset({OpTag.LIBRARY_CALL, OpTag.RANDOM})
+    if _collective(func):  # torch.distributed._functional_collectives' ops and their wait
+        return frozenset({OpTag.LIBRARY_CALL, OpTag.COLLECTIVE, OpTag.NON_DIFFERENTIABLE})
     return frozenset({OpTag.LIBRARY_CALL})
+
+
+def _collective(func) -> bool:
+    namespace = getattr(func, "namespace", None) or str(getattr(func, "_schema", "")).split("::")[0]
+    return namespace in ("_c10d_functional", "c10d_functional", "_c10d_functional_autograd")
 
 
 # --- data-dependent shapes -----------------------------------------------------------------

@@ -426,6 +426,19 @@ def describe(tree) -> str:
 
 # --- printing -----------------------------------------------------------------------------
 
+def write_back(dst: torch.Tensor, src: torch.Tensor) -> None:
+    """`dst.copy_(src)`, and where dst's elements share memory (an expanded input, stride 0),
+    as eager's in-place op left it: each memory location written once, from the first of the
+    elements that alias it (copy_ refuses a destination that overlaps itself)."""
+    try:
+        dst.copy_(src)
+    except RuntimeError:
+        if not any(st == 0 and n > 1 for n, st in zip(dst.shape, dst.stride())):
+            raise
+        key = tuple(slice(0, 1) if st == 0 else slice(None) for st in dst.stride())
+        dst[key].copy_(src[key])
+
+
 def no_grad(program: Callable) -> Callable:
     """What `@torch.no_grad()` does to a printed program (no autograd graph; grad mode as it
     was after, however the call ends) for a fraction of its cost a call: grad mode is
@@ -525,7 +538,7 @@ class TracePrinter:
         out.append("import operator")
         out.append("from compiler.ops import prims")
         out.append("from math import inf, nan")
-        out.append("from compiler.ir import no_grad  # torch.no_grad(), cheaper per call")
+        out.append("from compiler.ir import no_grad, write_back  # torch.no_grad(), cheaper per call; copy_")
         out.append("")
         out.append("")
         out.append("@no_grad")
@@ -554,7 +567,7 @@ class TracePrinter:
                 out.append(f"  del {', '.join(frees[i])}")
         written = {}
         for dst, src in t.writeback:
-            out.append(f"  {dst.name}.copy_({src.name})  # {dst.name} was updated in place: written back")
+            out.append(f"  write_back({dst.name}, {src.name})  # {dst.name} was updated in place: written back")
             written[src.name] = dst
         # a result that is an updated input is that input, as in eager
         result = pytree.tree_map(lambda x: written.get(x.name, x) if isinstance(x, Value) else x, t.output)

@@ -426,34 +426,6 @@ def describe(tree) -> str:
 
 # --- printing -----------------------------------------------------------------------------
 
-def write_back(dst: torch.Tensor, src: torch.Tensor) -> None:
-    """`dst.copy_(src)`, and where dst's elements share memory (an expanded input, stride 0),
-    as eager's in-place op left it: each memory location written once, from the first of the
-    elements that alias it (copy_ refuses a destination that overlaps itself)."""
-    try:
-        dst.copy_(src)
-    except RuntimeError:
-        if not any(st == 0 and n > 1 for n, st in zip(dst.shape, dst.stride())):
-            raise
-        key = tuple(slice(0, 1) if st == 0 else slice(None) for st in dst.stride())
-        dst[key].copy_(src[key])
-
-
-def no_grad(program: Callable) -> Callable:
-    """What `@torch.no_grad()` does to a printed program (no autograd graph; grad mode as it
-    was after, however the call ends) for a fraction of its cost a call: grad mode is
-    switched off only when it is on."""
-    def run(*args):
-        if not torch.is_grad_enabled():
-            return program(*args)
-        torch._C._set_grad_enabled(False)
-        try:
-            return program(*args)
-        finally:
-            torch._C._set_grad_enabled(True)
-    return functools.wraps(program)(run)
-
-
 def program_globals(extra: dict | None = None) -> dict:
     """The namespace a printed program runs in (it imports `prims` itself, as printed)."""
     namespace = {"torch": torch, "operator": operator, "math": math, "inf": math.inf, "nan": math.nan}
@@ -538,7 +510,7 @@ class TracePrinter:
         out.append("import operator")
         out.append("from compiler.ops import prims")
         out.append("from math import inf, nan")
-        out.append("from compiler.ir import no_grad, write_back  # torch.no_grad(), cheaper per call; copy_")
+        out.append("from compiler.program_calls import no_grad, write_back")
         out.append("")
         out.append("")
         out.append("@no_grad")

@@ -17,7 +17,7 @@ LAYERS = [
     ["compiler.report", "compiler.discovery", "compiler.options"],  # contracts: the report, discovery, options
     ["compiler.roofline"],  # the GPU peaks table and roofline arithmetic: no torch, like the contracts
     ["compiler.provenance", "compiler.symbols", "compiler.sizes"],  # symbols: torch's ShapeEnv only (sympy: dynamic programs)
-    ["compiler.ir"],
+    ["compiler.ir", "compiler.program_calls"],  # program_calls: what a printed program calls (torch only)
     ["compiler.interpret"],  # the op-by-op interpreter every executor is compared with
     ["compiler.objects"],
     ["compiler.ops"],

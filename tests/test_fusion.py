@@ -1,5 +1,6 @@
 """The fusion partitioner: regions, their boundaries and reasons, and correctness."""
 
+import contextlib
 import glob
 import os
 
@@ -213,13 +214,36 @@ BOUNDARY_CASES = {  # the code of each kind of boundary, made by the region that
     BoundaryCode.OUTPUT_NEEDED: (lambda x, y: (x - x.sum(1, keepdim=True)) + (y - y.sum(0, keepdim=True)),
                                  (4, 8), (4, 8)),
     BoundaryCode.END_OF_PROGRAM: (lambda x: torch.exp(x) * 2, (4, 8)),
+    BoundaryCode.COLLECTIVE: (lambda x: _all_reduced(torch.exp(x)) * 2, (4, 8)),  # on a one-rank group
 }
+
+
+def _all_reduced(y):
+    torch.distributed.all_reduce(y)
+    return y
+
+
+@contextlib.contextmanager
+def _one_rank_group(needed: bool):
+    """A gloo process group of this process alone, while a case traces a collective."""
+    if not needed:
+        yield
+        return
+    store = torch.distributed.HashStore()
+    torch.distributed.init_process_group("gloo", store=store, rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        torch.distributed.destroy_process_group()
 
 
 @pytest.mark.parametrize("code", list(BoundaryCode), ids=str)
 def test_each_boundary_kind_has_its_code(fuser, code):
     fn, *shapes = BOUNDARY_CASES[code]
-    plan = _lowered(fn, *(torch.randn(s) for s in shapes))
+    if code is BoundaryCode.COLLECTIVE and not torch.distributed.is_available():
+        pytest.skip("torch.distributed is not built in")
+    with _one_rank_group(code is BoundaryCode.COLLECTIVE):
+        plan = _lowered(fn, *(torch.randn(s) for s in shapes))
     first = plan.regions[0].boundary
     assert first.code is code and first.reason == code.reason
     for r in plan.regions:  # every boundary is typed, its words those of its code

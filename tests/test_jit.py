@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 import compiler
-from compiler import checking, frontend, ir
+from compiler import checking, frontend, ir, program_calls
 
 EXECUTORS = ["torch"]
 
@@ -287,7 +287,7 @@ def test_grad_mode_picks_a_training_or_an_inference_program_and_is_restored():
         assert not jfn(x).requires_grad
     assert "@no_grad" in compiler.last_report(jfn).forward.traces["execution"]
 
-    @ir.no_grad  # what the printed program is decorated with: grad mode restored however it ends
+    @program_calls.no_grad  # what the printed program is decorated with: grad mode restored however it ends
     def failing():
         assert not torch.is_grad_enabled()
         raise ValueError("inside the program")

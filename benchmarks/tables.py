@@ -1,4 +1,4 @@
-"""The plain-text table the benchmark scripts print (bench_compile.py, bench_train.py)."""
+"""The plain-text table the benchmark scripts print (bench_compile.py, bench_train.py, compile_time.py)."""
 
 
 def table(rows, headers):

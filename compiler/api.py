@@ -7,6 +7,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import gc
 
 from compiler import benchmark as bench, checking, dynamic, frontend, pipeline, reporting, report as R
 from compiler.options import CompileOptions
@@ -40,6 +42,21 @@ def compile(fn, *args, executors: list[str] | None = None, benchmark: bool = Fal
                            repeats=repeats, warmup=warmup, torch_compile=torch_compile)[1]
 
 
+@contextlib.contextmanager
+def _no_full_collections():
+    """The garbage collector off while a program compiles: a compile makes objects by the
+    hundred thousand and frees them at the end, and each full collection it would trigger walks
+    every object torch and the model hold (~280 ms each here; 1/3 of a 10,000-op training
+    compile, benchmarks/RESULTS.md). Collection resumes, as it was, when compiling ends."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def compile_checked(fn, args, kwargs, options: CompileOptions, name: str, *, benchmark: bool,
                     repeats: int = 0, warmup: int = 0, torch_compile: bool = False,
                     target: R.Target | None = None,
@@ -60,7 +77,8 @@ def compile_checked(fn, args, kwargs, options: CompileOptions, name: str, *, ben
     if dims is None:  # the dims the example's tensors were marked with (compiler.mark_dynamic)
         dims = tuple(dynamic.marked_dims(t) for t in frontend.user_tensors(fn, args, kwargs))
     try:
-        c = pipeline.compile_program(fn, args, kwargs, options, name, dims, ints)
+        with _no_full_collections():
+            c = pipeline.compile_program(fn, args, kwargs, options, name, dims, ints)
     except frontend.TraceError as e:
         raise CompileError(reporting.error_report(e, target, options.executors)) from e
     inputs = frontend.user_tensors(fn, args, kwargs) + c.constants

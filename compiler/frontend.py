@@ -395,7 +395,7 @@ def trace(fn, args=(), kwargs=None, name: str | None = None, clone=None) -> Trac
     `clone`: what the call runs on in place of each of the caller's tensors (a copy, by default;
     compiler/dynamic.py's fake tensors with symbolic sizes)."""
     kwargs = kwargs or {}
-    tracer = Tracer(name or target_name(fn))
+    tracer = Tracer(_sanitize(name) if name else target_name(fn))  # the program's def: an identifier
     tracer.stop = sys._getframe(0).f_code
     tracer.call = provenance.caller(sys._getframe(1))
     # Trace on copies of the caller's tensors and of the module's buffers: an in-place update

@@ -83,7 +83,6 @@ class Cluster:
         self.gid, self.ex, self.domain, self.rdims = gid, ex, domain, rdims
         self.ops: list[BoundSymbol] = []
         self.produced: set[str] = set()
-        self.deps: set[int] = set()  # groups this one depends on, transitively
         self.boundary: Boundary | None = None
 
     def space(self, shape) -> str | None:
@@ -144,18 +143,24 @@ class _Partitioner:
     def __init__(self, fusers: list):
         self.fusers = fusers
         self.producer: dict[str, Node] = {}  # value name -> the node making it
-        self.deps_of: dict[int, set[int]] = {}  # id(node) -> group ids it depends on (transitively)
+        # id(node) -> the groups it depends on, transitively, as a bit mask of group ids (an int:
+        # unions of masks cost words where sets of ids cost an entry each, and every op makes one)
+        self.deps_of: dict[int, int] = {}
         self.floating: dict[str, BoundSymbol] = {}  # value name -> broadcast_in_dim op not yet placed
         self.groups: list[Cluster] = []
         self.order: list[tuple[int, Node]] = []  # (first index, node) for the final sort
         self.alive: set[int] = set()  # ids of groups not merged away
+        # gid of a live group -> the mask of the gids merged into it (its own included): a deps_of
+        # mask may name a group merged away, and then means the group it went into (so a merge
+        # rewrites no node's mask)
+        self.members: dict[int, int] = {}
 
-    def deps_through(self, v_name: str) -> set[int]:
+    def deps_through(self, v_name: str) -> int:
         p = self.producer.get(v_name)
         if p is None:
             f = self.floating.get(v_name)
-            return self.deps_through(f.args[0].name) if f is not None else set()
-        own = {p.gid} if isinstance(p, Cluster) else set()
+            return self.deps_through(f.args[0].name) if f is not None else 0
+        own = 1 << p.gid if isinstance(p, Cluster) else 0
         return own | self.deps_of[id(p)]
 
     def place_floating(self, name: str, position: int):
@@ -165,18 +170,28 @@ class _Partitioner:
         self.producer[name] = b
         self.order.append((position, b))
 
+    def depends_on(self, deps: int, g: Cluster) -> bool:
+        """Whether a deps_of mask names group `g` (or a group merged into it)."""
+        return deps & self.members[g.gid] != 0
+
+    def reaches(self, v_name: str, g: Cluster) -> bool:
+        """Whether value `v_name` is made by group `g` or by a node depending on it."""
+        p = self.producer.get(v_name)
+        if p is None:
+            f = self.floating.get(v_name)
+            return f is not None and self.reaches(f.args[0].name, g)
+        return p is g or self.depends_on(self.deps_of[id(p)], g)
+
     def merge(self, into: Cluster, other: Cluster):
-        for b in other.ops:
-            into.ops.append(b)
+        # copies in C: a region can grow with the program and be merged again and again (GPT-2's
+        # backward puts every layer's recomputed attention probabilities in one)
+        into.ops.extend(other.ops)
         into.produced |= other.produced
         into.rdims = into.rdims or other.rdims
         self.deps_of[id(into)] |= self.deps_of[id(other)]
-        for name in other.produced:
-            self.producer[name] = into
+        self.producer.update(dict.fromkeys(other.produced, into))
         self.alive.discard(id(other))
-        for node_deps in self.deps_of.values():
-            if other.gid in node_deps:
-                node_deps.add(into.gid)
+        self.members[into.gid] |= self.members.pop(other.gid)  # not a pass over every node's mask
 
     @staticmethod
     def note_boundary(g: Cluster, code: BoundaryCode, detail: str, b: BoundSymbol):
@@ -200,7 +215,10 @@ class _Partitioner:
         for n in inputs:
             if n in self.floating:
                 self.place_floating(n, i)
-        self.deps_of[id(b)] = set().union(*(self.deps_through(n) for n in inputs)) if inputs else set()
+        deps = 0
+        for n in inputs:
+            deps |= self.deps_through(n)
+        self.deps_of[id(b)] = deps
         for n in inputs:
             p = self.producer.get(n)
             if isinstance(p, Cluster):
@@ -220,8 +238,7 @@ class _Partitioner:
         joined = None
         for g in candidates:
             refusal = g.refuse(b) or next((g.refuse(f) for f in pulled if g.refuse(f)), None)
-            if refusal is None and g.gid in set().union(set(), *(self.deps_through(n) for n in reads
-                                                                 if n not in g.produced)):
+            if refusal is None and any(self.reaches(n, g) for n in reads if n not in g.produced):
                 refusal = Refusal(BoundaryCode.OUTPUT_NEEDED, "joining would make a cycle through another op")
             if refusal is not None:
                 self.note_boundary(g, refusal.code, f"{b.sym.name}: {refusal.reason}", b)
@@ -229,7 +246,8 @@ class _Partitioner:
             if joined is None:
                 joined = g
             elif (joined.domain == g.domain and (joined.rdims is None or g.rdims is None or joined.rdims == g.rdims)
-                  and g.gid not in self.deps_of[id(joined)] and joined.gid not in self.deps_of[id(g)]):
+                  and not self.depends_on(self.deps_of[id(joined)], g)
+                  and not self.depends_on(self.deps_of[id(g)], joined)):
                 self.merge(joined, g)  # e.g. two chains reading one input, combined here
         return joined
 
@@ -242,7 +260,8 @@ class _Partitioner:
             joined = _new_group_for(len(self.groups), ex, b)
             self.groups.append(joined)
             self.alive.add(id(joined))
-            self.deps_of[id(joined)] = set()
+            self.members[joined.gid] = 1 << joined.gid
+            self.deps_of[id(joined)] = 0
             self.order.append((i, joined))
         for f in pulled:
             self.floating.pop(f.outputs[0].name, None)

@@ -29,10 +29,11 @@ def _bytes(v: Value) -> int:
     return hint(v.numel()) * v.dtype.itemsize  # a dynamic program's at the example's sizes: no guard
 
 
-def _cone(v: Value, producer: dict[str, BoundSymbol],
-          stop: set[str]) -> tuple[list[BoundSymbol], dict[str, Value]] | None:
-    """(cheap ops that make `v`, in any order; the values they read that are anchors), or
-    None when `v` is not made by cheap ops within MAX_CONE."""
+def _cone(v: Value, producer: dict[str, BoundSymbol], keep: set[str],
+          inputs: set[str]) -> tuple[list[BoundSymbol], dict[str, Value]] | None:
+    """(cheap ops that make `v`, in any order; the values they read that are anchors: inputs,
+    values in `keep` but `v`, values of ops that are not cheap), or None when `v` is not made
+    by cheap ops within MAX_CONE."""
     ops: dict[int, BoundSymbol] = {}  # id -> op
     anchors: dict[str, Value] = {}
     todo, seen = [v], set()
@@ -42,7 +43,8 @@ def _cone(v: Value, producer: dict[str, BoundSymbol],
             continue
         seen.add(x.name)
         b = producer.get(x.name)
-        if x is not v and (x.name in stop or b is None or not _cheap(b)):
+        stop = x.name in inputs or (x.name in keep and x.name != v.name)
+        if x is not v and (stop or b is None or not _cheap(b)):
             anchors[x.name] = x
             continue
         if b is None or not _cheap(b) or len(ops) >= MAX_CONE:
@@ -64,7 +66,7 @@ def recompute(forward: list[BoundSymbol], backward: list[BoundSymbol], saved: li
     for v in sorted(saved, key=_bytes, reverse=True):
         if v.name in inputs or v.name not in keep:
             continue
-        found = _cone(v, producer, (keep - {v.name}) | inputs)
+        found = _cone(v, producer, keep, inputs)  # not a copy of `keep` per value: they are many
         if found is None:
             continue
         ops, anchors = found

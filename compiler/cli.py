@@ -73,6 +73,12 @@ def render(report, stage: str = "execution") -> str:
         out += _render_program(program, stage, report.peaks)
     if report.training is not None:
         out += _render_training(report.training)
+    if report.collectives:
+        out.append("\n-- collectives --")
+        for c in report.collectives:
+            where = f"  {os.path.basename(c.file)}:{c.line}" if c.file else f"  ({c.kind}, run by DDP's hooks)"
+            out.append(f"  {c.program:<8} {c.region or '-':<6} {c.op} {format_bytes(c.bytes)} "
+                       f"over {c.group_size} ranks{where}")
     if report.fallbacks:
         out.append("\n-- fell back to torch --")
         for f in report.fallbacks:

@@ -103,3 +103,41 @@ def unsupported_wrapping(fn) -> str | None:
         return ("the module's parameters are DTensors (tensor parallel), which FusionLens does not compile yet: "
                 "calls run eagerly")
     return None
+
+
+# --- as the report lists them ----------------------------------------------------------------
+
+_SENT = {"all_gather_into_tensor": "input_tensor", "reduce_scatter_tensor": "input", "all_to_all_single": "input"}
+
+
+def op_name(symbol: str) -> str:
+    """The collective's name from its symbol's (dist_all_reduce_1, op_all_reduce -> all_reduce)."""
+    name = symbol.rsplit(".", 1)[-1]
+    for prefix in ("dist_", "op_"):
+        name = name.removeprefix(prefix)
+    head, _, tail = name.rpartition("_")
+    return head if tail.isdigit() and head else name
+
+
+def sent(symbol: str, args: tuple, kwargs: dict):
+    """The argument whose elements each rank sends in (the input, not the output it writes)."""
+    key = _SENT.get(op_name(symbol))
+    if key is not None and key in kwargs:
+        return kwargs[key]
+    return next((x for x in (*args, *kwargs.values()) if hasattr(x, "dtype") and hasattr(x, "shape")), None)
+
+
+def group_size(args: tuple, kwargs: dict) -> int:
+    """How many ranks take part: the group's size (the default group's where none is given)."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        return 1
+    group = kwargs.get("group")
+    if isinstance(group, dist.ProcessGroup):
+        return dist.get_world_size(group)
+    if len(args) > 2 and isinstance(args[2], str):  # a functional collective's group name
+        try:
+            return dist.get_world_size(dist.distributed_c10d._resolve_process_group(args[2]))
+        except Exception:  # noqa: BLE001 - a name this torch resolves otherwise: the world's
+            pass
+    return dist.get_world_size()

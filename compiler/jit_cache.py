@@ -126,6 +126,8 @@ class JitFunction:
             entry = self._dynamic_entry(key, args, kwargs)
             if entry is None:
                 entry = self._compile(key, args, kwargs, *self._dynamic(key, args, kwargs))
+                if self.wrapper is not None:  # DDP's gradient all-reduces, run by its reducer's hooks
+                    entry.report.collectives += _ddp_buckets(self.wrapper)
                 if entry.compiled.guards is not None:
                     self.symbolic.setdefault(_erased(key), []).append(entry)
             if len(self.cache) >= self.max_entries:  # forget the oldest signature
@@ -252,6 +254,17 @@ def _ddp_call(ddp, call, args, kwargs):
             with ddp._inside_ddp_forward():
                 output = call(*args, **kwargs)
         return ddp._post_forward(output)
+
+
+def _ddp_buckets(ddp) -> list[R.Collective]:
+    """The all-reduce of each of DDP's gradient buckets, in the backward (DDP's own logging data
+    has their sizes; the buckets are rebuilt after the first step, in the order gradients came)."""
+    try:
+        sizes = [int(s) for s in str(ddp._get_ddp_logging_data().get("bucket_sizes", "")).split(",") if s.strip()]
+    except Exception:  # noqa: BLE001 - a DDP without logging data: nothing to list
+        return []
+    group = ddp.process_group.size() if ddp.process_group is not None else 1
+    return [R.Collective("all_reduce", "ddp-bucket", size, group, "backward") for size in sizes]
 
 
 def _with_states(traced: frontend.TraceResult, result, args, kwargs):

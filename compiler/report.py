@@ -184,6 +184,21 @@ class Region:
 
 
 @dataclass
+class Collective:
+    """A collective the program runs on torch.distributed: traced at the user's line, or run
+    by the engine's own hooks (DDP's gradient buckets), listed so a report shows every one."""
+
+    op: str  # all_reduce, all_gather_into_tensor, reduce_scatter_tensor, broadcast, all_to_all_single, ...
+    kind: str  # "traced" (a symbol of the program) | "ddp-bucket" (DDP's reducer, in the backward)
+    bytes: int  # what each rank sends in: the tensor it reduces or gathers from
+    group_size: int
+    program: str = "forward"  # the program that runs it (a report.PROGRAM_KINDS entry)
+    region: str = ""  # the region that runs it ("" where a hook does)
+    file: str | None = None
+    line: int | None = None
+
+
+@dataclass
 class OpRecord:
     """One traced torch-level op: where it came from and where it went."""
 
@@ -330,6 +345,7 @@ class CompileReport:
     diagnostics: list[Diagnostic] = field(default_factory=list)
     signature: list[str] = field(default_factory=list)  # assumptions the trace specialised on
     guards: list[str] = field(default_factory=list)  # a dynamic program's: what each call's sizes must satisfy
+    collectives: list[Collective] = field(default_factory=list)  # torch.distributed communication, in order
     device: str = "cpu"
     device_name: str = "CPU"
     versions: dict[str, str] = field(default_factory=dict)

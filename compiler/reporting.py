@@ -16,9 +16,9 @@ import platform
 
 import torch
 
-from compiler import cost, passes, report as R, roofline, timing
-from compiler.ir import distinct_lines, format_call
-from compiler.sizes import dim_text
+from compiler import collectives, cost, passes, report as R, roofline, timing
+from compiler.ir import OpTag, distinct_lines, format_call
+from compiler.sizes import dim_text, hint
 
 
 def _version(dist: str) -> str | None:
@@ -93,6 +93,22 @@ def error_report(e: Exception, target: R.Target, executors) -> R.CompileReport:
     message = getattr(e, "message", None) or f"{type(e).__name__}: {e}"
     return R.CompileReport(target=target, status="error", executors=list(executors or []),
                            error=R.Diagnostic("error", message, file, line), versions=versions())
+
+
+def _collectives(c) -> list[R.Collective]:
+    """The collectives each program's regions run (OpTag.COLLECTIVE), with their user lines."""
+    out = []
+    for p in c.programs:
+        for r in p.plan.regions:
+            for b in r.bsyms:
+                if OpTag.COLLECTIVE in b.sym.tags:
+                    sent = collectives.sent(b.sym.name, b.args, b.kwargs)
+                    nbytes = int(hint(sent.numel())) * sent.dtype.itemsize if sent is not None else 0
+                    where = b.provenance
+                    out.append(R.Collective(collectives.op_name(b.sym.name), "traced", nbytes,
+                                            collectives.group_size(b.args, b.kwargs), p.kind, r.id,
+                                            where.file if where else None, where.line if where else None))
+    return out
 
 
 def _guards(c) -> list[str]:
@@ -220,6 +236,7 @@ def assemble(c, target: R.Target, checked: list[R.Diagnostic], measured=None,
     return R.CompileReport(
         target=target, executors=c.executors, programs=[_program(p, measured, gpu, estimate) for p in c.programs],
         training=_training(c, measured), ops=_ops(c), fallbacks=fallbacks, diagnostics=diagnostics,
-        signature=list(c.traced.trace.signature), guards=_guards(c), device=str(c.device),
+        signature=list(c.traced.trace.signature), guards=_guards(c), collectives=_collectives(c),
+        device=str(c.device),
         device_name=timing.device_name(c.device),
         versions=versions(), compile_ms=round(c.compile_ms, 3), peaks=_peaks(gpu, estimate, c.device, measured))

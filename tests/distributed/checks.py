@@ -55,6 +55,9 @@ def check_ddp():
     jfn = _train_like_eager(DDP)
     assert not jfn.cache_info()["signatures"] == [] and not any(e.eager_fallback for e in jfn.cache.values()), \
         "DDP's module runs compiled"
+    buckets = [c for c in compiler.last_report(jfn).collectives if c.kind == "ddp-bucket"]
+    params = sum(p.numel() * p.element_size() for p in _mlp().parameters())
+    assert buckets and sum(c.bytes for c in buckets) == params and buckets[0].group_size == 2, buckets
 
 
 def check_fsdp2_runs_eagerly_and_says_why():
@@ -98,6 +101,10 @@ def check_user_collectives():
     trace = compiler.last_compiled(jfn).forward.plan.trace.python()
     assert "dist_all_reduce(tensor=" in trace and f"checks.py:{line}" in trace, trace
     assert not jfn.last.eager_fallback
+    (listed,) = compiler.last_report(jfn).collectives
+    assert (listed.op, listed.kind, listed.bytes, listed.group_size, listed.line) == ("all_reduce", "traced", 16, 2,
+                                                                                      line), listed
+    assert listed.region and listed.file.endswith("checks.py")
 
 
 CHECKS = [check_ddp, check_user_collectives, check_fsdp2_runs_eagerly_and_says_why]

@@ -8,7 +8,7 @@ import os
 import re
 import sys
 
-from compiler import roofline
+from compiler import comm_model, roofline
 from compiler.discovery import find_targets
 from compiler.options import CompileOptions
 from compiler.report import ALL_STAGES, format_bytes, format_ms
@@ -41,6 +41,13 @@ def _gpu(name: str) -> str:
     if gpu is None:
         raise argparse.ArgumentTypeError(f"unknown GPU {name!r} (known: {', '.join(roofline.names())})")
     return gpu.name
+
+
+def _cluster(spec: str) -> str:
+    try:
+        return comm_model.parse_cluster(spec).name
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from e
 
 
 def _table(rows, headers) -> str:
@@ -77,8 +84,9 @@ def render(report, stage: str = "execution") -> str:
         out.append("\n-- collectives --")
         for c in report.collectives:
             where = f"  {os.path.basename(c.file)}:{c.line}" if c.file else f"  ({c.kind}, run by DDP's hooks)"
+            est = f"   {c.estimate}" if c.estimate else ""
             out.append(f"  {c.program:<8} {c.region or '-':<6} {c.op} {format_bytes(c.bytes)} "
-                       f"over {c.group_size} ranks{where}")
+                       f"over {c.group_size} ranks{where}{est}")
     if report.fallbacks:
         out.append("\n-- fell back to torch --")
         for f in report.fallbacks:
@@ -171,6 +179,9 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--gpu", type=_gpu, default=None, metavar="NAME",
                    help="the GPU rooflines are estimated for where none runs (default: $FUSIONLENS_GPU or "
                         f"{roofline.DEFAULT_TARGET}; known: {', '.join(roofline.names())})")
+    c.add_argument("--cluster", type=_cluster, default=None, metavar="SPEC",
+                   help="estimate each collective on this cluster (8xH100, 64x8xH100; docs/comm_model.md), "
+                        "as FUSIONLENS_CLUSTER does")
     c.add_argument("--profile", action="store_true",
                    help="run each region inside a profiler range named after its first user line "
                         "(record_function; NVTX on a GPU), as FUSIONLENS_PROFILE=1 does")
@@ -230,7 +241,8 @@ def _compile(args, names: list[str], options: CompileOptions) -> int:
         print(f"fusionlens: {args.file} has no @compiler.example targets", file=sys.stderr)
         return 2
     sys.path.insert(0, os.getcwd())
-    options = options.replace(profile=args.profile or options.profile, gpu=args.gpu or options.gpu)
+    options = options.replace(profile=args.profile or options.profile, gpu=args.gpu or options.gpu,
+                              cluster=args.cluster or options.cluster)
     reports = [compile_target(args.file, n, options=options, benchmark=args.benchmark, repeats=args.repeats,
                               device=args.device, torch_compile=args.torch_compile, train=args.train)
                for n in names]

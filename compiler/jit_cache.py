@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from torch.utils import _pytree as pytree
 
-from compiler import api, dynamic, frontend, objects, report as R
+from compiler import api, dynamic, frontend, objects, report as R, reporting
 from compiler.dynamic import DynamicDims
 from compiler.ir import Trace
 from compiler.ops.torch_ops.fallbacks import ShapeChanged
@@ -127,7 +127,8 @@ class JitFunction:
             if entry is None:
                 entry = self._compile(key, args, kwargs, *self._dynamic(key, args, kwargs))
                 if self.wrapper is not None:  # DDP's gradient all-reduces, run by its reducer's hooks
-                    entry.report.collectives += _ddp_buckets(self.wrapper)
+                    entry.report.collectives += reporting.with_estimates(_ddp_buckets(self.wrapper),
+                                                                         self.options.cluster)
                 if entry.compiled.guards is not None:
                     self.symbolic.setdefault(_erased(key), []).append(entry)
             if len(self.cache) >= self.max_entries:  # forget the oldest signature

@@ -33,6 +33,7 @@ ENVIRONMENT: dict[str, tuple[str, Callable[[str], Any]]] = {
     "FUSIONLENS_PROFILE": ("profile", _flag),
     "FUSIONLENS_GPU": ("gpu", str.strip),
     "FUSIONLENS_VERIFY": ("verify", _flag),
+    "FUSIONLENS_CLUSTER": ("cluster", str.strip),
 }
 
 
@@ -45,6 +46,7 @@ class CompileOptions:
     gpu: str | None = None  # the target GPU of the rooflines where the program does not run on one
     check: bool = True  # compare the compiled program with eager on the example inputs
     verify: bool = False  # run compiler.verify after every stage (debug >= 1 implies it)
+    cluster: str | None = None  # the cluster collectives are estimated on (comm_model: 8xH100, 64x8xH100)
 
     @property
     def verifying(self) -> bool:

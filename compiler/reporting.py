@@ -16,7 +16,7 @@ import platform
 
 import torch
 
-from compiler import collectives, cost, passes, report as R, roofline, timing
+from compiler import collectives, comm_model, cost, passes, report as R, roofline, timing
 from compiler.ir import OpTag, distinct_lines, format_call
 from compiler.sizes import dim_text, hint
 
@@ -109,6 +109,18 @@ def _collectives(c) -> list[R.Collective]:
                                             collectives.group_size(b.args, b.kwargs), p.kind, r.id,
                                             where.file if where else None, where.line if where else None))
     return out
+
+
+def with_estimates(found: list[R.Collective], cluster: str | None) -> list[R.Collective]:
+    """Each collective estimated on `cluster` (compiler/comm_model.py), over its whole world: what
+    the communication of this program would cost there, by the algorithm NCCL would pick."""
+    if not cluster or not found:
+        return found
+    target = comm_model.parse_cluster(cluster)
+    for c in found:
+        e = comm_model.estimate(c.op, c.bytes, target.world, target)
+        c.estimate, c.estimate_ms = comm_model.describe(e, target), round(e.ms, 6)
+    return found
 
 
 def _guards(c) -> list[str]:
@@ -236,7 +248,8 @@ def assemble(c, target: R.Target, checked: list[R.Diagnostic], measured=None,
     return R.CompileReport(
         target=target, executors=c.executors, programs=[_program(p, measured, gpu, estimate) for p in c.programs],
         training=_training(c, measured), ops=_ops(c), fallbacks=fallbacks, diagnostics=diagnostics,
-        signature=list(c.traced.trace.signature), guards=_guards(c), collectives=_collectives(c),
+        signature=list(c.traced.trace.signature), guards=_guards(c),
+        collectives=with_estimates(_collectives(c), c.options.cluster),
         device=str(c.device),
         device_name=timing.device_name(c.device),
         versions=versions(), compile_ms=round(c.compile_ms, 3), peaks=_peaks(gpu, estimate, c.device, measured))

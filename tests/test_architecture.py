@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parents[1]
 # package stands for every module in it. Within a layer, the module graph must be acyclic.
 LAYERS = [
     ["compiler.report", "compiler.discovery", "compiler.options"],  # contracts: the report, discovery, options
-    ["compiler.roofline"],  # the GPU peaks table and roofline arithmetic: no torch, like the contracts
+    ["compiler.roofline", "compiler.comm_model"],  # peaks and link tables, their arithmetic: no torch  # the GPU peaks table and roofline arithmetic: no torch, like the contracts
     ["compiler.provenance", "compiler.symbols", "compiler.sizes"],  # symbols: torch's ShapeEnv only (sympy: dynamic programs)
     ["compiler.ir", "compiler.program_calls"],  # program_calls: what a printed program calls (torch only)
     ["compiler.interpret"],  # the op-by-op interpreter every executor is compared with

@@ -58,6 +58,8 @@ def check_ddp():
     buckets = [c for c in compiler.last_report(jfn).collectives if c.kind == "ddp-bucket"]
     params = sum(p.numel() * p.element_size() for p in _mlp().parameters())
     assert buckets and sum(c.bytes for c in buckets) == params and buckets[0].group_size == 2, buckets
+    estimated = compiler.reporting.with_estimates(list(buckets), "64x8xH100")
+    assert all(c.estimate.startswith("est ") and "on 64x8xH100" in c.estimate and c.estimate_ms > 0 for c in estimated)
 
 
 def check_fsdp2_runs_eagerly_and_says_why():

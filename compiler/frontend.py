@@ -531,8 +531,15 @@ def _differentiable(t: torch.Tensor) -> bool:
 
 
 def _clone(x: torch.Tensor) -> torch.Tensor:
-    """A copy with the same strides (sparse and other layouts have no memory format)."""
-    return x.clone(memory_format=torch.preserve_format) if x.layout == torch.strided else x.clone()
+    """A copy with the caller's strides, exactly (torch's overlap checks read them: a slice
+    cloned dense made `x[None].addcmul_(x, x)` raise where eager's call did not); an expanded
+    tensor (stride 0) and other layouts as clone makes them."""
+    if x.layout != torch.strided:
+        return x.clone()
+    if type(x) not in (torch.Tensor, torch.nn.Parameter) or x.is_contiguous() or any(
+            st == 0 and n > 1 for n, st in zip(x.shape, x.stride())):
+        return x.clone(memory_format=torch.preserve_format)
+    return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device).copy_(x)  # autograd: as clone
 
 
 def _same_values(a: torch.Tensor, b: torch.Tensor) -> bool:

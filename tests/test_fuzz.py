@@ -38,12 +38,8 @@ CUDA = torch.cuda.is_available()
 # Changing the generator (tests/fuzz/generate.py, ops.py) changes every program: rebuild the
 # table (docs/fuzzing.md says how). The seeds were found on the CPU (torch executor, Triton's
 # interpreter); on a GPU the marks are not strict.
-VIEW_OF_ITSELF = ("fuzzer: an in-place op on x[None] that reads x raises while tracing; eager allows the "
-                  "exact overlap")
 
-KNOWN: dict[tuple[str, int], tuple[tuple[str, ...], str]] = {
-    ("default", 299): (("raises:CompileError",), VIEW_OF_ITSELF),
-}
+KNOWN: dict[tuple[str, int], tuple[tuple[str, ...], str]] = {}  # none left: the fuzzer's finds are fixed
 
 
 class KnownFailure(AssertionError):

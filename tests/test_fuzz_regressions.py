@@ -401,3 +401,19 @@ def test_an_expanded_input_updated_in_place_is_written_back_as_eager_writes_it()
         compiled, eager = base.clone().expand(2, 1, 3), base.clone().expand(2, 1, 3)
         torch.testing.assert_close(jfn(compiled), fn(eager))
         torch.testing.assert_close(compiled, eager)
+
+
+def test_an_update_of_a_view_of_a_strided_input_that_reads_the_input_traces_as_eager_runs_it():
+    # fuzz default-299: the input traced on a dense copy tripped torch's overlap check for
+    # x[None].addcmul_(x, x), which eager's strided input passes: copies keep the strides
+    def fn(x):
+        t = x[None]
+        t.addcmul_(x, x, value=0.5)
+        return t
+
+    jfn = compiler.jit(fn, executors=["torch"])
+    for _ in range(3):
+        base = torch.randn(2, 2)
+        compiled, eager = base.clone()[..., ::2], base.clone()[..., ::2]
+        torch.testing.assert_close(jfn(compiled), fn(eager))
+        torch.testing.assert_close(compiled, eager)

@@ -34,7 +34,7 @@ LAYERS = [
     ["compiler.pipeline"],
     ["compiler.checking", "compiler.timing"],
     ["compiler.benchmark"],
-    ["compiler.reporting"],
+    ["compiler.reporting", "compiler.chrome_trace"],  # chrome_trace: a report as trace events
     ["compiler.api"],
     ["compiler.jit_cache"],
     ["compiler.targets"],

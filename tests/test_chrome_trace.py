@@ -1,0 +1,52 @@
+"""The Chrome Trace Event file of a report (compiler/chrome_trace.py): every slice has the
+fields Perfetto and chrome://tracing read, one slice a region per program, in order."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import torch
+
+from compiler import chrome_trace
+from compiler.targets import compile_target
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _check_format(trace: dict) -> list[dict]:
+    assert trace["displayTimeUnit"] == "ms"
+    slices = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    for e in trace["traceEvents"]:
+        assert {"name", "ph", "pid", "tid"} <= set(e), e
+    for e in slices:
+        assert {"name", "ph", "ts", "dur", "pid", "tid", "args"} <= set(e), e
+        assert isinstance(e["ts"], float | int) and e["dur"] >= 0
+    return slices
+
+
+def test_a_training_target_has_a_track_a_program_and_a_slice_a_region(tmp_path):
+    with torch.random.fork_rng():
+        report = compile_target(os.path.join(ROOT, "examples", "train_gpt.py"), "gpt_loss_example", executors=["torch"],
+                                benchmark=True, repeats=2)
+    path = tmp_path / "trace.json"
+    chrome_trace.write([report], str(path))
+    trace = json.loads(path.read_text())
+    slices = _check_format(trace)
+    names = {e["tid"]: e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "thread_name"}
+    assert sorted(names.values()) == ["backward program", "forward program"]
+    for tid, program in enumerate(report.programs, 1):
+        mine = [e for e in slices if e["tid"] == tid]
+        assert [e["name"].split(" ")[0] for e in mine] == [r.id for r in program.regions]
+        assert all(b["ts"] >= a["ts"] + a["dur"] - 1e-3 for a, b in zip(mine, mine[1:]))  # in order, no overlap
+    first = next(e for e in slices if e["tid"] == 1)
+    assert first["name"].startswith("R0 ") and ".py:" in first["name"]
+    assert first["args"]["duration"] == "measured median"
+    assert "ops" in first["args"] and "bytes" in first["args"]
+
+
+def test_an_unmeasured_region_lasts_its_roofline_estimate():
+    report = compile_target(os.path.join(ROOT, "examples", "mlp.py"), "mlp_example", executors=["torch"], benchmark=False)
+    slices = _check_format(json.loads(chrome_trace.to_json([report])))
+    assert slices and all("roofline estimate on" in e["args"]["duration"] for e in slices)
+    assert sum(e["dur"] for e in slices) > 0

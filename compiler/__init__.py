@@ -14,16 +14,24 @@
 from compiler.report import CompileReport  # noqa: F401
 
 
-def example(fn=None, *, train: bool = False):
+def example(fn=None, *, train: bool = False, nproc: int | None = None):
     """Mark `fn` as a compile target. `fn()` returns (callable, args) or (callable, args, kwargs).
     `@example(train=True)`: a training target (the callable usually returns a loss); its
     backward is compiled too, and the report has a `backward` section.
+    `@example(nproc=2)`: a distributed target. `fusionlens compile` launches that many ranks
+    (torch.distributed.run); `fn()` runs on every rank once the process group is initialised
+    (gloo on a CPU, NCCL on GPUs) and may return a DistributedDataParallel model. A literal int:
+    tools read it from the source.
 
     The decorator changes nothing at run time; tools find it by parsing the source (ast).
     """
+    if nproc is not None and (type(nproc) is not int or nproc < 1):
+        raise ValueError(f"@compiler.example(nproc=...) takes a number of ranks >= 1, not {nproc!r}")
+
     def mark(f):
         f.__fusionlens_example__ = True
         f.__fusionlens_train__ = train
+        f.__fusionlens_nproc__ = nproc
         return f
     return mark if fn is None else mark(fn)
 

@@ -8,10 +8,10 @@ import os
 import re
 import sys
 
-from compiler import comm_model, roofline
-from compiler.discovery import find_targets
+from compiler import comm_model, launch, roofline
+from compiler.discovery import TargetInfo, find_targets
 from compiler.options import CompileOptions
-from compiler.report import ALL_STAGES, format_bytes, format_ms
+from compiler.report import ALL_STAGES, CompileReport, format_bytes, format_ms
 from compiler.targets import compile_target
 
 
@@ -50,6 +50,12 @@ def _cluster(spec: str) -> str:
         raise argparse.ArgumentTypeError(str(e)) from e
 
 
+def _nproc(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"a number of ranks >= 1, not {text!r}")
+    return int(text)
+
+
 def _table(rows, headers) -> str:
     widths = [max(len(str(r[i])) for r in [headers] + rows) for i in range(len(headers))]
     fmt = "  ".join(f"{{:<{w}}}" for w in widths)
@@ -85,8 +91,10 @@ def render(report, stage: str = "execution") -> str:
         for c in report.collectives:
             where = f"  {os.path.basename(c.file)}:{c.line}" if c.file else f"  ({c.kind}, run by DDP's hooks)"
             est = f"   {c.estimate}" if c.estimate else ""
+            t = c.time_ms
+            took = f"   {_fmt(t.max)} slowest rank (min {_fmt(t.min)}, median {_fmt(t.median)})" if t else ""
             out.append(f"  {c.program:<8} {c.region or '-':<6} {c.op} {format_bytes(c.bytes)} "
-                       f"over {c.group_size} ranks{where}{est}")
+                       f"over {c.group_size} ranks{where}{took}{est}")
     if report.fallbacks:
         out.append("\n-- fell back to torch --")
         for f in report.fallbacks:
@@ -96,10 +104,26 @@ def render(report, stage: str = "execution") -> str:
         for d in report.diagnostics:
             where = f"{os.path.basename(d.file)}:{d.line}: " if d.file else ""
             out.append(f"  {d.severity}: {where}{d.message}")
-    out += _render_timings(report.forward.timings, "whole program")
+    out += _render_timings(report.forward.timings, "whole program" + (", rank 0" if report.ranks else ""))
     if report.training is not None:
-        out += _render_timings(report.training.step, "training step: forward + backward")
+        out += _render_timings(report.training.step, "training step: forward + backward"
+                               + (", rank 0" if report.ranks else ""))
+    if report.ranks:
+        out += _render_ranks(report.ranks)
     return "\n".join(out)
+
+
+def _render_ranks(ranks) -> list[str]:
+    """A launch's ranks: where each ran and its times, so a straggler stands out."""
+    rows = []
+    for r in ranks:
+        tm, step = r.timings, r.step
+        rows.append([str(r.rank), r.device, _fmt(r.compile_ms),
+                     _fmt(tm.compiled.median_ms if tm and tm.compiled else None),
+                     _fmt(tm.eager.median_ms if tm and tm.eager else None),
+                     _fmt(step.compiled.median_ms if step and step.compiled else None)])
+    return [f"\n-- ranks ({len(ranks)}) --",
+            _table(rows, ["rank", "device", "compile", "compiled", "eager", "training step"])]
 
 
 _HEADING = {"forward": "", "backward": "backward "}
@@ -121,11 +145,16 @@ def _render_program(program, stage: str, peaks) -> list[str]:
         rows.append([r.id, r.executor, ops if len(ops) <= 48 else ops[:45] + "...", _lines(r),
                      _fmt(tm.median_ms if tm else None), _fmt(tm.eager_median_ms if tm else None),
                      _roofline(r.roofline), r.boundary.reason if r.boundary else ""])
+        if tm is not None and tm.slowest_ms is not None:  # a launch on N ranks: the straggler's time
+            rows[-1].insert(5, f"{_fmt(tm.slowest_ms)} (rank {tm.slowest_rank})")
     where = f"on {peaks.device}{', est.' if peaks.estimate else ''}" if peaks else ""
     lines = "user lines" if program.kind == "forward" else "differentiates lines"
     out.append(f"\n-- {heading}regions ({len(program.regions)}) --")
-    out.append(_table(rows, ["region", "executor", "ops", lines, "time", "eager", f"roofline {where}".strip(),
-                             "ends because"]))
+    headers = ["region", "executor", "ops", lines, "time", "eager", f"roofline {where}".strip(), "ends because"]
+    if any(len(row) > len(headers) for row in rows):
+        headers.insert(5, "slowest rank")
+        rows = [row if len(row) > len(headers) - 1 else row[:5] + ["-"] + row[5:] for row in rows]
+    out.append(_table(rows, headers))
     for p in program.previews:
         n = len(p.regions)
         out.append(f"\n-- where {p.executor} can run (not here: {p.reason}), its {heading}program would fuse "
@@ -176,6 +205,10 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--train", action="store_true",
                    help="compile every target for training (forward and backward), not only train=True ones")
     c.add_argument("--device", default="auto", help="auto, cpu or cuda")
+    c.add_argument("--nproc", type=_nproc, default=None, metavar="N",
+                   help="run every target on N ranks (torch.distributed.run; gloo on a CPU, NCCL on GPUs) and "
+                        "print one report merged over them; a target marked @compiler.example(nproc=N) runs on "
+                        "its N ranks without it")
     c.add_argument("--gpu", type=_gpu, default=None, metavar="NAME",
                    help="the GPU rooflines are estimated for where none runs (default: $FUSIONLENS_GPU or "
                         f"{roofline.DEFAULT_TARGET}; known: {', '.join(roofline.names())})")
@@ -218,7 +251,7 @@ def main(argv=None) -> int:
         return 1
     if args.command == "list":
         for t in targets:
-            print(f"{args.file}:{t.line}: {t.name}")
+            print(f"{args.file}:{t.line}: {t.name}" + (f" ({t.nproc} ranks)" if t.nproc else ""))
         return 0
     options = CompileOptions.from_env(executors=args.executors)
     if args.command == "repro":
@@ -226,10 +259,11 @@ def main(argv=None) -> int:
 
         sys.path.insert(0, os.getcwd())
         return repro.cli(args.file, args.target, args.region, args.output, options, args.device, args.train)
-    return _compile(args, [t.name for t in targets], options)
+    return _compile(args, targets, options)
 
 
-def _compile(args, names: list[str], options: CompileOptions) -> int:
+def _compile(args, targets: list[TargetInfo], options: CompileOptions) -> int:
+    names = [t.name for t in targets]
     if args.target:
         missing = [n for n in args.target if n not in names]
         if missing:
@@ -243,7 +277,19 @@ def _compile(args, names: list[str], options: CompileOptions) -> int:
     sys.path.insert(0, os.getcwd())
     options = options.replace(profile=args.profile or options.profile, gpu=args.gpu or options.gpu,
                               cluster=args.cluster or options.cluster)
-    reports = [compile_target(args.file, n, options=options, benchmark=args.benchmark, repeats=args.repeats,
+    nprocs = {t.name: args.nproc or t.nproc for t in targets}
+    groups: dict[int, list[str]] = {}
+    for n in names:
+        if (nproc := nprocs[n]) is not None:
+            groups.setdefault(nproc, []).append(n)
+    found: dict[str, CompileReport] = {}
+    for nproc, group in groups.items():  # distributed targets: each group on its ranks
+        launched = launch.launch(args.file, group, _settings(args), nproc)
+        if not launched.reports:
+            return _launch_failed(args, launched)
+        found.update(zip(group, launched.reports))
+    reports = [found[n] if n in found else
+               compile_target(args.file, n, options=options, benchmark=args.benchmark, repeats=args.repeats,
                               device=args.device, torch_compile=args.torch_compile, train=args.train)
                for n in names]
     if args.json:
@@ -253,9 +299,27 @@ def _compile(args, names: list[str], options: CompileOptions) -> int:
         print("\n\n".join(render(r, args.stage) for r in reports))
     failed = [r for r in reports if r.status != "ok"]
     for r in failed:
-        e = r.error
-        print(f"{e.file}:{e.line}: error: {e.message}", file=sys.stderr)
+        if (e := r.error) is not None:
+            print(f"{e.file}:{e.line}: error: {e.message}", file=sys.stderr)
     return 1 if failed else 0
+
+
+def _settings(args) -> launch.Settings:
+    return launch.Settings(args.benchmark, args.repeats, args.device, args.torch_compile, args.train,
+                           args.executors, args.profile, args.gpu, args.cluster)
+
+
+def _launch_failed(args, launched: launch.Launched) -> int:
+    """A launch whose rank failed: that rank's report (its error at the user's line), else what
+    the launcher said (a rank that died without writing one)."""
+    report = launched.failure
+    if report is None:
+        print(f"fusionlens: the ranks failed:\n{launched.output[-4000:]}", file=sys.stderr)
+        return 1
+    print(json.dumps(report.to_dict(), indent=2) if args.json else render(report, args.stage))
+    if (e := report.error) is not None:
+        print(f"{e.file}:{e.line}: error: rank {launched.failed_rank}: {e.message}", file=sys.stderr)
+    return 1
 
 
 if __name__ == "__main__":

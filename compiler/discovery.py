@@ -25,6 +25,7 @@ class TargetInfo:
     decorator_line: int
     return_line: int  # its last `return` (where a wrong return value is written), else the `def`
     train: bool = False  # @compiler.example(train=True): compiled for training, backward included
+    nproc: int | None = None  # @compiler.example(nproc=2): a distributed target, run on that many ranks
 
 
 def _dotted(node: ast.AST) -> str:
@@ -37,6 +38,15 @@ def _dotted(node: ast.AST) -> str:
     return ""
 
 
+def _keyword(dec: ast.AST, name: str):
+    """The constant value of the decorator's keyword `name` (`@example(train=True)`), else None."""
+    if isinstance(dec, ast.Call):
+        for k in dec.keywords:
+            if k.arg == name and isinstance(k.value, ast.Constant):
+                return k.value.value
+    return None
+
+
 def find_targets(source: str, filename: str = "<unknown>") -> list[TargetInfo]:
     """Top-level functions decorated as examples. Raises SyntaxError on bad source."""
     tree = ast.parse(source, filename=filename)
@@ -47,11 +57,12 @@ def find_targets(source: str, filename: str = "<unknown>") -> list[TargetInfo]:
         for dec in node.decorator_list:
             if _dotted(dec) in _MARKERS:
                 returns = [n.lineno for n in ast.walk(node) if isinstance(n, ast.Return)]
-                train = isinstance(dec, ast.Call) and any(
-                    k.arg == "train" and isinstance(k.value, ast.Constant) and k.value.value is True
-                    for k in dec.keywords)
+                train = _keyword(dec, "train") is True
+                nproc = _keyword(dec, "nproc")
+                nproc = nproc if type(nproc) is int and nproc >= 1 else None
                 targets.append(TargetInfo(node.name, node.lineno, node.end_lineno or node.lineno,
-                                          node.col_offset, dec.lineno, max(returns, default=node.lineno), train))
+                                          node.col_offset, dec.lineno, max(returns, default=node.lineno), train,
+                                          nproc))
                 break
     return targets
 

@@ -7,7 +7,6 @@
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,6 +14,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from compiler import api, dynamic, frontend, objects, report as R, reporting
+from compiler.ddp import buckets as _ddp_buckets, call as _ddp_call, is_ddp as _is_ddp
 from compiler.dynamic import DynamicDims
 from compiler.ir import Trace
 from compiler.ops.torch_ops.fallbacks import ShapeChanged
@@ -234,38 +234,6 @@ class JitFunction:
         self.first_seen.clear()
         self.hits = self.misses = self.compiles = 0
         self.last = None
-
-
-def _is_ddp(fn) -> bool:
-    parallel = sys.modules.get("torch.nn.parallel")  # imported with torch; DDP itself only if used
-    return parallel is not None and isinstance(fn, parallel.DistributedDataParallel)
-
-
-def _ddp_call(ddp, call, args, kwargs):
-    """DDP's own forward (torch/nn/parallel/distributed.py) with the compiled module in it: its
-    buffer broadcast and bucket rebuild before, and after, prepare_for_backward, which readies
-    the backward's gradient all-reduces (a program that skipped it trained each rank on its own
-    gradients from the second step). DDP communicates as it does eagerly: its reducer's hooks
-    fire as the compiled backward accumulates each parameter's gradient."""
-    with torch.autograd.profiler.record_function("DistributedDataParallel.forward"):
-        args, kwargs = ddp._pre_forward(*args, **kwargs)
-        if ddp._delay_all_reduce_all_params or ddp._use_python_reducer:
-            output = call(*args, **kwargs)
-        else:
-            with ddp._inside_ddp_forward():
-                output = call(*args, **kwargs)
-        return ddp._post_forward(output)
-
-
-def _ddp_buckets(ddp) -> list[R.Collective]:
-    """The all-reduce of each of DDP's gradient buckets, in the backward (DDP's own logging data
-    has their sizes; the buckets are rebuilt after the first step, in the order gradients came)."""
-    try:
-        sizes = [int(s) for s in str(ddp._get_ddp_logging_data().get("bucket_sizes", "")).split(",") if s.strip()]
-    except Exception:  # noqa: BLE001 - a DDP without logging data: nothing to list
-        return []
-    group = ddp.process_group.size() if ddp.process_group is not None else 1
-    return [R.Collective("all_reduce", "ddp-bucket", size, group, "backward") for size in sizes]
 
 
 def _with_states(traced: frontend.TraceResult, result, args, kwargs):

@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 # 2: regions[].cost and .roofline, previews' regions alike, peaks; 3: backward;
-# 4: programs (forward, backward) each with traces, regions and previews; training; codes
-SCHEMA_VERSION = 4
+# 4: programs (forward, backward) each with traces, regions and previews; training; codes;
+# 5: ranks (a launch on N ranks), collectives[].time_ms, regions[].timing.slowest_ms/_rank
+SCHEMA_VERSION = 5
 
 # The kinds of program a compile makes, in the order CompileReport.programs lists them.
 PROGRAM_KINDS = ("forward", "backward")
@@ -112,6 +113,8 @@ class RegionTiming:
     median_ms: float | None = None
     eager_median_ms: float | None = None  # the same ops run one by one through torch
     spread_ms: float | None = None
+    slowest_ms: float | None = None  # a launch on N ranks: the largest median_ms of any rank
+    slowest_rank: int | None = None  # which rank that was (a straggler)
 
 
 @dataclass
@@ -198,6 +201,30 @@ class Collective:
     line: int | None = None
     estimate: str = ""  # on CompileOptions.cluster, its whole world: `est 1.2 ms on 64x8xH100 (ring)`
     estimate_ms: float | None = None
+    time_ms: RankSpread | None = None  # measured on every rank of a launch (None outside one)
+
+
+@dataclass
+class RankSpread:
+    """A time measured on every rank of a launch: its least, median and largest value, ms."""
+
+    min: float
+    median: float
+    max: float
+
+
+@dataclass
+class RankReport:
+    """One rank of a launch on N ranks (`fusionlens compile --nproc N`): where it ran and what
+    it measured there. The merged report is rank 0's with one of these per rank."""
+
+    rank: int
+    device: str
+    compile_ms: float | None = None
+    timings: ProgramTimings | None = None  # the forward program against eager, on this rank
+    step: ProgramTimings | None = None  # a training step, on this rank
+    region_ms: dict[str, float | None] = field(default_factory=dict)  # region id -> its median here
+    collective_ms: list[float | None] = field(default_factory=list)  # per report collective, in order
 
 
 @dataclass
@@ -353,6 +380,7 @@ class CompileReport:
     versions: dict[str, str] = field(default_factory=dict)
     compile_ms: float | None = None
     peaks: DevicePeaks | None = None  # what the rooflines are computed for
+    ranks: list[RankReport] = field(default_factory=list)  # a launch on N ranks: one entry each, in rank order
     schema_version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict[str, Any]:

@@ -108,7 +108,10 @@ def _to_device(fn, args, kwargs, device):
     import torch
     from torch.utils import _pytree as pytree
 
-    if isinstance(fn, torch.nn.Module):
+    from compiler import ddp
+
+    # a DDP wrapper stays where it was made: its reducer's buckets live on its parameters' device
+    if isinstance(fn, torch.nn.Module) and not ddp.is_ddp(fn):
         fn = fn.to(device)
     move = lambda x: x.to(device) if isinstance(x, torch.Tensor) else x  # noqa: E731
     return fn, pytree.tree_map(move, args), pytree.tree_map(move, kwargs)
@@ -226,10 +229,15 @@ def compile_target(path: str, name: str, *, source: str | None = None, executors
     and the worker build them from the command line, the settings and the environment;
     `executors`, when given, replaces theirs.
 
+    A DistributedDataParallel model (a distributed target's) compiles as compiler.jit compiles
+    it: its module is the program each rank runs, checked and timed against that module eager,
+    and the report lists DDP's gradient-bucket all-reduces, which its reducer's hooks run
+    around the program (compiler.ddp.call) in a training step.
+
     Never raises for problems in the user's code or file: the report then has
     status "error" and `error` says what happened and where.
     """
-    from compiler import api, report as R
+    from compiler import api, ddp, reporting, report as R
     from compiler.options import CompileOptions
 
     options = (options or CompileOptions.from_env()).replace(previews=True)
@@ -244,9 +252,14 @@ def compile_target(path: str, name: str, *, source: str | None = None, executors
         info = find_example(path, name, source)
         target.line, target.end_line = info.line, info.end_line
         example = load_example(path, name, source=source, device=device, train=train, info=info)
+        wrapper = example.fn if ddp.is_ddp(example.fn) else None
+        fn = wrapper.module if wrapper is not None else example.fn
         with example.context():
-            return api.compile_checked(example.fn, example.args, example.kwargs, options, name, benchmark=benchmark,
-                                       repeats=repeats, warmup=3, torch_compile=torch_compile, target=target)[1]
+            report = api.compile_checked(fn, example.args, example.kwargs, options, name, benchmark=benchmark,
+                                         repeats=repeats, warmup=3, torch_compile=torch_compile, target=target)[1]
+        if wrapper is not None and example.train:  # the backward's all-reduces, run by DDP's reducer
+            report.collectives += reporting.with_estimates(ddp.buckets(wrapper), options.cluster)
+        return report
     except TargetError as e:
         return fail(e.message, e.file, e.line, e.col)
     except api.CompileError as e:

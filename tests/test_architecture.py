@@ -21,7 +21,7 @@ LAYERS = [
     ["compiler.interpret"],  # the op-by-op interpreter every executor is compared with
     ["compiler.objects"],
     ["compiler.ops"],
-    ["compiler.arguments", "compiler.views", "compiler.collectives"],  # arguments; views; torch.distributed calls
+    ["compiler.arguments", "compiler.views", "compiler.collectives", "compiler.ddp"],  # arguments; views; torch.distributed calls; DDP around a program
     ["compiler.frontend", "compiler.dynamic"],  # dynamic: the frontend's trace again, on symbolic sizes
     ["compiler.passes"],
     ["compiler.autograd"],
@@ -38,6 +38,7 @@ LAYERS = [
     ["compiler.api"],
     ["compiler.jit_cache"],
     ["compiler.targets"],
+    ["compiler.launch"],  # N ranks of compile_target through torch.distributed.run, their reports merged
     ["compiler.repro"],  # standalone scripts of one region: runs a target like the CLI
     ["compiler.cli", "compiler.__main__", "compiler"],
 ]

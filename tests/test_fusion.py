@@ -151,7 +151,7 @@ def test_gpt_block_boundaries(fuser):
 @pytest.mark.parametrize("path", EXAMPLES, ids=os.path.basename)
 def test_every_example_fused_matches_eager(fuser, path):
     with open(path) as f:
-        names = [t.name for t in find_targets(f.read())]
+        names = [t.name for t in find_targets(f.read()) if not t.nproc]  # distributed: tests/test_launch.py
     for name in names:
         r = compile_target(path, name, executors=["testfuser", "torch"], benchmark=False)
         assert r.status == "ok", r.error

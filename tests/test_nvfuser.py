@@ -144,7 +144,8 @@ def _example_targets():
             sys.path.remove(str(path.parent))
         for name in dir(module):
             target = getattr(module, name)
-            if callable(target) and getattr(target, "__fusionlens_example__", False):
+            if callable(target) and getattr(target, "__fusionlens_example__", False) \
+                    and not getattr(target, "__fusionlens_nproc__", None):  # distributed: tests/test_launch.py
                 out.append(pytest.param(path.stem, target, id=f"{path.stem}.{name}"))
     return out
 

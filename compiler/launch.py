@@ -1,0 +1,234 @@
+"""One command for N ranks: `fusionlens compile FILE --nproc N` runs each target on N ranks.
+
+The CLI (`launch`) starts N workers through torch.distributed.run (`--standalone`); each
+worker (`python -m compiler.launch`, `main` below) initialises the process group (gloo on a
+CPU, NCCL on GPUs), compiles and benchmarks every target with compile_target, times its
+collectives, and writes its reports to a folder. After the run, `merge` makes one report per
+target: rank 0's, with `ranks` (one entry per rank) and each collective's `time_ms` over the
+ranks. A rank whose target fails writes its error and exits non-zero at once; the launcher
+then ends every rank, and `launch` returns the first failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import dataclasses
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+
+from compiler import report as R
+from compiler.options import CompileOptions
+
+# How long a rank waits in a collective for the others before giving up (seconds): a rank
+# that hangs rather than fails must not hold the launch for gloo's default of 30 minutes.
+TIMEOUT_S = float(os.environ.get("FUSIONLENS_DIST_TIMEOUT", "600"))
+
+
+@dataclass
+class Settings:
+    """What the CLI's command line says about compiling, passed on to every rank."""
+
+    benchmark: bool = True
+    repeats: int = 20
+    device: str = "auto"
+    torch_compile: bool = False
+    train: bool = False
+    executors: list[str] | None = None
+    profile: bool = False
+    gpu: str | None = None
+    cluster: str | None = None
+
+    def options(self) -> CompileOptions:
+        options = CompileOptions.from_env(executors=self.executors)
+        return options.replace(profile=self.profile or options.profile, gpu=self.gpu or options.gpu,
+                               cluster=self.cluster or options.cluster)
+
+
+@dataclass
+class Launched:
+    """What a launch gave: a merged report per target in order, or the first rank's failure."""
+
+    reports: list[R.CompileReport] = field(default_factory=list)
+    failed_rank: int | None = None
+    failure: R.CompileReport | None = None  # the failing rank's report (status "error")
+    output: str = ""  # the ranks' own output (the launcher's), for a failure no rank wrote down
+
+
+def _spread(values: list[float]) -> R.RankSpread:
+    return R.RankSpread(round(min(values), 6), round(statistics.median(values), 6), round(max(values), 6))
+
+
+def merge(reports: list[R.CompileReport]) -> R.CompileReport:
+    """One report from a target's per-rank reports (in rank order, each with its own `ranks`
+    entry, as `_measure_rank` leaves it): rank 0's, with every rank's entry, each collective's
+    time over the ranks, and each region's slowest rank."""
+    merged = copy.deepcopy(reports[0])
+    merged.ranks = [r.ranks[0] if r.ranks else R.RankReport(i, r.device, r.compile_ms)
+                    for i, r in enumerate(reports)]
+    for i, c in enumerate(merged.collectives):
+        times = [t for rank in merged.ranks if i < len(rank.collective_ms)
+                 and (t := rank.collective_ms[i]) is not None]
+        c.time_ms = _spread(times) if times else None
+    for region in merged.all_regions():
+        ranked = [(t, rank.rank) for rank in merged.ranks if (t := rank.region_ms.get(region.id)) is not None]
+        if ranked and region.timing is not None:
+            region.timing.slowest_ms, region.timing.slowest_rank = max(ranked)
+    return merged
+
+
+def _time_all_reduce(nbytes: int, device, repeats: int) -> float:
+    """The median time of an all-reduce of `nbytes` over the whole world, timed alone: what one
+    of DDP's gradient buckets costs (its reducer runs it inside the backward, where it has no
+    region of its own to time). Every rank runs the same number of them."""
+    import torch
+    import torch.distributed as dist
+
+    from compiler import timing
+
+    buffer = torch.zeros(max(nbytes // 4, 1), dtype=torch.float32, device=device)
+    dist.barrier()
+    return timing.measure(dist.all_reduce, buffer, device=device, warmup=2, repeats=repeats).median_ms
+
+
+def _measure_rank(report: R.CompileReport, rank: int, world: int, device, repeats: int) -> None:
+    """This rank's entry of `report.ranks`: its timings, its regions' medians, and per collective
+    the time of the region that runs it (a traced one) or of its all-reduce timed alone (DDP's)."""
+    region_ms = {r.id: r.timing.median_ms if r.timing else None for r in report.all_regions()}
+    collective_ms: list[float | None] = []
+    for c in report.collectives:
+        if c.region:
+            collective_ms.append(region_ms.get(c.region))
+        elif c.kind == "ddp-bucket" and c.group_size == world and repeats > 0:
+            collective_ms.append(round(_time_all_reduce(c.bytes, device, repeats), 6))
+        else:
+            collective_ms.append(None)
+    for c, t in zip(report.collectives, collective_ms):
+        c.time_ms = R.RankSpread(t, t, t) if t is not None else None
+    step = report.training.step if report.training else None
+    report.ranks = [R.RankReport(rank, report.device, report.compile_ms, report.forward.timings, step,
+                                 region_ms, collective_ms)]
+
+
+def _device(requested: str, local_rank: int, local_world: int):
+    """A rank's device: its own GPU where every rank on this machine has one (NCCL cannot share
+    a GPU between ranks), else the CPU (gloo); an explicit `cuda` is one GPU a rank regardless."""
+    import torch
+
+    if requested == "cuda" or (requested == "auto" and torch.cuda.is_available()
+                               and torch.cuda.device_count() >= local_world):
+        return torch.device("cuda", local_rank)
+    return torch.device("cpu" if requested == "auto" else requested)
+
+
+def _write(path: str, data) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(data, f)
+    os.replace(tmp, path)  # the launcher never reads half a file
+
+
+def _fail(out: str, rank: int, report: R.CompileReport) -> int:
+    _write(os.path.join(out, f"error{rank}.json"), {"time": time.time(), "report": report.to_dict()})
+    e = report.error
+    print(f"rank {rank}: {e.file}:{e.line}: error: {e.message}" if e else f"rank {rank}: failed",
+          file=sys.stderr, flush=True)
+    return 1
+
+
+def _run_rank(out: str, file: str, names: list[str], settings: Settings) -> int:
+    """A worker: compile every target on this rank and write the reports, or the first error."""
+    from datetime import timedelta
+
+    import torch
+    import torch.distributed as dist
+
+    from compiler.targets import compile_target
+
+    rank, local_rank, world, local_world = (int(os.environ[k]) for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE",
+                                                                          "LOCAL_WORLD_SIZE"))
+    device = _device(settings.device, local_rank, local_world)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo", timeout=timedelta(seconds=TIMEOUT_S))
+    try:
+        reports = []
+        for name in names:
+            report = compile_target(file, name, options=settings.options(), benchmark=settings.benchmark,
+                                    repeats=settings.repeats, device=str(device),
+                                    torch_compile=settings.torch_compile, train=settings.train)
+            if report.status != "ok":
+                return _fail(out, rank, report)
+            _measure_rank(report, rank, world, device, settings.repeats if settings.benchmark else 0)
+            reports.append(report.to_dict())
+        _write(os.path.join(out, f"rank{rank}.json"), reports)
+        return 0
+    except Exception as e:  # noqa: BLE001 - outside the user's code (it is compile_target's): say which rank
+        target = R.Target(names[0] if names else "?", os.path.abspath(file), None, None)
+        return _fail(out, rank, R.CompileReport(target, "error", R.Diagnostic(
+            "error", f"rank {rank} raised {type(e).__name__}: {e}", os.path.abspath(file))))
+    finally:
+        dist.destroy_process_group()
+
+
+def _first_failure(out: str, nproc: int) -> tuple[int, R.CompileReport] | None:
+    failures = []
+    for rank in range(nproc):
+        path = os.path.join(out, f"error{rank}.json")
+        if os.path.exists(path):
+            with open(path, encoding="utf-8") as f:
+                data = json.load(f)
+            failures.append((data["time"], rank, R.CompileReport.from_dict(data["report"])))
+    if not failures:
+        return None
+    _, rank, report = min(failures, key=lambda f: f[:2])  # the first to fail; the others failed after it
+    return rank, report
+
+
+def launch(file: str, names: list[str], settings: Settings, nproc: int) -> Launched:
+    """Run `names` of `file` on `nproc` ranks (torch.distributed.run, --standalone) and merge
+    each target's reports; or the first rank's failure."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # where `compiler` is imported from
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
+    env.setdefault("OMP_NUM_THREADS", "1")  # N ranks share the cores (torch.distributed.run says so too)
+    with tempfile.TemporaryDirectory(prefix="fusionlens-launch-") as out:
+        command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc),
+                   "--monitor-interval", "0.2", "-m", "compiler.launch", "--out", out,
+                   "--settings", json.dumps(dataclasses.asdict(settings)), os.path.abspath(file), *names]
+        run = subprocess.run(command, capture_output=True, text=True, env=env)
+        output = run.stdout + run.stderr
+        failed = _first_failure(out, nproc)
+        if failed is not None:
+            return Launched(failed_rank=failed[0], failure=failed[1], output=output)
+        try:
+            per_rank = []
+            for rank in range(nproc):
+                with open(os.path.join(out, f"rank{rank}.json"), encoding="utf-8") as f:
+                    per_rank.append([R.CompileReport.from_dict(d) for d in json.load(f)])
+        except OSError:  # a rank died without a word (killed, a crash in torch): the launcher's output says how
+            return Launched(output=output)
+    if run.returncode != 0:
+        return Launched(output=output)
+    return Launched([merge([ranks[i] for ranks in per_rank]) for i in range(len(names))], output=output)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m compiler.launch",
+                                     description="one rank of `fusionlens compile --nproc N` (started by it)")
+    parser.add_argument("--out", required=True, help="the folder each rank writes its reports to")
+    parser.add_argument("--settings", default="{}", help="a launch.Settings as JSON")
+    parser.add_argument("file")
+    parser.add_argument("names", nargs="+")
+    args = parser.parse_args(argv)
+    sys.path.insert(0, os.getcwd())  # as the CLI: the user's folder's modules import
+    return _run_rank(args.out, args.file, args.names, Settings(**json.loads(args.settings)))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

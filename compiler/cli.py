@@ -8,7 +8,7 @@ import os
 import re
 import sys
 
-from compiler import comm_model, launch, roofline
+from compiler import chrome_trace, comm_model, launch, roofline
 from compiler.discovery import TargetInfo, find_targets
 from compiler.options import CompileOptions
 from compiler.report import ALL_STAGES, CompileReport, format_bytes, format_ms
@@ -197,6 +197,8 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("file")
     c.add_argument("--target", action="append", help="only this target (repeatable)")
     c.add_argument("--json", action="store_true", help="print the CompileReport(s) as JSON")
+    c.add_argument("--trace", metavar="OUT.json", default=None,
+                   help="also write the regions as a Chrome Trace Event file (Perfetto, chrome://tracing)")
     c.add_argument("--executors", nargs="+", help="executor priority, e.g. triton torch")
     c.add_argument("--benchmark", action=argparse.BooleanOptionalAction, default=True,
                    help="measure compiled vs eager timings (default: on)")
@@ -297,6 +299,9 @@ def _compile(args, targets: list[TargetInfo], options: CompileOptions) -> int:
         print(json.dumps(data[0] if len(data) == 1 else data, indent=2))
     else:
         print("\n\n".join(render(r, args.stage) for r in reports))
+    if args.trace:
+        chrome_trace.write([r for r in reports if r.status == "ok"], args.trace)
+        print(f"fusionlens: wrote {args.trace} (open it in Perfetto or chrome://tracing)", file=sys.stderr)
     failed = [r for r in reports if r.status != "ok"]
     for r in failed:
         if (e := r.error) is not None:

@@ -50,3 +50,14 @@ def test_an_unmeasured_region_lasts_its_roofline_estimate():
     slices = _check_format(json.loads(chrome_trace.to_json([report])))
     assert slices and all("roofline estimate on" in e["args"]["duration"] for e in slices)
     assert sum(e["dur"] for e in slices) > 0
+
+
+def test_the_cli_writes_the_trace_beside_its_report(tmp_path, capsys):
+    from compiler import cli
+
+    path = tmp_path / "mlp.json"
+    code = cli.main(["compile", os.path.join(ROOT, "examples", "mlp.py"), "--target", "mlp_example",
+                     "--no-benchmark", "--executors", "torch", "--trace", str(path)])
+    assert code == 0 and "wrote" in capsys.readouterr().err
+    slices = _check_format(json.loads(path.read_text()))
+    assert slices and slices[0]["name"].startswith("R0 mlp.py:")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import torch
 from torch.utils import _pytree as pytree
 
+from compiler import objects
 from compiler.autograd import torch_rules
 from compiler.ir import OpTag
 from compiler.report import Diagnostic, DiagnosticCode
@@ -90,7 +91,7 @@ def check_program(c, inputs: list[torch.Tensor], target, call: tuple | None = No
     names = [v.name for v in c.acquired.inputs]
     mutated = c.traced.mutated
     run_on = [x.clone() if n in mutated else x for n, x in zip(names, inputs)]
-    actual = c.fn(*run_on)
+    actual = objects.resolve(c.fn(*run_on), c.traced.passed)  # the objects the call was passed, in its result
     problem = mismatch(actual, c.traced.eager_output)
     random = _is_random(c.acquired)
     judged = []

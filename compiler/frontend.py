@@ -369,7 +369,16 @@ class TraceResult:
         self.copies = copies  # the copies themselves (their ids stay theirs while they live)
         # objects passed in holding tensors (a cache): the program returns (result, their changes)
         self.states = states or []
-        self.passed = passed or []  # every object passed in (a result that holds one holds the caller's)
+        self.passed = passed or []  # every object passed in (the program's result refers to them: PassedRef)
+        self.objects_passed = len(self.passed)  # kept by release()
+
+    def release(self) -> None:
+        """Drop what only compiling and the first call need (eager's result, the copies traced
+        on, the caller's objects and tensors): a jit entry must not keep the first call's
+        tensors alive for as long as it lives (a KV cache, a batch)."""
+        self.eager_output, self.originals, self.copies = None, {}, ()
+        self.mutated = dict.fromkeys(self.mutated)  # the names stay: they say what the call updates
+        self.states, self.passed = [object()] * len(self.states), []  # how many, not which
 
     def as_the_call(self):
         """The traced run as the caller's own call: the copies' updates written into the real
@@ -453,6 +462,7 @@ def _trace(tracer: Tracer, fn, args, kwargs, originals: dict, clone) -> TraceRes
     computed = lambda t: id(t) in tracer.values and tracer.values[id(t)].role == ""  # noqa: E731
     output = pytree.tree_map(lambda leaf: leaf if isinstance(leaf, Value) else objects.template(
         leaf, tracer.to_value, computed, passed), output)
+    output = objects.refer_to_passed(output, states.objects)  # the call's own object, at each call
     changes = states.changes(lambda x: tracer.to_value(x) if isinstance(x, torch.Tensor) else
                              objects.template(x, tracer.to_value, lambda t: True, set()))
     if any(changes):  # what the call left in objects passed in is part of the result, the program's and eager's

@@ -134,9 +134,12 @@ class JitFunction:
             if len(self.cache) >= self.max_entries:  # forget the oldest signature
                 self.cache.pop(next(iter(self.cache)))
             self.cache[key] = entry
-            if entry.eager_fallback:  # tracing was this call, run eagerly: do not run the code twice
-                self.last = entry
-                return entry.compiled.traced.as_the_call()
+            if entry.eager_fallback and entry.compiled.traced.eager_output is not None:
+                self.last = entry  # tracing was this call, run eagerly: do not run the code twice
+                result = entry.compiled.traced.as_the_call()
+                entry.compiled.traced.release()
+                return result
+            entry.compiled.traced.release()
         else:
             self.hits += 1
         self.last = entry
@@ -149,7 +152,7 @@ class JitFunction:
             if len(key) == 2:  # positional tensors only: they are the program's inputs
                 return c.fn(*args, *c.constants)
             result = c.fn(*frontend.user_tensors(self.fn, args, kwargs), *c.constants)
-            return _with_states(c.traced, result, args, kwargs) if c.traced.passed else result
+            return _with_states(c.traced, result, args, kwargs) if c.traced.objects_passed else result
         except ShapeChanged as e:  # raised before the program wrote anything back
             _fall_back(entry, e)
             return self.fn(*args, **kwargs)
@@ -188,7 +191,8 @@ class JitFunction:
         tensors = frontend.user_tensors(self.fn, args, kwargs)
         shapes = [tuple(t.shape) for t in tensors]
         leaves = pytree.tree_leaves((args, kwargs)) if len(key) == 3 else []
-        first_shapes, first_leaves = self.first_seen.setdefault(_erased(key), (shapes, leaves))
+        ints_seen = [leaf if type(leaf) is int else None for leaf in leaves]  # no object kept alive here
+        first_shapes, first_leaves = self.first_seen.setdefault(_erased(key), (shapes, ints_seen))
         dims = []
         for t, shape, seen in zip(tensors, shapes, first_shapes):
             changed = {i for i, (a, b) in enumerate(zip(shape, seen)) if a != b} if self.dynamic is None else \
@@ -244,8 +248,7 @@ def _with_states(traced: frontend.TraceResult, result, args, kwargs):
     if traced.states:
         result, changes = result
         objects.apply_all(now, changes)
-    swap = {id(a): b for a, b in zip(traced.passed, now) if a is not b}
-    return pytree.tree_map(lambda x: swap.get(id(x), x), result) if swap else result
+    return objects.resolve(result, now)
 
 
 def _erased(key: tuple[Any, ...]) -> tuple[Any, ...]:

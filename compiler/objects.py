@@ -77,7 +77,12 @@ def template(obj, to_value, computed, keep: set, seen=None, depth: int = MAX_DEP
         new = template(value, to_value, computed, keep, seen, depth - 1)
         if new is not value:
             fields[name] = new
-    return ObjectTemplate(obj, fields) if fields else obj
+    if not fields:
+        return obj
+    held = copy.copy(obj)  # without the traced tensors: a template lives as long as its program
+    for name in fields:
+        object.__setattr__(held, name, None)
+    return ObjectTemplate(held, fields)
 
 
 # --- objects the caller passes in, which the call updates (a KV cache) ---------------------
@@ -303,3 +308,28 @@ class PassedStates:
 def apply_all(states: list, changes: list[list]) -> None:
     for o, ch in zip(states, changes):
         apply(o, ch)
+
+
+class PassedRef:
+    """In a program's result, the object the call was passed at position `index` (its
+    passed_states order): the program must hand back this call's object, and must not keep
+    the traced call's (a KV cache) alive. `resolve` puts the call's objects in."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, index: int):
+        self.index = index
+
+    def __repr__(self) -> str:
+        return f"PassedRef({self.index})"
+
+
+def refer_to_passed(tree, passed: list):
+    """`tree` with each object of `passed` in it (as a pytree leaf) a PassedRef."""
+    where = {id(o): i for i, o in enumerate(passed)}
+    return pytree.tree_map(lambda x: PassedRef(where[id(x)]) if id(x) in where else x, tree)
+
+
+def resolve(tree, passed: list):
+    """`tree` with each PassedRef the call's own object."""
+    return pytree.tree_map(lambda x: passed[x.index] if isinstance(x, PassedRef) else x, tree)

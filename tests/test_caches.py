@@ -119,3 +119,23 @@ def test_a_cache_keys_by_its_contents_and_is_restored_after_compiling():
     assert [t.shape[2] for t in after] == [b.shape[2] + 1 for b in before]  # one step, not one per compile stage
     for a, b in zip(after, _cache_tensors(snapshot), strict=True):
         torch.testing.assert_close(a, b)
+
+
+def test_the_compiled_entries_keep_no_cache_of_their_calls_alive():
+    import gc
+    import weakref
+
+    torch.manual_seed(0)
+    model = _llama()
+    jfn = compiler.jit(model)
+    cache = transformers.DynamicCache(config=model.config)
+    with torch.no_grad():
+        ids = torch.randint(0, 128, (1, 4))
+        for _ in range(4):  # prefill, a static step, then the dynamic program
+            out = jfn(input_ids=ids, cache=cache, use_cache=True)
+            ids = out.logits[:, -1:].argmax(-1)
+    gone = weakref.ref(cache)
+    del cache, out
+    gc.collect()
+    assert gone() is None, [type(r).__name__ for r in gc.get_referrers(gone())]
+    assert jfn.cache_info()["compiles"] == 3

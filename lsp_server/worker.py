@@ -301,6 +301,9 @@ def _run(req: CompileRequest | ReproRequest, out: TextIO, work: Callable[[], Mes
 def _compile(req: CompileRequest) -> CompileAnswer:
     from compiler.options import CompileOptions
 
+    nproc = _nproc(req)
+    if nproc:  # a distributed target: its ranks, launched as `fusionlens compile` launches them
+        return CompileAnswer(req.id, _launch(req, nproc).to_dict())
     compile_target = _compile_function()
     extra = {"source": req.source} if req.source is not None else {}  # an unsaved buffer
     # the worker is an entry point: the environment's options (FUSIONLENS_DEBUG, ...), then
@@ -309,6 +312,36 @@ def _compile(req: CompileRequest) -> CompileAnswer:
     report = compile_target(req.path, req.target, executors=req.executors, options=options, **extra,
                             benchmark=req.benchmark, repeats=req.repeats, device=req.device)
     return CompileAnswer(req.id, report.to_dict() if hasattr(report, "to_dict") else report)
+
+
+def _nproc(req: CompileRequest) -> int | None:
+    """The ranks `@compiler.example(nproc=N)` asks for (discovery reads it from the source)."""
+    from compiler.discovery import find_targets
+
+    try:
+        text = req.source if req.source is not None else open(req.path, encoding="utf-8").read()
+        return next((t.nproc for t in find_targets(text, req.path) if t.name == req.target), None)
+    except (OSError, SyntaxError, ValueError):
+        return None  # compile_target says what is wrong with the file
+
+
+def _launch(req: CompileRequest, nproc: int):
+    """A distributed target's merged report (compiler/launch.py), or why there is none."""
+    from compiler import launch, report as R
+
+    where = R.Target(req.target, req.path, None, None)
+    if req.source is not None:  # the ranks import the file from disk
+        return R.CompileReport(where, "error", error=R.Diagnostic(
+            "error", f"{req.target} runs on {nproc} ranks, which load the saved file: save it to compile", req.path))
+    settings = launch.Settings(benchmark=req.benchmark, repeats=req.repeats, device=req.device,
+                               executors=req.executors, gpu=req.gpu)
+    launched = launch.launch(req.path, [req.target], settings, nproc)
+    if launched.reports:
+        return launched.reports[0]
+    if launched.failure is not None:
+        return launched.failure
+    return R.CompileReport(where, "error", error=R.Diagnostic(
+        "error", f"the {nproc} ranks failed: {launched.output[-2000:]}", req.path))
 
 
 def _repro(req: ReproRequest) -> ReproAnswer:

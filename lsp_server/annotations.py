@@ -16,8 +16,8 @@ import os
 import pathlib
 from typing import Any, NamedTuple
 
-from compiler.report import (Boundary, CompileReport, Diagnostic, OpRecord, Preview, ProgramReport, Region,
-                             SavedTensor)
+from compiler.report import (Boundary, Collective, CompileReport, Diagnostic, OpRecord, Preview, ProgramReport,
+                             Region, SavedTensor)
 from lsp_server.linemap import split_lines
 from lsp_server.protocol import Where
 from lsp_server.settings import CompileSettings
@@ -154,6 +154,7 @@ class FileAnnotations:
     boundaries: dict[int, list[tuple[Region, Boundary]]] = dataclasses.field(default_factory=dict)
     region_lines: dict[str, list[int]] = dataclasses.field(default_factory=dict)  # region id -> its lines here
     saved: dict[int, list[SavedTensor]] = dataclasses.field(default_factory=dict)  # activations a line produced
+    collectives: dict[int, list[Collective]] = dataclasses.field(default_factory=dict)  # a line's communication
     diags: list[DiagNote] = dataclasses.field(default_factory=list)
 
 
@@ -169,6 +170,9 @@ def build_annotations(result: Result, path: str) -> FileAnnotations:
             for t in report.training.saved:
                 if t.kind == "activation" and t.line and _same(t.file, path):
                     ann.saved.setdefault(t.line - 1, []).append(t)
+        for c in report.collectives:
+            if c.line and _same(c.file, path):
+                ann.collectives.setdefault(c.line - 1, []).append(c)
         ann.diags += _report_diagnostics(report, result.target, path, target_line)
     if result.status == "error":
         ann.diags += _failure_diagnostics(result, path, target_line)

@@ -25,7 +25,7 @@ from pygls.uris import to_fs_path
 from pygls.workspace import PositionCodec, TextDocument, Workspace
 
 from compiler.discovery import TargetInfo, find_targets
-from compiler.report import Boundary, Region, SavedTensor
+from compiler.report import Boundary, Collective, Region, SavedTensor
 from lsp_server.annotations import DiagNote, FileAnnotations, LineNote, Result, norm_path
 from lsp_server.linemap import LineMap, split_lines, split_lines_keepends
 from lsp_server.results import Results
@@ -101,6 +101,7 @@ class View:
     lazy_hints: dict[int, list[T.InlayHint]] = dataclasses.field(default_factory=dict)  # the same, tooltips left out
     # result seq -> its annotations and the map of their lines onto these
     maps: dict[int, tuple[FileAnnotations, LineMap]] = dataclasses.field(default_factory=dict)
+    collectives: dict[int, list[Collective]] = dataclasses.field(default_factory=dict)  # torch.distributed, a line's
 
     def region_lines_of(self, result: Result, region_id: str) -> list[int]:
         """A region's lines in this text (mapped when first asked: a file has thousands)."""
@@ -329,7 +330,7 @@ class Documents:
             if lm is None:
                 lm = maps[id(snap)] = LineMap(snap, current)
             _add(view, res, res.annotations(state.path), lm, state.path)
-        view.hint_lines = sorted(set(view.lines) | set(view.boundaries) | set(view.saved))
+        view.hint_lines = sorted(set(view.lines) | set(view.boundaries) | set(view.saved) | set(view.collectives))
         state.view, state.view_key = view, key
         return view
 
@@ -420,6 +421,10 @@ def _add(view: View, res: Result, ann: FileAnnotations, lm: LineMap, path: str) 
         new = lm(old)
         if new is not None:
             view.saved.setdefault(new, saved)  # the first result's (its notes are the ones hinted)
+    for old, found in ann.collectives.items():
+        new = lm(old)
+        if new is not None:
+            view.collectives.setdefault(new, found)  # the first result's
     for d in ann.diags:
         new = lm(d.line)
         if new is not None:

@@ -18,7 +18,8 @@ from lsp_server.annotations import LineNote
 from lsp_server.commands import CMD_COMPILE, CMD_EXPORT_REPRO, CMD_SHOW_KERNEL, CMD_SHOW_TRACE
 from lsp_server.documents import DocState, View
 from lsp_server.server import SETTINGS_PENDING, FusionLensServer
-from lsp_server.views import (SAVED_FOR, boundary_label, boundary_tooltip, hint_label, hint_tooltip, hover_markdown,
+from lsp_server.views import (SAVED_FOR, boundary_label, boundary_tooltip, collective_label, collective_section,
+                              hint_label, hint_tooltip, hover_markdown,
                               lens_title, plain_text, program_groups, shorten, target_hover)
 
 FUSION_EXECUTORS = ("triton", "nvfuser")  # the executors whose regions have a kernel to export
@@ -198,8 +199,11 @@ def hover(ls: FusionLensServer, params: T.HoverParams) -> T.Hover | None:
     notes = view.lines.get(line, [])
     bounds = view.boundaries.get(line, [])
     saved = view.saved.get(line, [])
-    if notes or bounds or saved:
+    found = view.collectives.get(line, [])
+    if notes or bounds or saved or found:
         value = hover_markdown(notes, bounds, view.region_lines_of, line, saved)
+        if found:
+            value = f"{collective_section(found)}\n\n{value}"
     else:
         target = next((t for t in state.targets if t.decorator_line - 1 <= line <= t.line - 1), None)
         if target is None:
@@ -285,6 +289,9 @@ def line_hints(view: View, line: int, stale: bool = False, lazy_uri: str | None 
     bounds = view.boundaries.get(line)
     if bounds:
         out.append(_hint(pos, boundary_label(bounds), None if lazy_uri else boundary_tooltip(bounds)))
+    found = view.collectives.get(line)
+    if found:
+        out.append(_hint(pos, collective_label(found), None if lazy_uri else collective_section(found)))
     if lazy_uri:
         for i, h in enumerate(out):
             h.data = {"uri": lazy_uri, "line": line, "i": i, "view": id(view)}

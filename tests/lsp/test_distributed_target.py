@@ -21,5 +21,8 @@ async def test_a_distributed_target_compiles_on_its_ranks_and_its_collective_sho
     target = next(t for t in (await s.regions(uri)).targets if t.name == "all_reduce_sum")
     assert target.status == "ok", target.message
     line = line_of(DDP, "dist.all_reduce(y)")
-    assert line in {h.position.line for h in await s.hints(uri)}
-    assert "dist_all_reduce" in hover_text(await s.hover(uri, line))
+    labels = [h.label for h in await s.hints(uri) if h.position.line == line]
+    assert any(label.startswith("all_reduce 4.0 KB") and "(slowest rank)" in label for label in labels), labels
+    text = hover_text(await s.hover(uri, line))
+    assert "**all_reduce**" in text and "over 2 ranks" in text and "slowest rank" in text, text
+    assert "dist_all_reduce" in text

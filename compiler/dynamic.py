@@ -43,6 +43,8 @@ def mark_dynamic(x: torch.Tensor, dims: int | Sequence[int]) -> torch.Tensor:
     for d in dims:
         if not -x.ndim <= d < max(x.ndim, 1):
             raise IndexError(f"dim {d} is out of range for a tensor of {x.ndim} dims")
+    if x.ndim == 0:
+        raise IndexError("a 0-d tensor has no dim to make dynamic")
     marks = tuple(sorted({*getattr(x, "_fusionlens_dynamic", ()), *(d % x.ndim for d in dims)}))
     x._fusionlens_dynamic = marks  # type: ignore[attr-defined]  # read by marked_dims
     return x

@@ -73,10 +73,11 @@ def test_decode_steps_with_a_dynamic_cache_match_eager(make):
     assert jfn.cache_info()["compiles"] <= 3  # prefill, a decode step, then one program for every length
 
 
-@pytest.mark.parametrize("cache", ["dynamic", "static"])
-def test_generate_gives_eagers_tokens_with_no_eager_call(cache):
+@pytest.mark.parametrize("make,cache", [(_llama, "dynamic"), (_llama, "static"), (_mistral, "dynamic")],
+                         ids=["llama-dynamic", "llama-static", "mistral-dynamic"])
+def test_generate_gives_eagers_tokens_with_no_eager_call(make, cache):
     torch.manual_seed(0)
-    model = _llama()
+    model = make()
     ids = torch.randint(0, 128, (1, 6))
     options = {} if cache == "dynamic" else {"cache_implementation": "static"}
     with torch.no_grad():

@@ -64,6 +64,14 @@ def test_dynamic_true_and_mark_dynamic_compile_once():
         assert jfn.cache_info()["compiles"] == 1
 
 
+def test_mark_dynamic_refuses_a_dim_that_is_not_there():
+    with pytest.raises(IndexError):
+        compiler.mark_dynamic(torch.randn(3, 4), 2)
+    with pytest.raises(IndexError):
+        compiler.mark_dynamic(torch.tensor(1.0), 0)
+    assert compiler.dynamic.marked_dims(compiler.mark_dynamic(torch.randn(3, 4), -1)) == {1}
+
+
 def test_dynamic_false_compiles_every_shape():
     jfn = compiler.jit(_mixed, executors=EXECUTORS, dynamic=False)
     w = torch.randn(64, 4)

@@ -93,6 +93,10 @@ class JitFunction:
     def signature(self, args, kwargs) -> tuple[Any, ...]:
         """The cache key. Positional tensors only (the common call) key as a pair and are
         passed to the program as they are; anything else keys with its pytree spec."""
+        return self._key(args, kwargs)[0]
+
+    def _key(self, args, kwargs) -> tuple[tuple[Any, ...], list[Any]]:
+        """(the cache key, the call's flat leaves: [] for positional tensors only)."""
         # A module traced in eval mode must not serve calls in training mode (dropout).
         # A replaced parameter or buffer is a new signature too; so is grad mode (a training
         # program records autograd, an inference one does not).
@@ -106,9 +110,9 @@ class JitFunction:
                 keys.append((a.shape, a.dtype, a.device, a.requires_grad,
                              a.is_contiguous() if a.layout is torch.strided else a.layout))
             else:
-                return (mode, tuple(keys))
+                return (mode, tuple(keys)), []
         flat, spec = pytree.tree_flatten((args, kwargs))
-        return (mode, spec, tuple(_leaf_key(x) for x in flat))
+        return (mode, spec, tuple(_leaf_key(x) for x in flat)), flat
 
     def __call__(self, *args, **kwargs):
         if self.wrapper is not None:
@@ -116,14 +120,15 @@ class JitFunction:
         return self._call(*args, **kwargs)
 
     def _call(self, *args, **kwargs):
-        key = self.signature(args, kwargs)
+        key, leaves = self._key(args, kwargs)  # leaves, and below tensors: computed once a call
+        tensors = None if len(key) == 2 else frontend.user_tensors(self.fn, args, kwargs)
         entry = self.cache.get(key)
         if entry is not None and entry.grad_mask and torch.is_grad_enabled() and entry.grad_mask != tuple(
                 t.requires_grad for t in entry.compiled.constants):  # a parameter frozen or unfrozen since
             entry = None
         if entry is None:
             self.misses += 1
-            entry = self._dynamic_entry(key, args, kwargs)
+            entry = self._dynamic_entry(key, list(args) if tensors is None else tensors, leaves)
             if entry is None:
                 entry = self._compile(key, args, kwargs, *self._dynamic(key, args, kwargs))
                 if self.wrapper is not None:  # DDP's gradient all-reduces, run by its reducer's hooks
@@ -147,12 +152,12 @@ class JitFunction:
             return self.fn(*args, **kwargs)
         c = entry.compiled
         if c.guards is not None and c.guards.ints:  # the program reads its int arguments' symbols
-            c.guards.bind(pytree.tree_leaves((args, kwargs)))
+            c.guards.bind(leaves)
         try:
-            if len(key) == 2:  # positional tensors only: they are the program's inputs
+            if tensors is None:  # positional tensors only: they are the program's inputs
                 return c.fn(*args, *c.constants)
-            result = c.fn(*frontend.user_tensors(self.fn, args, kwargs), *c.constants)
-            return _with_states(c.traced, result, args, kwargs) if c.traced.objects_passed else result
+            result = c.fn(*tensors, *c.constants)
+            return _with_states(c.traced, result, leaves) if c.traced.objects_passed else result
         except ShapeChanged as e:  # raised before the program wrote anything back
             _fall_back(entry, e)
             return self.fn(*args, **kwargs)
@@ -166,13 +171,12 @@ class JitFunction:
             self._state = (tuple(map(id, self.fn.parameters())), tuple(map(id, self.fn.buffers())))
         return self._state
 
-    def _dynamic_entry(self, key, args, kwargs) -> CacheEntry | None:
-        """A dynamic program compiled before whose guards this call's sizes pass."""
+    def _dynamic_entry(self, key, tensors: list, leaves: list) -> CacheEntry | None:
+        """A dynamic program compiled before whose guards this call's sizes (of its user
+        `tensors`, and its int `leaves`) pass."""
         entries = self.symbolic.get(_erased(key))
         if not entries:
             return None
-        tensors = frontend.user_tensors(self.fn, args, kwargs)
-        leaves = pytree.tree_leaves((args, kwargs)) if len(key) == 3 else []
         for entry in reversed(entries):  # the latest is the most general
             guards = entry.compiled.guards
             if guards is None or entry.eager_fallback:
@@ -240,11 +244,11 @@ class JitFunction:
         self.last = None
 
 
-def _with_states(traced: frontend.TraceResult, result, args, kwargs):
+def _with_states(traced: frontend.TraceResult, result, leaves: list):
     """The program's result as this call's: what the call leaves in the objects passed in (a
     cache) set in this call's objects, and a result that holds one of them (a model output's
     cache) holding this call's, not the traced call's."""
-    now = objects.passed_states(pytree.tree_leaves((args, kwargs)))
+    now = objects.passed_states(leaves)
     if traced.states:
         result, changes = result
         objects.apply_all(now, changes)

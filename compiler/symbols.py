@@ -13,13 +13,14 @@ what only estimates (costs, tile sizes); `source` prints a size as Python over t
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Sequence
 
 import sympy
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
 from torch.utils._sympy.printers import PythonPrinter
+
+from compiler import sizes
 
 
 class SymbolEnv(ShapeEnv):
@@ -63,28 +64,14 @@ def is_symbolic(x) -> bool:
 
 
 def hint(x):
-    """The example's value of a size or shape, recording no guard."""
+    """The example's value of a size or shape, recording no guard (sizes.hint, shapes too)."""
     if isinstance(x, (tuple, list, torch.Size)):
         return tuple(hint(d) for d in x)
-    if isinstance(x, (torch.SymInt, torch.SymFloat, torch.SymBool)):
-        e = x.node.expr
-        return x.node.pytype(e) if e.is_number else x.node.hint
-    return x
+    return sizes.hint(x)
 
 
 def expr(x) -> sympy.Expr:
     return x.node.expr if isinstance(x, (torch.SymInt, torch.SymFloat, torch.SymBool)) else sympy.sympify(x)
-
-
-def free_symbols(items: Iterable) -> list[sympy.Symbol]:
-    """The symbols in sizes or shapes, each once, by name (s0, s1, ...)."""
-    found: set[sympy.Symbol] = set()
-    for x in items:
-        if isinstance(x, (tuple, list, torch.Size)):
-            found.update(free_symbols(x))
-        elif is_symbolic(x):
-            found.update(expr(x).free_symbols)
-    return sorted(found, key=lambda s: (len(s.name), s.name))
 
 
 _PRINTER = PythonPrinter()
@@ -100,8 +87,3 @@ def source(x) -> str:
     if is_symbolic(x):
         return _PRINTER.doprint(expr(x))
     return repr(hint(x))
-
-
-def shape_text(shape: Sequence) -> str:
-    """A shape as users read it: [2, s0, 64]."""
-    return "[" + ", ".join(source(d) for d in shape) + "]"

@@ -298,8 +298,8 @@ class Tracer:
                      tags=frozenset({OpTag.LIBRARY_CALL, OpTag.COLLECTIVE, OpTag.NON_DIFFERENTIABLE}))
         self.updated_at.setdefault(id(written), where)
         vkwargs = pytree.tree_map(self.argument, kwargs)
-        self.bound_symbols.append(BoundSymbol(sym, (), vkwargs, [self.new_output(written)], None, where,
-                                              note=f"torch.distributed.{name}: it communicates, as one call"))
+        # no note: a collective is no fallback (fusion ends its regions at it: BoundaryCode.COLLECTIVE)
+        self.bound_symbols.append(BoundSymbol(sym, (), vkwargs, [self.new_output(written)], None, where))
 
     def refuse_collective(self, name: str, how: str = "") -> None:
         if self.eager_only is None:

@@ -219,3 +219,24 @@ def test_arange_keywords_decompose():
     fn = lambda x: x + torch.arange(start=0, end=4) + torch.arange(end=4) + torch.arange(1, end=9, step=2)  # noqa: E731
     report = compiler.compile(fn, torch.zeros(4), executors=EXECUTORS)
     assert report.status == "ok" and not report.fallbacks, report.fallbacks
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_trunc_division_of_low_precision_tensors_rounds_as_eager(dtype):
+    # tensor by tensor, torch rounds the quotient to the dtype before truncating (a scalar
+    # divisor is divided in float32): at a quotient just under an integer the two differ by 1.
+    # The decomposition's prims are run one by one, as a fusion executor would run them.
+    from compiler import frontend, passes
+    from compiler.interpret import run_ops
+
+    def fn(a, b):
+        return torch.div(a, b, rounding_mode="trunc"), a.div(-0.3, rounding_mode="trunc")
+
+    a = (torch.rand(4096) * 18 - 9).to(dtype)
+    b = (torch.rand(4096) + 0.05).to(dtype)
+    trace = passes.decompose(frontend.trace(fn, (a, b)).trace)
+    prims_only = passes.flatten(trace.bound_symbols)
+    assert all(op.sym.kind == "prim" for op in prims_only)
+    env = run_ops(prims_only, {v.name: x for v, x in zip(trace.inputs, (a, b))})
+    for value, want in zip(trace.output, fn(a, b)):
+        assert torch.equal(env[value.name], want)

@@ -59,7 +59,11 @@ def div(input, other, *, rounding_mode=None):
         return integer_division(input, other, rounding_mode=rounding_mode)
     compute = torch.float32 if dtype in _LOW_PRECISION else dtype  # round once, as torch does
     quotient = elementwise(prims.div, cast(input, compute), cast(other, compute))
-    return cast(floor(quotient) if rounding_mode == "floor" else trunc(quotient), dtype)
+    if rounding_mode == "floor":
+        return cast(floor(quotient), dtype)
+    if compute is not dtype and _is_value(input) and _is_value(other):
+        quotient = cast(quotient, dtype)  # torch's tensor-by-tensor trunc rounds the quotient to half first
+    return cast(trunc(quotient), dtype)
 
 
 @register(torch.Tensor.__rtruediv__, name="torch.Tensor.__rtruediv__")

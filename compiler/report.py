@@ -202,6 +202,11 @@ class Collective:
     estimate: str = ""  # on CompileOptions.cluster, its whole world: `est 1.2 ms on 64x8xH100 (ring)`
     estimate_ms: float | None = None
     time_ms: RankSpread | None = None  # measured on every rank of a launch (None outside one)
+    # regions of its program that run between its issue and its wait (it overlaps them); [] when
+    # it runs synchronously (nothing overlaps it)
+    overlapped_by: list[str] = field(default_factory=list)
+    exposed_ms: float | None = None  # of estimate_ms, what the overlapping regions do not hide
+    model_ms: float | None = None  # the same model on this machine's measured alpha, beta (a launch's calibration)
 
 
 @dataclass

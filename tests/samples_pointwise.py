@@ -8,7 +8,7 @@ import operator
 import torch
 import torch.nn.functional as F
 
-from samples_common import BF16, F32, ONLY_F32, bools, cl, each, ints, nt, pos, sample, sl, t
+from samples_common import BF16, F16, F32, ONLY_F32, bools, cl, each, ints, nt, pos, sample, sl, t
 
 
 # --- elementwise binary ----------------------------------------------------------------------
@@ -36,7 +36,9 @@ sample("torch.div", "div_op", lambda a, b: a / b, t(3, 4), pos(4))
 sample("torch.div", "div_fns", lambda a, b: torch.div(a, b) + torch.divide(a, 2) + torch.true_divide(a, b)
        + a.div(b) + a.true_divide(b), t(3, 4), pos(3, 4))
 sample("torch.div", "div_int", lambda a, b: a / b, ints(3, 4), ints(3, 4, low=1, high=4), dtypes=ONLY_F32)
-sample("torch.div", "div_floor", lambda a, b: torch.div(a, b, rounding_mode="floor"), t(3, 4), pos(3, 4))
+sample("torch.div", "div_floor", lambda a, b: torch.div(a, b, rounding_mode="floor"), t(3, 4), pos(3, 4), dtypes=ONLY_F32)
+sample("torch.div", "div_floor_low_precision", lambda a, b: torch.div(a, b, rounding_mode="floor"), t(3, 4), pos(3, 4),
+       dtypes=(F16, BF16), decomposes=False, why_not="floor division of low-precision floats on a CPU")
 sample("torch.div", "div_trunc",
        lambda a, b: torch.div(a, b, rounding_mode="trunc") + a.div(-0.3, rounding_mode="trunc"),
        t(3, 4, low=-9, high=9), pos(3, 4))

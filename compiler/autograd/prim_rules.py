@@ -148,6 +148,14 @@ def _remainder(b, cots):
     return [g if _is_value(a) else None, dc]
 
 
+@rule(P.fmod)
+def _fmod(b, cots):
+    a, c = b.args
+    g = cots[0]
+    dc = P.neg(P.mul(g, P.trunc(P.div(a, c)))) if _is_value(c) else None
+    return [g if _is_value(a) else None, dc]
+
+
 def _extremum(pick):
     def apply(b, cots):
         a, c = b.args

@@ -149,6 +149,15 @@ mul = _binary("mul", operator.mul)
 div = _binary("div", operator.truediv)
 pow = _binary("pow", operator.pow)  # noqa: A001
 remainder = _binary("remainder", operator.mod)
+
+
+def _fmod(a, b):
+    if not isinstance(a, torch.Tensor):  # torch.fmod takes a number as the divisor only; a 0-dim tensor promotes as one
+        a = torch.tensor(a, device=b.device)
+    return torch.fmod(a, b)
+
+
+fmod = _binary("fmod", _fmod)  # the sign of the dividend (C's): floor division builds on it
 maximum = _binary("maximum", _maximum)
 minimum = _binary("minimum", _minimum)
 eq = _binary("eq", operator.eq, _bool_meta, _NO_GRAD)
@@ -163,7 +172,7 @@ bitwise_xor = _binary("bitwise_xor", operator.xor, _binary_meta, _NO_GRAD)
 
 UNARY = (abs, neg, exp, exp2, log, log2, log1p, expm1, sqrt, rsqrt, sin, cos, tan, tanh, sigmoid, erf,
          floor, ceil, round, trunc, sign, reciprocal, logical_not, bitwise_not, isnan)
-BINARY = (add, sub, mul, div, pow, remainder, maximum, minimum, eq, ne, lt, le, gt, ge,
+BINARY = (add, sub, mul, div, pow, remainder, fmod, maximum, minimum, eq, ne, lt, le, gt, ge,
           bitwise_and, bitwise_or, bitwise_xor)
 COMPARISONS = (eq, ne, lt, le, gt, ge)
 

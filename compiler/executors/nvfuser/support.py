@@ -38,8 +38,8 @@ ROUNDING = {prims.floor, prims.ceil, prims.round, prims.trunc}
 BOOL_UNARY = {prims.logical_not, prims.bitwise_not, prims.isnan}  # the unary ops of a bool tensor
 BINARY = {
     prims.add: "add", prims.sub: "sub", prims.mul: "mul", prims.div: "div", prims.pow: "pow",
-    prims.remainder: "remainder", prims.maximum: "maximum", prims.minimum: "minimum", prims.eq: "eq",
-    prims.ne: "ne", prims.lt: "lt", prims.le: "le", prims.gt: "gt", prims.ge: "ge",
+    prims.remainder: "remainder", prims.fmod: "fmod", prims.maximum: "maximum", prims.minimum: "minimum",
+    prims.eq: "eq", prims.ne: "ne", prims.lt: "lt", prims.le: "le", prims.gt: "gt", prims.ge: "ge",
     prims.bitwise_and: "bitwise_and", prims.bitwise_or: "bitwise_or", prims.bitwise_xor: "bitwise_xor",
 }
 COMPARISONS = set(prims.COMPARISONS)

@@ -321,6 +321,8 @@ class _Emitter:
             else:
                 self.helpers.add("_fl_imod")
                 expr = f"_fl_imod({a}, {c})"
+        elif sym is prims.fmod:
+            expr = "{} % {}".format(*operands)  # Triton's % is C's (frem, srem): fmod's sign
         elif sym is prims.pow:
             if symbolic.is_symbolic(b.args[1]):
                 raise Decline("pow with an exponent that depends on a size is not generated for Triton")

@@ -52,7 +52,7 @@ BINARY_OP = {
     prims.lt: "<", prims.le: "<=", prims.gt: ">", prims.ge: ">=", prims.bitwise_and: "&",
     prims.bitwise_or: "|", prims.bitwise_xor: "^",
 }
-OTHER_ELEMENTWISE = {prims.remainder, prims.maximum, prims.minimum, prims.pow, prims.where,
+OTHER_ELEMENTWISE = {prims.remainder, prims.fmod, prims.maximum, prims.minimum, prims.pow, prims.where,
                      prims.convert_element_type}
 REDUCTIONS = {prims.sum, prims.amax, prims.amin, prims.prod, prims.var_mean}
 

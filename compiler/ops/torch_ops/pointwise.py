@@ -57,13 +57,44 @@ def div(input, other, *, rounding_mode=None):
         if not any(_is_value(x) for x in (input, other)):
             raise NoDecomposition("no tensor operand")
         return integer_division(input, other, rounding_mode=rounding_mode)
+    if rounding_mode == "floor":
+        return _floor_division(input, other, dtype)
     compute = torch.float32 if dtype in _LOW_PRECISION else dtype  # round once, as torch does
     quotient = elementwise(prims.div, cast(input, compute), cast(other, compute))
-    if rounding_mode == "floor":
-        return cast(floor(quotient), dtype)
     if compute is not dtype and _is_value(input) and _is_value(other):
         quotient = cast(quotient, dtype)  # torch's tensor-by-tensor trunc rounds the quotient to half first
     return cast(trunc(quotient), dtype)
+
+
+def _floor_division(input, other, dtype: torch.dtype):
+    """torch's floor division of floats (c10 div_floor_floating): (a - fmod(a, b)) / b, one less
+    where the remainder's sign is not the divisor's, rounded to the nearest integer; not
+    floor(a / b), which is one off where the quotient rounds up to an integer. A zero keeps the
+    quotient's sign; b == 0 gives a / b. Low-precision floats compute in float32, as torch's CUDA
+    kernel does; its CPU kernel rounds each step to the dtype in vectorised lanes and not in the
+    others, which no decomposition can follow: there torch's own kernel runs."""
+    compute = dtype
+    if dtype in _LOW_PRECISION:
+        device = next((x.device for x in (input, other) if _is_value(x)), None)
+        if device is None or device.type == "cpu":
+            raise NoDecomposition("floor division of low-precision floats on a CPU rounds by lane in torch's kernel")
+        compute = torch.float32
+    a, b = cast(input, compute), cast(other, compute)
+    mod = elementwise(prims.fmod, a, b)
+    quotient = elementwise(prims.div, a, b)
+    q = elementwise(prims.div, elementwise(prims.sub, a, mod), b)
+    if not _is_value(b):  # a number
+        if b == 0:
+            return cast(quotient, dtype)
+        off = elementwise(prims.gt if b < 0 else prims.lt, mod, 0)
+    else:  # (mod != 0) & ((b < 0) != (mod < 0)), a NaN divisor giving False
+        off = where(elementwise(prims.lt, b, 0), elementwise(prims.gt, mod, 0), elementwise(prims.lt, mod, 0))
+    q = where(off, elementwise(prims.sub, q, 1), q)
+    whole = floor(q)
+    whole = where(elementwise(prims.gt, elementwise(prims.sub, q, whole), 0.5), elementwise(prims.add, whole, 1), whole)
+    zero = elementwise(prims.mul, quotient, 0.0)  # copysign(0, a / b): the quotient here is finite
+    whole = where(elementwise(prims.eq, q, 0), zero, whole)
+    return cast(where(elementwise(prims.eq, b, 0), quotient, whole) if _is_value(b) else whole, dtype)
 
 
 @register(torch.Tensor.__rtruediv__, name="torch.Tensor.__rtruediv__")

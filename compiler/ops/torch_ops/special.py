@@ -182,8 +182,8 @@ def float_power(input, exponent):
 
 @register(torch.floor_divide, torch.Tensor.floor_divide, torch.Tensor.__floordiv__)
 def floor_divide(input, other):
-    """torch.div(rounding_mode="floor"): floor of the quotient for floats (in float32 for
-    low-precision ones); integers divide in a torch call of their own (no prim divides them)."""
+    """torch.div(rounding_mode="floor"): for floats pointwise._floor_division (torch's own
+    algorithm); integers divide in a torch call of their own (no prim divides them)."""
     return div(input, other, rounding_mode="floor")
 
 

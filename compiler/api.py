@@ -8,12 +8,37 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import gc
 
 from compiler import benchmark as bench, checking, dynamic, frontend, pipeline, reporting, report as R
 from compiler.options import CompileOptions
 
-__all__ = ["compile", "CompileError", "CompileOptions"]
+__all__ = ["compile", "CompileError", "CompileOptions", "Report"]
+
+
+class Report(R.CompileReport):
+    """What `compile` returns: the CompileReport, and its page (`to_html`)."""
+
+    def to_html(self, path: str | None = None, *, sources: dict[str, str] | None = None,
+                nonce: str | None = None) -> str:
+        """The report as one self-contained HTML page (compiler/html_report), written to `path`
+        when given; `sources` maps a file of the report to its text (by default read)."""
+        from compiler import html_report
+
+        page = html_report.render(self, sources, nonce=nonce)
+        if path is not None:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(page)
+        return page
+
+    def __eq__(self, other: object) -> bool:
+        """Equal to a CompileReport of the same fields (what from_json reads back)."""
+        if not isinstance(other, R.CompileReport):
+            return NotImplemented
+        return all(getattr(self, f.name) == getattr(other, f.name) for f in dataclasses.fields(R.CompileReport))
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, as the dataclass it extends
 
 
 class CompileError(Exception):
@@ -28,7 +53,7 @@ class CompileError(Exception):
 
 def compile(fn, *args, executors: list[str] | None = None, benchmark: bool = False, repeats: int = 20,
             warmup: int = 3, torch_compile: bool = False, name: str | None = None,
-            options: CompileOptions | None = None, **kwargs) -> R.CompileReport:
+            options: CompileOptions | None = None, **kwargs) -> Report:
     """Trace `fn(*args, **kwargs)`, compile it, check it against eager, and report.
     `options` default to what the environment sets (options.ENVIRONMENT); `executors`, when
     given, replaces theirs.
@@ -38,8 +63,9 @@ def compile(fn, *args, executors: list[str] | None = None, benchmark: bool = Fal
     options = (options or CompileOptions.from_env()).replace(previews=True)
     if executors is not None:
         options = options.replace(executors=executors)
-    return compile_checked(fn, args, kwargs, options, name or frontend.target_name(fn), benchmark=benchmark,
-                           repeats=repeats, warmup=warmup, torch_compile=torch_compile)[1]
+    report = compile_checked(fn, args, kwargs, options, name or frontend.target_name(fn), benchmark=benchmark,
+                             repeats=repeats, warmup=warmup, torch_compile=torch_compile)[1]
+    return Report(**{f.name: getattr(report, f.name) for f in dataclasses.fields(report)})
 
 
 @contextlib.contextmanager

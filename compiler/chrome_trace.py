@@ -10,8 +10,10 @@ fields used (name, ph, ts, dur, pid, tid, args; microseconds).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+from collections.abc import Iterator
 from typing import Any
 
 from compiler import report as R
@@ -80,3 +82,27 @@ def to_json(reports: list[R.CompileReport]) -> str:
 def write(reports: list[R.CompileReport], path: str) -> None:
     with open(path, "w", encoding="utf-8") as f:
         f.write(to_json(reports))
+
+
+def torch_trace_path(path: str) -> str:
+    """Where the torch.profiler trace of a `--trace OUT.json` run goes: OUT.torch.json."""
+    root, ext = os.path.splitext(path)
+    return f"{root}.torch{ext or '.json'}"
+
+
+@contextlib.contextmanager
+def profiled(path: str | None) -> Iterator[None]:
+    """Run the body under torch.profiler (CPU, and CUDA where it is) and write its Chrome trace
+    to `path`: with CompileOptions.profile its regions are the ranges compiler/profiling.py
+    names ("R3 gpt_block.py:77"), beside the torch ops and kernels they ran. None: no profiler."""
+    if path is None:
+        yield
+        return
+    import torch
+
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if torch.cuda.is_available():
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    with torch.profiler.profile(activities=activities) as prof:
+        yield
+    prof.export_chrome_trace(path)

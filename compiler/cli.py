@@ -87,14 +87,7 @@ def render(report, stage: str = "execution") -> str:
     if report.training is not None:
         out += _render_training(report.training)
     if report.collectives:
-        out.append("\n-- collectives --")
-        for c in report.collectives:
-            where = f"  {os.path.basename(c.file)}:{c.line}" if c.file else f"  ({c.kind}, run by DDP's hooks)"
-            est = f"   {c.estimate}" if c.estimate else ""
-            t = c.time_ms
-            took = f"   {_fmt(t.max)} slowest rank (min {_fmt(t.min)}, median {_fmt(t.median)})" if t else ""
-            out.append(f"  {c.program:<8} {c.region or '-':<6} {c.op} {format_bytes(c.bytes)} "
-                       f"over {c.group_size} ranks{where}{took}{est}")
+        out += _render_collectives(report.collectives, report.ranks[0].calibration if report.ranks else None)
     if report.fallbacks:
         out.append("\n-- fell back to torch --")
         for f in report.fallbacks:
@@ -111,6 +104,41 @@ def render(report, stage: str = "execution") -> str:
     if report.ranks:
         out += _render_ranks(report.ranks)
     return "\n".join(out)
+
+
+def _render_collectives(collectives, fit) -> list[str]:
+    """A row a collective: where it runs, its bytes, its measured time (slowest rank) beside the
+    model's time on this machine's calibration, its estimate on --cluster with the exposed part."""
+    rows = []
+    for c in collectives:
+        where = f"{os.path.basename(c.file)}:{c.line}" if c.file else f"({c.kind}, DDP's hooks)"
+        t = c.time_ms
+        rows.append([c.program, c.region or "-", c.op, format_bytes(c.bytes), str(c.group_size), where,
+                     f"{_fmt(t.max)} (min {_fmt(t.min)}, median {_fmt(t.median)})" if t else "-",
+                     _fmt(c.model_ms), ", ".join(c.overlapped_by) or "-", c.estimate or "-"])
+    return ["\n-- collectives --",
+            _table(rows, ["program", "region", "op", "bytes a rank", "ranks", "line", "measured (slowest rank)",
+                          "model here", "overlapped by", "estimate"])] + _render_exposed(collectives) + \
+        _render_calibration(fit)
+
+
+def _render_exposed(collectives) -> list[str]:
+    """The estimates summed: a step's communication on --cluster and what of it compute does not hide."""
+    estimated = [c for c in collectives if c.estimate_ms is not None and c.exposed_ms is not None]
+    if not estimated:
+        return []
+    total, exposed = sum(c.estimate_ms for c in estimated), sum(c.exposed_ms for c in estimated)
+    return [f"  estimated communication: {_fmt(exposed)} of {_fmt(total)} exposed "
+            "(not hidden behind compute, from the program's order: docs/comm_model.md)"]
+
+
+def _render_calibration(fit) -> list[str]:
+    """The fit `model here` is the cost model on (a launch's calibration, rank 0's)."""
+    if fit is None:
+        return []
+    gbs = f", {1 / fit.beta_s / 1e9:.3g} GB/s" if fit.beta_s > 0 else " (no bandwidth: the fit failed)"
+    return [f"  model here: all_reduce on {fit.world} {fit.backend} ranks = {fit.alpha_s * 1e6:.3g} us "
+            f"+ {fit.beta_s * 1e9:.3g} ns a byte{gbs} (calibrated, {len(fit.sizes)} sizes)"]
 
 
 def _render_ranks(ranks) -> list[str]:
@@ -199,6 +227,9 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--json", action="store_true", help="print the CompileReport(s) as JSON")
     c.add_argument("--trace", metavar="OUT.json", default=None,
                    help="also write the regions as a Chrome Trace Event file (Perfetto, chrome://tracing)")
+    c.add_argument("--html", metavar="OUT.html", default=None,
+                   help="also write each target's report as one self-contained HTML page: the source shaded by "
+                        "time, the fusion graph, a roofline chart, a timeline (docs/pictures.md)")
     c.add_argument("--executors", nargs="+", help="executor priority, e.g. triton torch")
     c.add_argument("--benchmark", action=argparse.BooleanOptionalAction, default=True,
                    help="measure compiled vs eager timings (default: on)")
@@ -290,10 +321,12 @@ def _compile(args, targets: list[TargetInfo], options: CompileOptions) -> int:
         if not launched.reports:
             return _launch_failed(args, launched)
         found.update(zip(group, launched.reports))
-    reports = [found[n] if n in found else
-               compile_target(args.file, n, options=options, benchmark=args.benchmark, repeats=args.repeats,
-                              device=args.device, torch_compile=args.torch_compile, train=args.train)
-               for n in names]
+    torch_trace = chrome_trace.torch_trace_path(args.trace) if args.trace and args.profile else None
+    with chrome_trace.profiled(torch_trace):  # --profile --trace: torch.profiler over the same runs
+        reports = [found[n] if n in found else
+                   compile_target(args.file, n, options=options, benchmark=args.benchmark, repeats=args.repeats,
+                                  device=args.device, torch_compile=args.torch_compile, train=args.train)
+                   for n in names]
     if args.json:
         data = [r.to_dict() for r in reports]
         print(json.dumps(data[0] if len(data) == 1 else data, indent=2))
@@ -302,11 +335,26 @@ def _compile(args, targets: list[TargetInfo], options: CompileOptions) -> int:
     if args.trace:
         chrome_trace.write([r for r in reports if r.status == "ok"], args.trace)
         print(f"fusionlens: wrote {args.trace} (open it in Perfetto or chrome://tracing)", file=sys.stderr)
+        if torch_trace:
+            print(f"fusionlens: wrote {torch_trace} (torch.profiler's trace of the same runs)", file=sys.stderr)
+    if args.html:
+        _write_html(reports, args.html)
     failed = [r for r in reports if r.status != "ok"]
     for r in failed:
         if (e := r.error) is not None:
             print(f"{e.file}:{e.line}: error: {e.message}", file=sys.stderr)
     return 1 if failed else 0
+
+
+def _write_html(reports: list[CompileReport], path: str) -> None:
+    """OUT.html for one target; OUT_<target>.html each where the file has several."""
+    from compiler import html_report
+
+    root, ext = os.path.splitext(path)
+    for r in reports:
+        out = path if len(reports) == 1 else f"{root}_{r.target.name}{ext or '.html'}"
+        html_report.write(r, out)
+        print(f"fusionlens: wrote {out} (open it in a browser; it needs no network)", file=sys.stderr)
 
 
 def _settings(args) -> launch.Settings:

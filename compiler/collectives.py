@@ -94,15 +94,19 @@ def unsupported_wrapping(fn) -> str | None:
     module = fn if isinstance(fn, torch.nn.Module) else getattr(fn, "__self__", None)
     if not isinstance(module, torch.nn.Module):
         return None
-    fsdp = sys.modules.get("torch.distributed.fsdp")
-    if fsdp is not None and any(isinstance(m, fsdp.FSDPModule) for m in module.modules()):
-        return ("the module is sharded by FSDP2 (fully_shard), which FusionLens does not compile yet: "
-                "calls run eagerly, FSDP communicating as it does without FusionLens")
-    tensor = sys.modules.get("torch.distributed.tensor")
-    if tensor is not None and any(isinstance(p, tensor.DTensor) for p in module.parameters()):
-        return ("the module's parameters are DTensors (tensor parallel), which FusionLens does not compile yet: "
-                "calls run eagerly")
-    return None
+    from compiler import fsdp  # FSDP2: compiler.jit compiles the module through fsdp.Sharded
+
+    if fsdp.is_sharded(module):
+        if isinstance(fn, fsdp.Sharded):
+            return None
+        why = fsdp.unsupported(module)
+        return (f"the module is sharded by FSDP2 (fully_shard) with {why}, which FusionLens does not compile: "
+                "calls run eagerly, FSDP communicating as it does without FusionLens" if why is not None else
+                "the module is sharded by FSDP2 (fully_shard): compiler.jit compiles it (each rank's program "
+                "gathers its shards); traced any other way its calls run eagerly")
+    from compiler import tensor_parallel  # DTensor parameters: compiled under jit when their plan is supported
+
+    return tensor_parallel.unsupported(module)
 
 
 # --- as the report lists them ----------------------------------------------------------------
@@ -113,10 +117,11 @@ _SENT = {"all_gather_into_tensor": "input_tensor", "reduce_scatter_tensor": "inp
 def op_name(symbol: str) -> str:
     """The collective's name from its symbol's (dist_all_reduce_1, op_all_reduce -> all_reduce)."""
     name = symbol.rsplit(".", 1)[-1]
-    for prefix in ("dist_", "op_"):
+    for prefix in ("dist_", "op_", "tp_", "fsdp_"):  # tp_, fsdp_: tensor_parallel's and fsdp's symbols
         name = name.removeprefix(prefix)
     head, _, tail = name.rpartition("_")
-    return head if tail.isdigit() and head else name
+    name = head if tail.isdigit() and head else name
+    return name.removesuffix("_")  # an in-place funcol (all_reduce_, ddp_overlap's) is the same collective
 
 
 def sent(symbol: str, args: tuple, kwargs: dict):

@@ -123,7 +123,9 @@ _ALIASES = {"all_gather": "all_gather_into_tensor", "reduce_scatter": "reduce_sc
 
 
 def op_key(op: str) -> str:
-    key = _ALIASES.get(op, op)
+    """The model's name of `op`; an in-place functional collective (`all_reduce_`) costs what its
+    out-of-place one does."""
+    key = _ALIASES.get(op.removesuffix("_"), op.removesuffix("_"))
     if key not in OPS:
         raise ValueError(f"no cost model for collective {op!r}; known: {', '.join(OPS)}")
     return key
@@ -247,9 +249,11 @@ def estimate(op: str, nbytes: int, group_size: int, cluster: Cluster) -> Estimat
     return tree if tree.seconds < ring.seconds else ring
 
 
-def describe(e: Estimate, cluster: Cluster) -> str:
-    """`est 1.2 ms on 64x8xH100 (ring)`: what the report and the hover print."""
-    return f"est {_short_ms(e.ms)} ms on {cluster.name} ({e.algorithm})"
+def describe(e: Estimate, cluster: Cluster, exposed_s: float | None = None) -> str:
+    """`est 1.2 ms on 64x8xH100 (ring), 0.3 ms exposed`: what the report and the hover print
+    (`exposed_s`: of the estimate, what the step waits for; None leaves it out)."""
+    text = f"est {_short_ms(e.ms)} ms on {cluster.name} ({e.algorithm})"
+    return text if exposed_s is None else f"{text}, {_short_ms(exposed_s * 1e3)} ms exposed"
 
 
 def _short_ms(ms: float) -> str:
@@ -354,6 +358,12 @@ def calibrate(all_reduce_fn: Callable[[int], object], sizes: Sequence[int], repe
               clock: Callable[[], float] = time.perf_counter) -> tuple[float, float]:
     """(alpha, beta) of the collective `all_reduce_fn(nbytes)` runs (and waits for), timed here:
     one untimed call a size (it allocates, connects), then the median of `repeats`."""
+    return fit(sample(all_reduce_fn, sizes, repeats, clock))
+
+
+def sample(all_reduce_fn: Callable[[int], object], sizes: Sequence[int], repeats: int = 5,
+           clock: Callable[[], float] = time.perf_counter) -> list[tuple[float, float]]:
+    """What `calibrate` fits: (bytes, median seconds) a size, so a caller can keep them."""
     samples = []
     for n in sizes:
         all_reduce_fn(n)
@@ -363,7 +373,7 @@ def calibrate(all_reduce_fn: Callable[[int], object], sizes: Sequence[int], repe
             all_reduce_fn(n)
             times.append(clock() - t0)
         samples.append((float(n), statistics.median(times)))
-    return fit(samples)
+    return samples
 
 
 def measured_cluster(alpha: float, beta: float, group_size: int, name: str = "measured") -> Cluster:

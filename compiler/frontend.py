@@ -19,7 +19,7 @@ from torch._subclasses.fake_tensor import FakeTensor
 from torch.overrides import TorchFunctionMode
 from torch.utils import _pytree as pytree
 
-from compiler import collectives, objects, provenance, views
+from compiler import collectives, objects, provenance, tensor_parallel, views
 # the call's arguments (compiler/arguments.py); target_name and user_tensors are used through frontend too
 from compiler.arguments import describe_input, parameter_names, sanitize as _sanitize, signature_names, target_name, \
     user_tensors  # noqa: F401
@@ -301,6 +301,13 @@ class Tracer:
         # no note: a collective is no fallback (fusion ends its regions at it: BoundaryCode.COLLECTIVE)
         self.bound_symbols.append(BoundSymbol(sym, (), vkwargs, [self.new_output(written)], None, where))
 
+    def record_symbol(self, sym: Symbol, args: tuple, out: torch.Tensor) -> None:
+        """`out = sym(*args)`, run by a wrapping that records it itself (tensor_parallel), at the user's line."""
+        self.taken.add(sym.name)
+        self.extra_globals[sym.name] = sym.impl
+        self.bound_symbols.append(BoundSymbol(sym, tuple(map(self.argument, args)), {}, [self.new_output(out)], None,
+                                              self.where()))
+
     def refuse_collective(self, name: str, how: str = "") -> None:
         if self.eager_only is None:
             self.eager_only = (f"torch.distributed.{name}{' ' + how if how else ''} is not traced: calls with this "
@@ -448,7 +455,7 @@ def _trace(tracer: Tracer, fn, args, kwargs, originals: dict, clone) -> TraceRes
     try:
         # in the caller's grad mode, as eager runs it: user code that asks torch.is_grad_enabled()
         # or x.requires_grad sees what eager sees, and what autograd would not track is known
-        with _Recorder(tracer), tracer.dynamic, collectives.recording(tracer):
+        with _Recorder(tracer), tracer.dynamic, collectives.recording(tracer), tensor_parallel.recording(tracer):
             out = fn(*args, **kwargs)
     except TraceError:
         raise

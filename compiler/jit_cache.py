@@ -13,8 +13,10 @@ from typing import Any
 import torch
 from torch.utils import _pytree as pytree
 
-from compiler import api, dynamic, frontend, objects, report as R, reporting
+from compiler import api, ddp_overlap, dynamic, frontend, objects, report as R, reporting
 from compiler.ddp import buckets as _ddp_buckets, call as _ddp_call, is_ddp as _is_ddp
+from compiler.fsdp import Sharded as _Sharded, call as _fsdp_call
+from compiler.tensor_parallel import compiling as _tp_compiling, find as _tp_plan
 from compiler.dynamic import DynamicDims
 from compiler.ir import Trace
 from compiler.ops.torch_ops.fallbacks import ShapeChanged
@@ -62,6 +64,7 @@ class CacheEntry:
     static_ints: dict[int, int] = field(default_factory=dict)  # leaf position -> an int it specialised on
     eager_fallback: bool = False  # the program failed its check: run eager for this signature
     grad_mask: tuple[bool, ...] = ()  # which of the program's constants (parameters) required grad at compile
+    synced: ddp_overlap.Synced | None = None  # DDP: the training call whose backward all-reduces the gradients
 
 
 class JitFunction:
@@ -71,9 +74,16 @@ class JitFunction:
                  options: CompileOptions | None = None, dynamic: bool | None = None):
         # DistributedDataParallel: its module is compiled; its own forward runs around it (_ddp_call)
         self.wrapper = fn if _is_ddp(fn) else None
+        self._sync = False  # DDP: this call synchronises gradients (its entry's `synced` call runs)
         fn = fn.module if self.wrapper is not None else fn
+        # FSDP2 (fully_shard): the program takes the local shards and gathers them (compiler/fsdp.py)
+        self.sharded = _Sharded.of(fn)
+        fn = self.sharded or fn
         self.fn = fn
         self.dynamic = dynamic  # None: a dim is symbolic once its size changed; True: every dim; False: none
+        self.tp = _tp_plan(fn)  # tensor parallel: traced on the local shards (compiler/tensor_parallel.py)
+        if self.tp is not None:
+            self.dynamic = False  # its collectives run on real tensors only, never on a dynamic trace's fakes
         self.options = (options or CompileOptions.from_env()).replace(previews=False)
         if executors is not None:
             self.options = self.options.replace(executors=executors)
@@ -86,7 +96,7 @@ class JitFunction:
         self.hits = 0
         self.misses = 0
         self.last: CacheEntry | None = None
-        self._module = isinstance(fn, torch.nn.Module)
+        self._module = isinstance(fn, torch.nn.Module) or self.sharded is not None  # (Sharded: the module's)
         self._state_generation = -1
         self._state: tuple[tuple[int, ...], ...] = ()
 
@@ -116,8 +126,43 @@ class JitFunction:
 
     def __call__(self, *args, **kwargs):
         if self.wrapper is not None:
-            return _ddp_call(self.wrapper, self._call, args, kwargs)
+            overlap = ddp_overlap.unsupported(self.wrapper) is None
+            return _ddp_call(self.wrapper, self._call, args, kwargs, self._synchronising if overlap else None)
+        if self.sharded is not None:  # this call's local shards, passed by keyword
+            return _fsdp_call(self.sharded, self._call, args, kwargs)
         return self._call(*args, **kwargs)
+
+    def _synchronising(self, sync: bool, *args, **kwargs) -> tuple[Any, bool]:
+        """The call under DDP (compiler/ddp.py): with `sync`, by the program whose backward
+        all-reduces the gradients where its entry has one; (result, whether it did)."""
+        if self.last is not None and self.last.synced is not None:
+            self.last.synced.disarm()
+        self._sync = sync
+        try:
+            result = self._call(*args, **kwargs)
+        finally:
+            self._sync = False
+        entry = self.last
+        if not sync or entry is None or entry.synced is None:
+            return result, False
+        if entry.eager_fallback:  # every rank all-reduces the same buckets, whichever ran its program
+            entry.synced.after_eager_backward()
+        return result, True
+
+    def _ddp_compiled(self, entry: CacheEntry) -> None:
+        """A DDP module's new entry: the backward that issues its gradient all-reduces as buckets
+        fill, in the report too (built where the signature runs eagerly too: the eager backward then
+        all-reduces the same buckets, so that ranks that disagree on the check still meet); else
+        the all-reduces its reducer runs, listed."""
+        assert self.wrapper is not None
+        entry.synced = ddp_overlap.synchronise(entry.compiled, self.wrapper)
+        if entry.synced is not None and not entry.eager_fallback:
+            ddp_overlap.report(entry.compiled, entry.report, entry.synced)
+        elif entry.synced is not None:  # eager here, its gradients all-reduced as the program would
+            entry.report.collectives += reporting.with_estimates(ddp_overlap.listed(entry.synced), self.options.cluster)
+        elif torch.is_grad_enabled():  # a training call: DDP's reducer all-reduces in its backward
+            entry.report.collectives += reporting.with_estimates(_ddp_buckets(self.wrapper), self.options.cluster)
+            entry.report.diagnostics += [d for d in [ddp_overlap.reducer_note(self.wrapper)] if d is not None]
 
     def _call(self, *args, **kwargs):
         key, leaves = self._key(args, kwargs)  # leaves, and below tensors: computed once a call
@@ -131,9 +176,8 @@ class JitFunction:
             entry = self._dynamic_entry(key, list(args) if tensors is None else tensors, leaves)
             if entry is None:
                 entry = self._compile(key, args, kwargs, *self._dynamic(key, args, kwargs))
-                if self.wrapper is not None:  # DDP's gradient all-reduces, run by its reducer's hooks
-                    entry.report.collectives += reporting.with_estimates(_ddp_buckets(self.wrapper),
-                                                                         self.options.cluster)
+                if self.wrapper is not None:  # DDP's gradient all-reduces
+                    self._ddp_compiled(entry)
                 if entry.compiled.guards is not None:
                     self.symbolic.setdefault(_erased(key), []).append(entry)
             if len(self.cache) >= self.max_entries:  # forget the oldest signature
@@ -153,10 +197,11 @@ class JitFunction:
         c = entry.compiled
         if c.guards is not None and c.guards.ints:  # the program reads its int arguments' symbols
             c.guards.bind(leaves)
+        fn = entry.synced.fn if self._sync and entry.synced is not None else c.fn
         try:
             if tensors is None:  # positional tensors only: they are the program's inputs
-                return c.fn(*args, *c.constants)
-            result = c.fn(*tensors, *c.constants)
+                return fn(*args, *c.constants)
+            result = fn(*tensors, *c.constants)
             return _with_states(c.traced, result, leaves) if c.traced.objects_passed else result
         except ShapeChanged as e:  # raised before the program wrote anything back
             _fall_back(entry, e)
@@ -221,8 +266,10 @@ class JitFunction:
         return entry
 
     def _compile_here(self, key, args, kwargs, dims: DynamicDims, ints: frozenset[int]) -> CacheEntry:
-        c, rep, failed = api.compile_checked(self.fn, args, kwargs, self.options, frontend.target_name(self.fn),
-                                             benchmark=False, eager_on_failure=True, dims=dims, ints=ints)
+        with _tp_compiling(self.tp) as tp:
+            c, rep, failed = api.compile_checked(self.fn, args, kwargs, self.options, frontend.target_name(self.fn),
+                                                 benchmark=False, eager_on_failure=True, dims=dims, ints=ints)
+            failed = tp.settle(c, rep, failed)
         symbolic = set(c.guards.ints) if c.guards is not None else set()
         leaves = pytree.tree_leaves((args, kwargs)) if len(key) == 3 else []
         static_ints = {i: x for i, x in enumerate(leaves) if type(x) is int and i not in symbolic}

@@ -2,11 +2,12 @@
 
 The CLI (`launch`) starts N workers through torch.distributed.run (`--standalone`); each
 worker (`python -m compiler.launch`, `main` below) initialises the process group (gloo on a
-CPU, NCCL on GPUs), compiles and benchmarks every target with compile_target, times its
-collectives, and writes its reports to a folder. After the run, `merge` makes one report per
-target: rank 0's, with `ranks` (one entry per rank) and each collective's `time_ms` over the
-ranks. A rank whose target fails writes its error and exits non-zero at once; the launcher
-then ends every rank, and `launch` returns the first failure.
+CPU, NCCL on GPUs), calibrates the cost model (a few all_reduce sizes: this machine's alpha
+and beta), compiles and benchmarks every target with compile_target, times its collectives
+beside the model's time for them, and writes its reports to a folder. After the run, `merge`
+makes one report per target: rank 0's, with `ranks` (one entry per rank) and each
+collective's `time_ms` over the ranks. A rank whose target fails writes its error and exits
+non-zero at once; the launcher then ends every rank, and `launch` returns the first failure.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 
-from compiler import report as R
+from compiler import comm_model, report as R
 from compiler.options import CompileOptions
 
 # How long a rank waits in a collective for the others before giving up (seconds): a rank
@@ -73,8 +74,8 @@ def merge(reports: list[R.CompileReport]) -> R.CompileReport:
     merged.ranks = [r.ranks[0] if r.ranks else R.RankReport(i, r.device, r.compile_ms)
                     for i, r in enumerate(reports)]
     for i, c in enumerate(merged.collectives):
-        times = [t for rank in merged.ranks if i < len(rank.collective_ms)
-                 and (t := rank.collective_ms[i]) is not None]
+        c.rank_ms = [rank.collective_ms[i] if i < len(rank.collective_ms) else None for rank in merged.ranks]
+        times = [t for t in c.rank_ms if t is not None]
         c.time_ms = _spread(times) if times else None
     for region in merged.all_regions():
         ranked = [(t, rank.rank) for rank in merged.ranks if (t := rank.region_ms.get(region.id)) is not None]
@@ -97,23 +98,66 @@ def _time_all_reduce(nbytes: int, device, repeats: int) -> float:
     return timing.measure(dist.all_reduce, buffer, device=device, warmup=2, repeats=repeats).median_ms
 
 
-def _measure_rank(report: R.CompileReport, rank: int, world: int, device, repeats: int) -> None:
+# The calibration's all_reduce sizes (bytes): latency-bound to bandwidth-bound on gloo and NCCL
+# (the largest keeps the fitted bandwidth positive on a noisy machine), small enough to take
+# well under a second on 4 CPU ranks sharing 2 cores.
+CALIBRATION_BYTES = (4 << 10, 64 << 10, 1 << 20, 4 << 20)
+
+
+def calibrate(device, world: int, repeats: int = 5) -> R.Calibration:
+    """This machine's alpha and beta: all_reduce over the whole world at CALIBRATION_BYTES,
+    fitted by comm_model (every rank runs the same calls, so they meet in each)."""
+    import torch
+    import torch.distributed as dist
+
+    def all_reduce(nbytes: int) -> None:
+        buffer = torch.zeros(nbytes // 4, dtype=torch.float32, device=device)
+        dist.all_reduce(buffer)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    dist.barrier()
+    samples = comm_model.sample(all_reduce, CALIBRATION_BYTES, repeats)
+    alpha, beta = comm_model.fit(samples)
+    return R.Calibration(str(dist.get_backend()), world, alpha, beta, [int(b) for b, _ in samples],
+                         [t for _, t in samples])
+
+
+def with_model(report: R.CompileReport, fit: R.Calibration | None) -> None:
+    """Each collective's `model_ms`: the cost model on a cluster of this machine's measured link
+    (comm_model.measured_cluster), beside what was measured. None where the fit is unusable."""
+    if fit is None or fit.beta_s <= 0 or fit.world < 2:
+        return
+    here = comm_model.measured_cluster(fit.alpha_s, fit.beta_s, fit.world, fit.backend)
+    for c in report.collectives:
+        try:
+            c.model_ms = round(comm_model.estimate(c.op, c.bytes, min(max(c.group_size, 1), fit.world), here).ms, 6)
+        except ValueError:  # wait_tensor, an op the model has no formula for
+            c.model_ms = None
+
+
+def _measure_rank(report: R.CompileReport, rank: int, world: int, device, repeats: int,
+                  fit: R.Calibration | None = None) -> None:
     """This rank's entry of `report.ranks`: its timings, its regions' medians, and per collective
-    the time of the region that runs it (a traced one) or of its all-reduce timed alone (DDP's)."""
+    the time of the region that runs it (a synchronous traced one) or of its all-reduce timed
+    alone (DDP's reducer's, an asynchronous one's), and the model's time for it on `fit`."""
     region_ms = {r.id: r.timing.median_ms if r.timing else None for r in report.all_regions()}
     collective_ms: list[float | None] = []
     for c in report.collectives:
-        if c.region:
-            collective_ms.append(region_ms.get(c.region))
-        elif c.kind == "ddp-bucket" and c.group_size == world and repeats > 0:
+        timed = region_ms.get(c.region) if c.region and not c.overlapped_by else None
+        if timed is not None:  # a synchronous collective: its region is its time
+            collective_ms.append(timed)
+        elif c.op.removesuffix("_") == "all_reduce" and c.group_size == world and repeats > 0:
+            # DDP's reducer's, or an asynchronous one (its region only issues it): timed alone
             collective_ms.append(round(_time_all_reduce(c.bytes, device, repeats), 6))
         else:
             collective_ms.append(None)
     for c, t in zip(report.collectives, collective_ms):
         c.time_ms = R.RankSpread(t, t, t) if t is not None else None
     step = report.training.step if report.training else None
+    with_model(report, fit)
     report.ranks = [R.RankReport(rank, report.device, report.compile_ms, report.forward.timings, step,
-                                 region_ms, collective_ms)]
+                                 region_ms, collective_ms, fit)]
 
 
 def _device(requested: str, local_rank: int, local_world: int):
@@ -158,6 +202,7 @@ def _run_rank(out: str, file: str, names: list[str], settings: Settings) -> int:
         torch.cuda.set_device(device)
     dist.init_process_group("nccl" if device.type == "cuda" else "gloo", timeout=timedelta(seconds=TIMEOUT_S))
     try:
+        fit = calibrate(device, world) if settings.benchmark and world > 1 else None
         reports = []
         for name in names:
             report = compile_target(file, name, options=settings.options(), benchmark=settings.benchmark,
@@ -165,7 +210,7 @@ def _run_rank(out: str, file: str, names: list[str], settings: Settings) -> int:
                                     torch_compile=settings.torch_compile, train=settings.train)
             if report.status != "ok":
                 return _fail(out, rank, report)
-            _measure_rank(report, rank, world, device, settings.repeats if settings.benchmark else 0)
+            _measure_rank(report, rank, world, device, settings.repeats if settings.benchmark else 0, fit)
             reports.append(report.to_dict())
         _write(os.path.join(out, f"rank{rank}.json"), reports)
         return 0

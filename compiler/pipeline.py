@@ -264,3 +264,13 @@ def training_program(forward_fn, backward_fn, d: autograd.Differentiated, n_inpu
     """The forward and backward programs joined in a torch.autograd.Function."""
     return autograd_runtime.training_program(forward_fn, backward_fn, n_inputs, d.n_results,
                                              d.differentiable, d.grad_inputs, output_builder(output), d.written)
+
+
+def lower_again(c: Compiled, trace: Trace) -> Program:
+    """`c`'s backward program made again from `trace`, a transform of its backward trace
+    (compiler/ddp_overlap.py: DDP's gradient all-reduces in it), by the same fusion and
+    lowering, with `c`'s executors; no previews."""
+    assert trace.stage == "backward", trace.stage
+    chosen = executor_registry.select(list(c.executors), c.device)
+    stage = _StageLog(f"{c.name} backward", "backward", c.options, c.stage_ms)
+    return _lower(stage, stage(trace), chosen, c.device, "B", "PB")

@@ -207,6 +207,7 @@ class Collective:
     overlapped_by: list[str] = field(default_factory=list)
     exposed_ms: float | None = None  # of estimate_ms, what the overlapping regions do not hide
     model_ms: float | None = None  # the same model on this machine's measured alpha, beta (a launch's calibration)
+    rank_ms: list[float | None] = field(default_factory=list)  # a launch's: each rank's time_ms, in rank order
 
 
 @dataclass
@@ -230,6 +231,20 @@ class RankReport:
     step: ProgramTimings | None = None  # a training step, on this rank
     region_ms: dict[str, float | None] = field(default_factory=dict)  # region id -> its median here
     collective_ms: list[float | None] = field(default_factory=list)  # per report collective, in order
+    calibration: Calibration | None = None  # this rank's fit of all_reduce on its backend
+
+
+@dataclass
+class Calibration:
+    """A launch's short calibration (compiler/comm_model.py `calibrate`): all_reduce over the
+    whole world timed at a few sizes, fitted to `seconds = alpha + beta * bytes`."""
+
+    backend: str  # "gloo", "nccl"
+    world: int
+    alpha_s: float  # latency, seconds
+    beta_s: float  # seconds a byte (1 / bandwidth); <= 0 when the fit failed: no model_ms then
+    sizes: list[int] = field(default_factory=list)  # bytes, one all_reduce size a sample
+    median_s: list[float] = field(default_factory=list)  # the median time of each size, seconds
 
 
 @dataclass
@@ -386,6 +401,7 @@ class CompileReport:
     compile_ms: float | None = None
     peaks: DevicePeaks | None = None  # what the rooflines are computed for
     ranks: list[RankReport] = field(default_factory=list)  # a launch on N ranks: one entry each, in rank order
+    stage_ms: dict[str, float] = field(default_factory=dict)  # the compile's stages (pipeline.STAGE_TIMES) -> ms
     schema_version: int = SCHEMA_VERSION
 
     def to_dict(self) -> dict[str, Any]:

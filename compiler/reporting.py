@@ -13,10 +13,12 @@ import inspect
 import os
 import pathlib
 import platform
+from collections.abc import Callable, Sequence
 
 import torch
 
 from compiler import collectives, comm_model, cost, passes, report as R, roofline, timing
+from compiler.benchmark import Measurements
 from compiler.ir import OpTag, distinct_lines, format_call
 from compiler.sizes import dim_text, hint
 
@@ -81,6 +83,8 @@ def versions() -> dict[str, str]:
 def target_of(fn, name: str) -> R.Target:
     """Where the compiled callable is defined (a module's `forward`)."""
     target = fn.forward if isinstance(fn, torch.nn.Module) else fn
+    if not inspect.isroutine(target):  # a callable object standing for one (fsdp.Sharded: its module's forward)
+        target = getattr(target, "__wrapped__", target)
     try:
         lines, start = inspect.getsourcelines(target)
         return R.Target(name, inspect.getsourcefile(target), start, start + len(lines) - 1)
@@ -96,31 +100,103 @@ def error_report(e: Exception, target: R.Target, executors) -> R.CompileReport:
 
 
 def _collectives(c) -> list[R.Collective]:
-    """The collectives each program's regions run (OpTag.COLLECTIVE), with their user lines."""
+    """The collectives each program's regions run (OpTag.COLLECTIVE), with their user lines; a
+    funcol wait (`wait_tensor`) is no collective of its own: it ends the one it waits for."""
     out = []
     for p in c.programs:
+        overlapped = _overlapped(p.plan.regions)
         for r in p.plan.regions:
             for b in r.bsyms:
-                if OpTag.COLLECTIVE in b.sym.tags:
+                if OpTag.COLLECTIVE in b.sym.tags and collectives.op_name(b.sym.name) != "wait_tensor":
                     sent = collectives.sent(b.sym.name, b.args, b.kwargs)
                     nbytes = int(hint(sent.numel())) * sent.dtype.itemsize if sent is not None else 0
                     where = b.provenance
                     out.append(R.Collective(collectives.op_name(b.sym.name), "traced", nbytes,
                                             collectives.group_size(b.args, b.kwargs), p.kind, r.id,
-                                            where.file if where else None, where.line if where else None))
+                                            where.file if where else None, where.line if where else None,
+                                            overlapped_by=overlapped(b)))
     return out
 
 
-def with_estimates(found: list[R.Collective], cluster: str | None) -> list[R.Collective]:
+def _overlapped(regions) -> Callable:
+    """`overlapped(b)`: the ids of the regions that run between collective `b`'s issue and the
+    `wait_tensor` of its result, in program order, those that only communicate left out (none
+    without a wait: it ran synchronously)."""
+    at = {id(b): i for i, r in enumerate(regions) for b in r.bsyms}
+    waited = {v.name: i for i, r in enumerate(regions) for b in r.bsyms
+              if collectives.op_name(b.sym.name) == "wait_tensor" for v in b.inputs()}
+    talking = {i for i, r in enumerate(regions) if all(OpTag.COLLECTIVE in b.sym.tags for b in r.bsyms)}
+
+    def overlapped(b) -> list[str]:
+        wait = min((waited[o.name] for o in b.outputs if o.name in waited), default=None)
+        if wait is None:
+            return []
+        return [regions[i].id for i in range(at[id(b)] + 1, wait) if i not in talking]
+    return overlapped
+
+
+def with_estimates(found: list[R.Collective], cluster: str | None,
+                   programs: Sequence[R.ProgramReport] = ()) -> list[R.Collective]:
     """Each collective estimated on `cluster` (compiler/comm_model.py), over its whole world: what
-    the communication of this program would cost there, by the algorithm NCCL would pick."""
+    the communication of this program would cost there, by the algorithm NCCL would pick, and
+    how much of it is exposed: not hidden by the regions of `programs` that run between its
+    issue and its wait (`overlapped_by`; none without `programs`: all of it is exposed)."""
     if not cluster or not found:
         return found
     target = comm_model.parse_cluster(cluster)
-    for c in found:
-        e = comm_model.estimate(c.op, c.bytes, target.world, target)
-        c.estimate, c.estimate_ms = comm_model.describe(e, target), round(e.ms, 6)
+    estimates: dict[int, comm_model.Estimate] = {}
+    for i, c in enumerate(found):
+        try:
+            estimates[i] = comm_model.estimate(c.op, c.bytes, target.world, target)
+        except ValueError:  # no cost model for it (wait_tensor: it waits, it sends nothing)
+            continue
+        c.estimate_ms = round(estimates[i].ms, 6)
+    exposed = _exposed_s(found, target, programs)
+    for i, e in estimates.items():
+        c = found[i]
+        c.exposed_ms = round(exposed.get(i, e.seconds) * 1e3, 6)
+        c.estimate = comm_model.describe(e, target, c.exposed_ms / 1e3)
     return found
+
+
+def _compute_s(r: R.Region, gpu: roofline.Gpu | None) -> float:
+    """A region's time on the cluster's GPU: as measured where it ran on that GPU, else its
+    roofline there (a laptop's CPU time says nothing of an H100), else as measured."""
+    timed = r.timing.median_ms if r.timing is not None else None
+    ran_there = r.roofline is not None and not r.roofline.estimate and gpu is not None and r.roofline.device == gpu.name
+    if timed is not None and ran_there:
+        return timed / 1e3
+    if r.cost is not None and gpu is not None:
+        return roofline.roofline(r.cost.bytes, r.cost.flops, r.cost.math, gpu, True).min_ms / 1e3
+    return (timed or 0.0) / 1e3
+
+
+def _exposed_s(found: list[R.Collective], cluster: comm_model.Cluster,
+               programs: Sequence[R.ProgramReport]) -> dict[int, float]:
+    """Per collective (by index in `found`) with an estimate, its exposed seconds from its
+    program's own order (comm_model.schedule): the program's regions as compute, each
+    collective issued at its region and waited after the last region that overlaps it (at
+    once where none does). The regions that run collectives (and funcol waits) are no compute."""
+    gpu = roofline.find(cluster.gpu)
+    out: dict[int, float] = {}
+    for p in programs:
+        ids = {r.id for r in p.regions}
+        mine = [(i, c) for i, c in enumerate(found) if c.program == p.kind and c.region in ids
+                and c.estimate_ms is not None]
+        comm = {c.region for c in found if c.program == p.kind and c.region}
+        issued: dict[str, list[int]] = {}
+        waits: dict[str, list[int]] = {}
+        for i, c in mine:
+            issued.setdefault(c.region, []).append(i)
+            waits.setdefault(c.overlapped_by[-1] if c.overlapped_by else c.region, []).append(i)
+        events: list[comm_model.Event] = []
+        for r in p.regions:
+            events += [comm_model.Issue(str(i), (found[i].estimate_ms or 0.0) / 1e3) for i in issued.get(r.id, [])]
+            if r.id not in comm and not any("wait_tensor" in op for op in r.ops):
+                events.append(comm_model.Compute(r.id, _compute_s(r, gpu)))
+            events += [comm_model.Wait(str(i)) for i in waits.get(r.id, [])]
+        out.update({int(s.id): s.exposed_s for s in comm_model.schedule(events).collectives})
+    return out
 
 
 def _guards(c) -> list[str]:
@@ -245,11 +321,28 @@ def assemble(c, target: R.Target, checked: list[R.Diagnostic], measured=None,
     gpu, estimate, why = _roofline_gpu(c.device, c.options.gpu)
     if why:
         diagnostics.append(R.Diagnostic("information", why, code=R.DiagnosticCode.ROOFLINE))
+    programs = [_program(p, measured, gpu, estimate) for p in c.programs]
     return R.CompileReport(
-        target=target, executors=c.executors, programs=[_program(p, measured, gpu, estimate) for p in c.programs],
+        target=target, executors=c.executors, programs=programs,
         training=_training(c, measured), ops=_ops(c), fallbacks=fallbacks, diagnostics=diagnostics,
         signature=list(c.traced.trace.signature), guards=_guards(c),
-        collectives=with_estimates(_collectives(c), c.options.cluster),
+        collectives=with_estimates(_collectives(c), c.options.cluster, programs),
         device=str(c.device),
         device_name=timing.device_name(c.device),
-        versions=versions(), compile_ms=round(c.compile_ms, 3), peaks=_peaks(gpu, estimate, c.device, measured))
+        versions=versions(), compile_ms=round(c.compile_ms, 3), peaks=_peaks(gpu, estimate, c.device, measured),
+        stage_ms={stage: round(ms, 3) for stage, ms in c.stage_ms.items()})
+
+
+def replace_program(report: R.CompileReport, c, program) -> None:
+    """`report`'s entry for `program`'s kind made from `program` (a pipeline.Program of `c`
+    transformed after the report was assembled: compiler/ddp_overlap.py's backward), and its
+    collectives found again from `c`'s programs. A region that runs the same ops on the same
+    values as one of the entry it replaces keeps that one's timing (what it adds is untimed)."""
+    timed = {(tuple(r.ops), tuple(v.name for v in r.outputs)): r.timing for p in report.programs
+             if p.kind == program.kind for r in p.regions if r.timing is not None}
+    kept = {r.id: timing for r in program.plan.regions
+            if (timing := timed.get((tuple(b.sym.name for b in r.bsyms), tuple(v.name for v in r.outputs))))}
+    gpu, estimate, _ = _roofline_gpu(c.device, c.options.gpu)
+    new = _program(program, Measurements(regions={program.kind: kept}), gpu, estimate)
+    report.programs = [new if p.kind == program.kind else p for p in report.programs]
+    report.collectives = with_estimates(_collectives(c), c.options.cluster, report.programs)

@@ -216,6 +216,19 @@ def load_example(path: str, name: str, *, source: str | None = None, device: str
     return Example(fn, args, kwargs, info, path, train)
 
 
+def _ddp_all_reduces(c, report, wrapper, failed: bool, cluster: str | None) -> None:
+    """A DDP training target's gradient all-reduces in its report: the backward that issues
+    them as buckets fill, as compiler.jit runs it, else the buckets DDP's reducer all-reduces."""
+    from compiler import ddp, ddp_overlap, reporting
+
+    synced = None if failed else ddp_overlap.synchronise(c, wrapper)
+    if synced is not None:
+        ddp_overlap.report(c, report, synced)
+    else:
+        report.collectives += reporting.with_estimates(ddp.buckets(wrapper), cluster)
+        report.diagnostics += [d for d in [ddp_overlap.reducer_note(wrapper)] if d is not None]
+
+
 def compile_target(path: str, name: str, *, source: str | None = None, executors=None, options=None,
                    benchmark: bool = True, repeats: int = 20, device: str = "auto", torch_compile: bool = False,
                    train: bool = False):
@@ -230,14 +243,15 @@ def compile_target(path: str, name: str, *, source: str | None = None, executors
     `executors`, when given, replaces theirs.
 
     A DistributedDataParallel model (a distributed target's) compiles as compiler.jit compiles
-    it: its module is the program each rank runs, checked and timed against that module eager,
-    and the report lists DDP's gradient-bucket all-reduces, which its reducer's hooks run
-    around the program (compiler.ddp.call) in a training step.
+    it: its module is the program each rank runs, checked and timed against that module eager;
+    in training, the report's backward is the one that issues DDP's gradient all-reduces as its
+    buckets fill (compiler/ddp_overlap.py), or, where DDP's reducer runs them (a configuration
+    that backward does not mirror), lists the reducer's buckets.
 
     Never raises for problems in the user's code or file: the report then has
     status "error" and `error` says what happened and where.
     """
-    from compiler import api, ddp, reporting, report as R
+    from compiler import api, ddp, report as R
     from compiler.options import CompileOptions
 
     options = (options or CompileOptions.from_env()).replace(previews=True)
@@ -255,10 +269,11 @@ def compile_target(path: str, name: str, *, source: str | None = None, executors
         wrapper = example.fn if ddp.is_ddp(example.fn) else None
         fn = wrapper.module if wrapper is not None else example.fn
         with example.context():
-            report = api.compile_checked(fn, example.args, example.kwargs, options, name, benchmark=benchmark,
-                                         repeats=repeats, warmup=3, torch_compile=torch_compile, target=target)[1]
-        if wrapper is not None and example.train:  # the backward's all-reduces, run by DDP's reducer
-            report.collectives += reporting.with_estimates(ddp.buckets(wrapper), options.cluster)
+            c, report, failed = api.compile_checked(fn, example.args, example.kwargs, options, name,
+                                                    benchmark=benchmark, repeats=repeats, warmup=3,
+                                                    torch_compile=torch_compile, target=target)
+        if wrapper is not None and example.train:  # the backward's all-reduces
+            _ddp_all_reduces(c, report, wrapper, failed, options.cluster)
         return report
     except TargetError as e:
         return fail(e.message, e.file, e.line, e.col)

@@ -2,9 +2,10 @@
 (torch.distributed.run; gloo on a CPU, NCCL on GPUs) and prints one report merged over them.
 
 `ddp_mlp` is a small MLP under DistributedDataParallel, compiled for training: each rank runs
-the compiled module, and DDP's reducer all-reduces the gradients bucket by bucket in the
-backward (the report's `ddp-bucket` collectives). `reduced` calls dist.all_reduce itself: a
-collective traced at its line, between two fusion regions."""
+the compiled module, whose backward issues the gradients' all-reduces bucket by bucket as they
+fill (two buckets here: the first overlaps the rest of the backward; docs/distributed.md).
+`reduced` calls dist.all_reduce itself: a collective traced at its line, between two fusion
+regions."""
 
 import torch
 import torch.distributed as dist
@@ -33,7 +34,7 @@ class MLP(nn.Module):
 @compiler.example(nproc=2, train=True)
 def ddp_mlp():
     torch.manual_seed(0)  # the same initial parameters on every rank (DDP broadcasts rank 0's anyway)
-    model = DDP(MLP().to(_device()))
+    model = DDP(MLP().to(_device()), bucket_cap_mb=0.1)  # fc2 and fc1.weight, then fc1.bias
     torch.manual_seed(1 + dist.get_rank())  # each rank its own batch
     return model, (torch.randn(32, 64, device=_device()),)
 

@@ -3,9 +3,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import dataclasses
+import logging
 import os
+import re
 import sys
 from collections.abc import Generator
 from typing import Any
@@ -13,7 +16,7 @@ from typing import Any
 from lsprotocol import types as T
 from pygls.exceptions import JsonRpcInvalidParams
 
-from compiler.report import PROGRAM_KINDS, CompileReport, Preview, ProgramReport, Region, RegionRef
+from compiler.report import PROGRAM_KINDS, Collective, CompileReport, Preview, ProgramReport, Region, RegionRef
 from lsp_server import __version__
 from lsp_server.annotations import Result, norm_path
 from lsp_server.documents import DocState, View
@@ -30,6 +33,7 @@ CMD_CLEAR_CACHE = "fusionlens.clearCache"
 CMD_DEBUG_INFO = "fusionlens.debugInfo"
 CMD_EXPORT_REPRO = "fusionlens.exportRepro"
 CMD_CANCEL = "fusionlens.cancel"
+CMD_REPORT_HTML = "fusionlens.reportHtml"
 REGIONS_REQUEST = "fusionlens/regions"
 Answer = dict[str, Any]  # a command's JSON answer
 
@@ -205,6 +209,70 @@ async def cmd_export_repro(ls: FusionLensServer, *args: Any) -> Answer:
     return dict(shown, path=path, region=r.region, executor=r.executor, summary=r.summary)
 
 
+# A Content-Security-Policy nonce goes into the page's attributes as it is: base64 (or
+# base64url) characters only, as VS Code's webview examples make them.
+_NONCE = re.compile(r"[A-Za-z0-9+/=_-]{16,128}")
+
+
+def _first_compiled(ls: FusionLensServer, uri: str) -> str | None:
+    """The first target of the document (in file order) that has a report shown."""
+    state = ls.documents.lookup(uri)
+    if state is None:
+        return None
+    for t in state.targets:
+        res = ls.results.shown(state.path, t.name)
+        if res is not None and res.report is not None:
+            return t.name
+    return None
+
+
+def _sources(res: Result) -> dict[str, str]:
+    """Each file the report names -> the text that was compiled (the page's lines are the
+    report's, so it shows that text, not the buffer as edited since)."""
+    report = res.report
+    if report is None:
+        return {}
+    named = [report.target.file, *(op.file for op in report.ops),
+             *(s.file for r in report.all_regions() for s in r.source_lines), *(c.file for c in report.collectives)]
+    out: dict[str, str] = {}
+    for f in dict.fromkeys(f for f in named if f):
+        text = res.snapshots.get(norm_path(f) or f)
+        if text is not None:
+            out[f] = text
+    return out
+
+
+async def cmd_report_html(ls: FusionLensServer, *args: Any) -> Answer:
+    """[uri, target | null, nonce | null]: the HTML report page (compiler.html_report) of the
+    compile the document shows for `target` (null: its first target that has one), rendered
+    here from the report that result holds, with the text it compiled: nothing runs. With a
+    nonce every script and style carries it (a webview's Content-Security-Policy)."""
+    uri, target, nonce = _arg(args, 0), _arg(args, 1), _arg(args, 2)
+    if nonce is not None and (not isinstance(nonce, str) or not _NONCE.fullmatch(nonce)):
+        return {"html": None, "message": "FusionLens: fusionlens.reportHtml: the nonce must be 16 to 128 "
+                                         "base64 characters"}
+    if target is None and isinstance(uri, str) and uri:
+        target = _first_compiled(ls, uri)
+        if target is None and ls.documents.lookup(uri) is not None:
+            msg = "nothing in this file has a compile result yet; compile a target first"
+            ls.tell(T.MessageType.Warning, msg)
+            return {"html": None, "message": f"FusionLens: {msg}"}
+    state, res, msg = _shown(ls, uri, target)
+    if state is None or res is None or res.report is None:
+        return {"html": None, "message": msg}
+    try:
+        from compiler import html_report
+    except ImportError as e:  # a compiler without the page
+        return {"html": None, "message": f"FusionLens: this compiler has no HTML report ({e})"}
+    report, sources = res.report, _sources(res)
+    try:  # off the event loop: a big report's page takes a while, and edits keep coming
+        html = await asyncio.to_thread(html_report.render, report, sources, nonce=nonce)
+    except Exception as e:  # noqa: BLE001 - a bug of the page must not take the server down
+        logging.getLogger("fusionlens.lsp").exception("rendering the report of %s", target)
+        return {"html": None, "message": f"FusionLens: the report page of {target} failed: {type(e).__name__}: {e}"}
+    return {"html": html, "target": target, "uri": uri, "file": state.fs_path}
+
+
 def cmd_clear_cache(ls: FusionLensServer, *args: Any) -> Answer:
     """Drop every result, and cancel what is queued or running (a running compile's worker is
     killed, as fusionlens.cancel does): a compile landing after the clear would show again."""
@@ -253,7 +321,7 @@ def regions_request(ls: FusionLensServer, params: Any) -> Answer:
 
 def _target_entry(res: Result, report: CompileReport, view: View, path: str) -> dict[str, Any]:
     """A compiled target's timings (its forward program's), the regions of every program
-    (most to win first), and the previews."""
+    (most to win first), the previews, and the collectives (in the report's order)."""
     entry: dict[str, Any] = {}
     tm = report.forward.timings
     if tm is not None:
@@ -264,7 +332,27 @@ def _target_entry(res: Result, report: CompileReport, view: View, path: str) -> 
     entry["regions"] = sorted(regions, key=_by_what_can_be_won)
     entry["previews"] = [_preview_entry(p, preview, r, path)
                          for p in report.programs for preview in p.previews for r in preview.regions]
+    entry["collectives"] = [_collective_entry(c, _collective_line(res, c, view, path)) for c in report.collectives]
     return entry
+
+
+def _collective_line(res: Result, c: Collective, view: View, path: str) -> int | None:
+    """A collective's 0-based line in the document as it is now (None: another file's, run by
+    a hook with no line, or a line edited since the compile)."""
+    if not c.line or norm_path(c.file) != path:
+        return None
+    _ann, lm = view.maps.get(res.seq, (None, None))
+    return lm(c.line - 1) if lm is not None else None
+
+
+def _collective_entry(c: Collective, line: int | None) -> dict[str, Any]:
+    """A collective of the report (torch.distributed communication) for the regions view."""
+    t = c.time_ms
+    return {"op": c.op, "kind": c.kind, "program": c.program, "region": c.region, "bytes": c.bytes,
+            "groupSize": c.group_size, "file": c.file, "line": line,
+            "timeMs": None if t is None else {"min": t.min, "median": t.median, "max": t.max},
+            "estimate": c.estimate, "estimateMs": c.estimate_ms, "exposedMs": c.exposed_ms,
+            "overlappedBy": list(c.overlapped_by)}
 
 
 def _region_entry(program: ProgramReport, r: Region, lines: list[int]) -> dict[str, Any]:
@@ -339,4 +427,5 @@ def register_commands(server: FusionLensServer) -> None:
     server.command(CMD_CLEAR_CACHE)(cmd_clear_cache)
     server.command(CMD_DEBUG_INFO)(cmd_debug_info)
     server.command(CMD_EXPORT_REPRO)(cmd_export_repro)
+    server.command(CMD_REPORT_HTML)(cmd_report_html)
     server.feature(REGIONS_REQUEST)(regions_request)

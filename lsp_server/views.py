@@ -308,25 +308,40 @@ def preview_section(group: list[LineNote]) -> list[str]:
 
 
 def collective_label(found: Sequence[Collective]) -> str:
-    """`all_reduce 4.0 KB · 0.31 ms (slowest rank)`: a line's communication, at its end."""
+    """`all_reduce 2.0 MB · 0.31 ms (slowest rank) · overlapped`: a line's communication, at its
+    end; outside a launch (nothing measured) its estimate on the cluster instead of the time."""
     parts = []
     for c in found:
         took = f" · {format_ms(c.time_ms.max)} (slowest rank)" if c.time_ms is not None else ""
-        est = f" · {c.estimate}" if c.estimate else ""
-        parts.append(f"{c.op} {format_bytes(c.bytes, compact=True)}{took}{est}")
+        est = f" · {c.estimate}" if c.estimate and c.time_ms is None else ""
+        overlapped = " · overlapped" if c.overlapped_by else ""
+        parts.append(f"{c.op} {format_bytes(c.bytes, compact=True)}{took}{est}{overlapped}")
     return "; ".join(parts)
 
 
 def collective_section(found: Sequence[Collective]) -> str:
-    """A hover's words on a line's collectives: bytes per rank, the group, the times over ranks."""
-    lines = []
+    """A hover's words on a line's collectives: bytes per rank over the group, each rank's time,
+    the model on this machine beside the measurement, the estimate on the cluster with its
+    exposed part, and the regions it overlaps."""
+    blocks = []
     for c in found:
-        times = (f", {format_ms(c.time_ms.min)} / {format_ms(c.time_ms.median)} / {format_ms(c.time_ms.max)} "
-                 "(fastest / median / slowest rank)") if c.time_ms is not None else ""
-        est = f"; {c.estimate}" if c.estimate else ""
-        lines.append(f"**{c.op}** ({c.program} program, region `{c.region}`): {format_bytes(c.bytes)} a rank "
-                     f"over {c.group_size} ranks{times}{est}")
-    return "\n\n".join(lines)
+        lines = [f"**{c.op}** ({c.program} program, region `{c.region or '-'}`): {format_bytes(c.bytes)} a rank "
+                 f"over {c.group_size} ranks"]
+        if c.time_ms is not None:
+            lines.append(f"- {format_ms(c.time_ms.min)} / {format_ms(c.time_ms.median)} / "
+                         f"{format_ms(c.time_ms.max)} (fastest / median / slowest rank)")
+        timed = [(rank, t) for rank, t in enumerate(c.rank_ms) if t is not None]
+        if timed:
+            lines.append("- per rank: " + " · ".join(f"rank {rank} {format_ms(t)}" for rank, t in timed))
+        if c.time_ms is not None and c.model_ms is not None:
+            lines.append(f"- measured {format_ms(c.time_ms.max)} · model {format_ms(c.model_ms)} "
+                         "(the cost model on this machine's calibrated link)")
+        if c.estimate:
+            lines.append(f"- {c.estimate}")
+        if c.overlapped_by:
+            lines.append(f"- overlapped by {', '.join(f'`{r}`' for r in c.overlapped_by)}")
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)
 
 
 def saved_section(saved: Sequence[SavedTensor]) -> str:

@@ -16,12 +16,14 @@ REPO = Path(__file__).resolve().parents[1]
 LAYERS = [
     ["compiler.report", "compiler.discovery", "compiler.options"],  # contracts: the report, discovery, options
     ["compiler.roofline", "compiler.comm_model"],  # peaks and link tables, their arithmetic: no torch  # the GPU peaks table and roofline arithmetic: no torch, like the contracts
+    ["compiler.html_report"],  # the report page (plotly, networkx): reads a report only, no torch (the server renders it)
     ["compiler.provenance", "compiler.symbols", "compiler.sizes"],  # symbols: torch's ShapeEnv only (sympy: dynamic programs)
     ["compiler.ir", "compiler.program_calls"],  # program_calls: what a printed program calls (torch only)
     ["compiler.interpret"],  # the op-by-op interpreter every executor is compared with
     ["compiler.objects"],
     ["compiler.ops"],
-    ["compiler.arguments", "compiler.views", "compiler.collectives", "compiler.ddp"],  # arguments; views; torch.distributed calls; DDP around a program
+    ["compiler.arguments", "compiler.views", "compiler.collectives", "compiler.ddp", "compiler.tensor_parallel",
+     "compiler.fsdp"],  # arguments; views; torch.distributed calls; DDP around a program
     ["compiler.frontend", "compiler.dynamic"],  # dynamic: the frontend's trace again, on symbolic sizes
     ["compiler.passes"],
     ["compiler.autograd"],
@@ -35,7 +37,7 @@ LAYERS = [
     ["compiler.checking", "compiler.timing"],
     ["compiler.benchmark"],
     ["compiler.reporting", "compiler.chrome_trace"],  # chrome_trace: a report as trace events
-    ["compiler.api"],
+    ["compiler.api", "compiler.ddp_overlap"],  # ddp_overlap: DDP's all-reduces in a compiled backward
     ["compiler.jit_cache"],
     ["compiler.targets"],
     ["compiler.launch"],  # N ranks of compile_target through torch.distributed.run, their reports merged
@@ -43,7 +45,8 @@ LAYERS = [
     ["compiler.cli", "compiler.__main__", "compiler"],
 ]
 # The language server reads reports and finds targets; only its worker process compiles.
-SERVER_MAY_IMPORT = {"compiler", "compiler.report", "compiler.discovery", "compiler.roofline"}
+# compiler.html_report: the report page, drawn from a report (fusionlens.reportHtml); no torch
+SERVER_MAY_IMPORT = {"compiler", "compiler.report", "compiler.discovery", "compiler.roofline", "compiler.html_report"}
 WORKER = "lsp_server.worker"
 
 

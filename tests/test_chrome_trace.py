@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 
+import pytest
 import torch
 
 from compiler import chrome_trace
@@ -61,3 +62,45 @@ def test_the_cli_writes_the_trace_beside_its_report(tmp_path, capsys):
     assert code == 0 and "wrote" in capsys.readouterr().err
     slices = _check_format(json.loads(path.read_text()))
     assert slices and slices[0]["name"].startswith("R0 mlp.py:")
+
+
+def test_profile_writes_the_torch_profiler_trace_of_the_same_runs_beside_it(tmp_path, capsys):
+    from compiler import cli
+
+    path = tmp_path / "mlp.json"
+    code = cli.main(["compile", os.path.join(ROOT, "examples", "mlp.py"), "--target", "mlp_example", "--repeats", "2",
+                     "--executors", "torch", "--trace", str(path), "--profile"])
+    assert code == 0 and "mlp.torch.json" in capsys.readouterr().err
+    ours = _check_format(json.loads(path.read_text()))
+    torch_trace = json.loads((tmp_path / "mlp.torch.json").read_text())
+    ranges = [e for e in torch_trace["traceEvents"] if e.get("ph") == "X" and e["name"].startswith("R")]
+    for e in ranges:
+        assert {"name", "ph", "ts", "dur", "pid", "tid"} <= set(e), e
+    # every region of our trace ran, under its own name, in the profiled runs
+    assert {e["name"] for e in ours} <= {e["name"] for e in ranges}
+
+
+def _trace_processor() -> str | None:
+    import shutil
+
+    return os.environ.get("PERFETTO_TRACE_PROCESSOR") or shutil.which("trace_processor_shell")
+
+
+def test_perfetto_loads_the_trace(tmp_path):
+    """Perfetto's trace processor reads the file as slices. The PyPI package downloads its
+    binary on first use, which needs the network: without a binary here, skipped."""
+    api = pytest.importorskip("perfetto.trace_processor", reason="pip install perfetto")
+    binary = _trace_processor()
+    if binary is None:
+        pytest.skip("no trace_processor_shell here (perfetto downloads it: no network); set PERFETTO_TRACE_PROCESSOR")
+    report = compile_target(os.path.join(ROOT, "examples", "mlp.py"), "mlp_example", executors=["torch"],
+                            benchmark=False)
+    path = tmp_path / "trace.json"
+    chrome_trace.write([report], str(path))
+    tp = api.TraceProcessor(trace=str(path), config=api.TraceProcessorConfig(bin_path=binary))
+    try:
+        names = [row.name for row in tp.query("select name from slice order by ts")]
+    finally:
+        tp.close()
+    regions = report.forward.regions
+    assert names[:len(regions)] == [f"{r.id} mlp.py:{r.source_lines[0].line}" for r in regions]

@@ -77,6 +77,7 @@ def test_all_gather_reduce_scatter_broadcast_reduce_on_one_node():
     assert (ag.algorithm, ag.bytes_sent, ag.bytes_received) == ("ring", 7_000_000, 7_000_000)
     assert ag.seconds == pytest.approx(7 * A_NV + 7e6 / B_NV)  # 7 us + 15.6 us
     assert estimate("all_gather", 1_000_000, 8, c) == ag
+    assert estimate("all_reduce_", 8_000_000, 8, c) == estimate("all_reduce", 8_000_000, 8, c)  # in place: the same
     # reduce_scatter_tensor of an 8 MB input: 7 steps, (p-1)/p * 8e6 = 7e6 bytes
     rs = estimate("reduce_scatter_tensor", 8_000_000, 8, c)
     assert (rs.bytes_sent, rs.seconds) == (7_000_000, pytest.approx(7 * A_NV + 7e6 / B_NV))
@@ -231,3 +232,78 @@ def test_the_measured_cluster_gives_back_what_was_fitted():
         assert e.algorithm == "ring" and e.seconds == pytest.approx(alpha + beta * 1_000_000)
     with pytest.raises(ValueError):
         cm.measured_cluster(alpha, 0.0, 2)
+
+
+def test_sample_keeps_the_medians_calibrate_fits():
+    now = [0.0]
+
+    def all_reduce(n: int) -> None:
+        now[0] += 1e-5 + n * 1e-9
+
+    samples = cm.sample(all_reduce, [1000, 3000], repeats=3, clock=lambda: now[0])
+    assert samples == [(1000.0, pytest.approx(1.1e-5)), (3000.0, pytest.approx(1.3e-5))]
+
+
+# --- in the report: the estimate, its exposed part from the program's order ---------------------------
+
+def test_describe_with_the_exposed_part():
+    c = parse_cluster("8xH100")
+    e = estimate("all_reduce", 8_000_000, 8, c)
+    assert cm.describe(e, c, 0.3e-3) == "est 0.045 ms on 8xH100 (ring), 0.3 ms exposed"
+    assert cm.describe(e, c, 0.0) == "est 0.045 ms on 8xH100 (ring), 0 ms exposed"
+
+
+def _region(rid: str, ms: float | None = None, nbytes: int | None = None, ops: tuple[str, ...] = ("torch.sin",)):
+    """A region that ran on an H100 for `ms` (a measured time), or whose roofline only is known
+    (`nbytes` read and written, no FLOPs: bytes / H100's 3350 GB/s)."""
+    from compiler import report as R
+
+    timing = R.RegionTiming(ms) if ms is not None else None
+    line = R.Roofline("H100", 3350, 67, "memory", 0.0, None, False) if ms is not None else None
+    cost = R.Cost(nbytes, 0) if nbytes is not None else None
+    return R.Region(rid, "torch", list(ops), [], "", [], [], timing=timing, cost=cost, roofline=line)
+
+
+def test_the_report_says_what_of_each_estimate_is_exposed():
+    from compiler import report as R, reporting
+
+    # the backward: B0 compute, B1 issues an async all_reduce, B2 and B3 run (0.2 + 0.3 ms on the
+    # H100 it ran on), B4 waits (no compute), B5 issues a synchronous one; B6 only has a roofline:
+    # 335 MB at 3350 GB/s = 0.1 ms
+    regions = [_region("B0", 1.0), _region("B1", 9.0, ops=("all_reduce",)), _region("B2", 0.2), _region("B3", 0.3),
+               _region("B4", 7.0, ops=("torch.ops._c10d_functional.wait_tensor",)),
+               _region("B5", 9.0, ops=("dist_all_reduce",)), _region("B6", nbytes=335_000_000)]
+    backward = R.ProgramReport("backward", {}, regions)
+    cluster = parse_cluster("64x8xH100")
+    n = 64 << 20  # 64 MiB over 512 ranks: the hierarchical ring, 1.24 ms, so 0.5 ms of it hides
+    found = [R.Collective("all_reduce", "traced", n, 512, "backward", "B1", overlapped_by=["B2", "B3"]),
+             R.Collective("all_reduce", "traced", n, 512, "backward", "B5"),
+             R.Collective("all_reduce", "ddp-bucket", n, 512, "backward")]  # DDP's hooks: no region
+    reporting.with_estimates(found, "64x8xH100", [backward])
+    est = estimate("all_reduce", n, 512, cluster)
+    async_, sync, bucket = found
+    assert async_.estimate_ms == sync.estimate_ms == pytest.approx(est.ms)
+    # the async one: issued at 1 ms, hidden by B2 + B3 = 0.5 ms, waited for after B3
+    assert async_.exposed_ms == pytest.approx(est.ms - 0.5, abs=1e-6)
+    # the synchronous one waits for itself at once; the one-stream order puts it after the first
+    assert sync.exposed_ms == pytest.approx(est.ms, abs=1e-6) and bucket.exposed_ms == pytest.approx(est.ms)
+    assert async_.estimate == cm.describe(est, cluster, async_.exposed_ms / 1e3)
+    assert async_.estimate.endswith(f", {cm._short_ms(est.ms - 0.5)} ms exposed"), async_.estimate
+    # the same program on a 1-node cluster: the all_reduce (NVLink, 0.27 ms) hides wholly in 0.5 ms
+    small = [R.Collective("all_reduce", "traced", n, 8, "backward", "B1", overlapped_by=["B2", "B3"])]
+    reporting.with_estimates(small, "8xH100", [backward])
+    assert small[0].exposed_ms == 0.0 and small[0].estimate.endswith(", 0 ms exposed")
+
+
+def test_roofline_times_hide_communication_where_the_program_ran_on_no_gpu_of_the_cluster():
+    from compiler import report as R, reporting
+
+    # B1 has only its roofline on H100: 3.35 GB at 3350 GB/s = 1 ms of compute between issue and wait
+    regions = [_region("B0", ops=("all_reduce",)), _region("B1", nbytes=3_350_000_000)]
+    backward = R.ProgramReport("backward", {}, regions)
+    found = [R.Collective("all_reduce", "traced", 64 << 20, 512, "backward", "B0", overlapped_by=["B1"]),
+             R.Collective("wait_tensor", "traced", 0, 512, "backward", "B0")]
+    reporting.with_estimates(found, "64x8xH100", [backward])
+    est = estimate("all_reduce", 64 << 20, 512, parse_cluster("64x8xH100"))
+    assert found[0].exposed_ms == pytest.approx(est.ms - 1.0, abs=1e-6)
+    assert found[1].estimate == "" and found[1].exposed_ms is None  # no cost model for a wait

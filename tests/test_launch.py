@@ -1,7 +1,7 @@
 """`fusionlens compile FILE --nproc N`: N ranks launched through torch.distributed.run, one
 merged report. The merge and the schema are tested on fake per-rank reports; the launches
-(marked `distributed`) run 2 gloo ranks on examples/ddp_train.py and on a target that fails
-on rank 1 only."""
+(marked `distributed`) run 2 gloo ranks on examples/ddp_train.py, 4 on a tiny all_reduce, and
+2 and 4 on a target that fails on rank 1 only."""
 
 from __future__ import annotations
 
@@ -57,6 +57,7 @@ def test_merge_lists_every_rank_and_spreads_collectives_over_them():
     traced, bucket = merged.collectives
     assert (traced.time_ms.min, traced.time_ms.median, traced.time_ms.max) == (0.4, 0.5, 0.9)
     assert (bucket.time_ms.min, bucket.time_ms.median, bucket.time_ms.max) == (0.2, 0.4, 0.6)
+    assert traced.rank_ms == [0.5, 0.4, 0.9] and bucket.rank_ms == [0.2, 0.6, 0.4]  # each rank's, in rank order
     assert per_rank[0].ranks == [merged.ranks[0]] and per_rank[0].collectives[0].time_ms is None  # not mutated
 
 
@@ -67,7 +68,7 @@ def test_merge_names_the_slowest_rank_of_each_region():
     assert merged.forward.region("R0").timing.median_ms == 1.0  # the table's own time stays rank 0's
     text = cli.render(merged)
     assert "slowest rank" in text and "3.00 ms (rank 1)" in text
-    assert "-- ranks (3) --" in text and "0.60 ms slowest rank" in text
+    assert "-- ranks (3) --" in text and "0.60 ms (min 0.20 ms, median 0.40 ms)" in text
 
 
 def test_merged_report_round_trips_and_schema_4_still_reads():
@@ -86,6 +87,26 @@ def test_merged_report_round_trips_and_schema_4_still_reads():
     read = R.CompileReport.from_dict(old)
     assert read.ranks == [] and read.collectives[0].time_ms is None and read.schema_version == 4
     assert read.forward.region("R0").timing.slowest_ms is None
+
+
+def test_the_model_on_the_calibrated_link_gives_back_the_fit_beside_each_measurement():
+    merged, _ = _merged()
+    fit = R.Calibration("gloo", 2, 10e-6, 1e-9, [4096, 1 << 20], [14.096e-6, 1.058576e-3])
+    launch.with_model(merged, fit)
+    traced, bucket = merged.collectives
+    # a ring all_reduce on the measured 2-rank link takes alpha + beta n, as fitted: 10 us + 16 ns, 10 us + 848 ns
+    assert traced.model_ms == pytest.approx(10.016e-3) and bucket.model_ms == pytest.approx(10.848e-3)
+    merged.ranks[0].calibration = fit
+    text = cli.render(merged)
+    assert "model here" in text and "10.8 µs" in text, text
+    assert "model here: all_reduce on 2 gloo ranks = 10 us + 1 ns a byte, 1 GB/s (calibrated, 2 sizes)" in text
+    assert R.CompileReport.from_json(merged.to_json()).ranks[0].calibration == fit
+    for c, (est, exposed) in zip(merged.collectives, [(1.2, 0.3), (0.5, 0.5)]):
+        c.estimate = f"est {est} ms on 64x8xH100 (ring), {exposed} ms exposed"
+        c.estimate_ms, c.exposed_ms = est, exposed
+    assert "estimated communication: 0.80 ms of 1.70 ms exposed" in cli.render(merged)
+    launch.with_model(merged, R.Calibration("gloo", 2, 10e-6, -1e-9))  # a failed fit: no model, nothing raised
+    assert merged.collectives[0].model_ms == pytest.approx(10.016e-3)
 
 
 def test_discovery_reads_nproc():
@@ -112,7 +133,8 @@ def test_two_ranks_of_ddp_and_all_reduce_merge_into_one_report():
         assert all(r.device == "cpu" and r.timings.compiled.median_ms > 0 for r in report.ranks)
         timed = [r for r in report.all_regions() if r.timing and r.timing.slowest_ms is not None]
         assert timed and all(r.timing.slowest_rank in (0, 1) for r in timed)
-    buckets = [c for c in ddp.collectives if c.kind == "ddp-bucket"]
+    # DDP's gradient buckets: all-reduces of the backward (traced where the compiled backward issues them)
+    buckets = [c for c in ddp.collectives if c.program == "backward" and c.op.startswith("all_reduce")]
     assert sum(c.bytes for c in buckets) == (64 * 256 + 256 + 256 * 64 + 64) * 4, ddp.collectives
     assert ddp.program("backward") is not None and all(r.step is not None for r in ddp.ranks)
     (traced,) = reduced.collectives
@@ -123,10 +145,49 @@ def test_two_ranks_of_ddp_and_all_reduce_merge_into_one_report():
         t = c.time_ms
         assert t is not None and 0 < t.min <= t.median <= t.max, c
     assert traced.time_ms.max == reduced.forward.region(traced.region).timing.slowest_ms
+    for report in (ddp, reduced):  # the calibration: the model on this machine beside each measurement
+        fits = [r.calibration for r in report.ranks]
+        assert all(f is not None and f.backend == "gloo" and f.world == 2 and len(f.sizes) >= 2 for f in fits), fits
+        assert all(len(c.rank_ms) == 2 and (c.model_ms is not None) == (fits[0].beta_s > 0)
+                   for c in report.collectives), report.collectives
+
+
+FOUR = '''import torch
+import torch.distributed as dist
+import compiler
+
+
+def summed(x):
+    y = x + 1
+    dist.all_reduce(y)
+    return y * 2
+
+
+@compiler.example(nproc=4)
+def four():
+    return summed, (torch.full((8,), float(dist.get_rank())),)
+'''
 
 
 @pytest.mark.distributed
-def test_a_rank_that_raises_ends_the_run_with_its_error(tmp_path):
+def test_four_ranks_merge_into_one_report(tmp_path):
+    target = tmp_path / "four.py"
+    target.write_text(FOUR)
+    run = _fusionlens(str(target), "--json", "--repeats", "2", "--cluster", "8xH100")
+    assert run.returncode == 0, (run.stdout + run.stderr)[-6000:]
+    report = R.CompileReport.from_dict(json.loads(run.stdout))  # one target: one report
+    assert report.status == "ok" and [r.rank for r in report.ranks] == [0, 1, 2, 3], report.ranks
+    (c,) = report.collectives
+    assert (c.op, c.bytes, c.group_size, c.line) == ("all_reduce", 32, 4, 8)
+    assert len(c.rank_ms) == 4 and all(t is not None and t > 0 for t in c.rank_ms), c
+    assert c.time_ms.max == max(c.rank_ms) and all(r.calibration.world == 4 for r in report.ranks)
+    # synchronous: all of its estimate is exposed
+    assert c.exposed_ms == c.estimate_ms and c.estimate.endswith("exposed") and "on 8xH100" in c.estimate
+
+
+@pytest.mark.distributed
+@pytest.mark.parametrize("nproc", [2, 4])
+def test_a_rank_that_raises_ends_the_run_with_its_error(tmp_path, nproc):
     target = tmp_path / "broken.py"
     target.write_text(
         "import torch\nimport torch.distributed as dist\nfrom torch.nn.parallel import DistributedDataParallel\n"
@@ -134,7 +195,7 @@ def test_a_rank_that_raises_ends_the_run_with_its_error(tmp_path):
         "    if dist.get_rank() == 1:\n        raise ValueError('rank one has no data')\n"
         "    return DistributedDataParallel(model), (torch.randn(2, 4),)  # rank 0 waits in DDP's broadcast\n")
     start = time.monotonic()
-    run = _fusionlens(str(target), timeout=120)
+    run = _fusionlens(str(target), "--nproc", str(nproc), timeout=120)
     took = time.monotonic() - start
     assert run.returncode == 1, run.stdout + run.stderr
     assert f"{target}:11: error: rank 1: example broken raised ValueError: rank one has no data" in run.stderr, \

@@ -8,7 +8,7 @@ with no rule here gets its decomposition differentiated, or the generic rule.
 from __future__ import annotations
 
 
-from compiler.autograd import composite_rules, prim_rules, torch_rules
+from compiler.autograd import collective_rules, composite_rules, prim_rules, torch_rules
 from compiler.autograd.torch_rules import Rule
 from compiler import views
 from compiler.ir import BoundSymbol, Symbol, Value
@@ -23,7 +23,7 @@ def lookup(sym: Symbol) -> Rule | None:
         return lambda b, cots: _prim_pairs(b, prim(b, cots))
     if sym.impl is views.untracked_update:  # new values, the old gradient path: saves nothing
         return lambda b, cots: [(b.args[0], cots[0])] if cots[0] is not None else []
-    return torch_rules.RULES.get(sym) or composite_rules.RULES.get(sym)
+    return torch_rules.RULES.get(sym) or composite_rules.RULES.get(sym) or collective_rules.RULES.get(sym)
 
 
 def _prim_pairs(b: BoundSymbol, grads: list) -> list[tuple[Value, Value]]:

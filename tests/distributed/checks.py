@@ -4,17 +4,18 @@ wrapping with eager under the same wrapping, on every rank, and raises where the
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 
 import torch
 import torch.distributed as dist
 import torch.distributed._functional_collectives as funcol
-from torch.distributed.fsdp import fully_shard
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 import compiler  # noqa: E402
+import compiler.checking  # noqa: E402
 
 
 def _mlp():
@@ -51,26 +52,118 @@ def _train_like_eager(wrap, steps: int = 3) -> compiler.jit_cache.JitFunction:
     return jfn
 
 
+def _param_bytes() -> int:
+    return sum(p.numel() * p.element_size() for p in _mlp().parameters())
+
+
 def check_ddp():
+    """DDP's gradient all-reduces, issued by the compiled backward, as symbols of its program."""
     jfn = _train_like_eager(DDP)
     assert not jfn.cache_info()["signatures"] == [] and not any(e.eager_fallback for e in jfn.cache.values()), \
         "DDP's module runs compiled"
-    buckets = [c for c in compiler.last_report(jfn).collectives if c.kind == "ddp-bucket"]
-    params = sum(p.numel() * p.element_size() for p in _mlp().parameters())
-    assert buckets and sum(c.bytes for c in buckets) == params and buckets[0].group_size == 2, buckets
-    estimated = compiler.reporting.with_estimates(list(buckets), "64x8xH100")
+    report = compiler.last_report(jfn)
+    assert not [c for c in report.collectives if c.kind == "ddp-bucket"], "the reducer all-reduces nothing"
+    reduces = [c for c in report.collectives if c.program == "backward"]
+    assert reduces and all((c.op, c.kind, c.group_size) == ("all_reduce", "traced", 2) and c.region
+                           for c in reduces), reduces
+    assert sum(c.bytes for c in reduces) == _param_bytes(), reduces
+    estimated = compiler.reporting.with_estimates(list(reduces), "64x8xH100")
     assert all(c.estimate.startswith("est ") and "on 64x8xH100" in c.estimate and c.estimate_ms > 0 for c in estimated)
 
 
-def check_fsdp2_runs_eagerly_and_says_why():
-    def shard(model):
-        for layer in model:
-            if isinstance(layer, torch.nn.Linear):
-                fully_shard(layer)
-        return fully_shard(model)
-    jfn = _train_like_eager(shard)
-    messages = [d.message for d in compiler.last_report(jfn).diagnostics]
-    assert any("FSDP2" in m and "eagerly" in m for m in messages), messages
+def check_ddp_all_reduces_overlap_the_backward():
+    """With buckets small enough for two, the first bucket's all-reduce is issued before the
+    backward program's last region and waited for after it (regions overlap it); the last one's
+    overlap is what follows its issue."""
+    jfn = _train_like_eager(lambda m: DDP(m, bucket_cap_mb=400 / 2**20))  # fc2 + fc1.weight, then fc1.bias
+    program = compiler.last_compiled(jfn).program("backward")
+    ids = [r.id for r in program.plan.regions]
+    reduces = [c for c in compiler.last_report(jfn).collectives if c.program == "backward"]
+    assert len(reduces) == 2 and sum(c.bytes for c in reduces) == _param_bytes(), reduces
+    compute = _kinds(program)[1]
+    first, last = reduces
+    assert ids.index(first.region) < ids.index(compute[-1]), (first, ids)
+    assert first.overlapped_by and compute[-1] in first.overlapped_by, first
+    assert all(ids.index(a) < ids.index(b) for a, b in zip(first.overlapped_by, first.overlapped_by[1:])), first
+    assert ids.index(first.region) < ids.index(last.region), reduces
+    python = program.plan.trace.python()
+    assert python.count("torch.ops._c10d_functional.all_reduce_(") == 2 and python.count("wait_tensor(") == 2, python
+    _ran_in_order()
+
+
+def _kinds(program) -> tuple[list[str], list[str], list[str]]:
+    """(its all-reduce regions, its compute regions, its wait regions), in program order."""
+    def named(*parts: str) -> list[str]:
+        return [r.id for r in program.plan.regions if any(p in b.sym.name for b in r.bsyms for p in parts)]
+    talk = set(named("_c10d_functional", "ddp_bucket"))
+    return named("all_reduce"), [r.id for r in program.plan.regions if r.id not in talk], named("wait_tensor")
+
+
+def _ran_in_order() -> None:
+    """A profiled training step, each region in a profiler range: the first bucket's all-reduce
+    started before the backward's last compute region, which started before the first wait."""
+    jfn = compiler.jit(DDP(_mlp(), bucket_cap_mb=400 / 2**20), options=compiler.CompileOptions(profile=True))
+    jfn(torch.randn(5, 8)).sum().backward()  # compiles
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        jfn(torch.randn(5, 8)).sum().backward()
+    reduces, compute, waits = _kinds(compiler.last_compiled(jfn).program("backward"))
+    started = {e.name.split(" ")[0]: e.time_range.start for e in prof.events() if e.name.startswith("B")}
+    times = [started[r] for r in (reduces[0], compute[-1], waits[0])]
+    assert times == sorted(times) and len(set(times)) == 3, (reduces, compute, waits, times)
+
+
+def check_ddp_no_sync_accumulates_like_eager():
+    """Two backwards under `no_sync()` (local gradients, accumulated), then one that all-reduces
+    what accumulated, then an optimizer step: as eager DDP."""
+    eager_model, compiled_model = DDP(_mlp(), bucket_cap_mb=400 / 2**20), DDP(_mlp(), bucket_cap_mb=400 / 2**20)
+    jfn = compiler.jit(compiled_model)
+    eager_opt = torch.optim.SGD(eager_model.parameters(), lr=0.1)
+    compiled_opt = torch.optim.SGD(compiled_model.parameters(), lr=0.1)
+    for step in range(2):
+        for micro in range(3):
+            torch.manual_seed(200 + 10 * dist.get_rank() + 3 * step + micro)
+            x = torch.randn(5, 8)
+            with eager_model.no_sync() if micro < 2 else contextlib.nullcontext():
+                eager_model(x).square().mean().backward()
+            with compiled_model.no_sync() if micro < 2 else contextlib.nullcontext():
+                jfn(x).square().mean().backward()
+            for (name, a), b in zip(compiled_model.named_parameters(), eager_model.parameters()):
+                _close(a.grad, b.grad, f"the gradient of {name} at step {step}, micro-batch {micro}")
+        eager_opt.step()
+        compiled_opt.step()
+        eager_opt.zero_grad()
+        compiled_opt.zero_grad()
+        for (name, a), b in zip(compiled_model.named_parameters(), eager_model.parameters()):
+            _close(a, b, f"{name} after step {step}")
+    assert not any(e.eager_fallback for e in jfn.cache.values())
+
+
+def check_ddp_ranks_that_disagree_on_the_check_still_meet():
+    """Rank 0's compile fails its check (made to here), so its signature runs eagerly while rank
+    1 runs the program: rank 0's eager backward all-reduces the same buckets in the same order
+    (not DDP's reducer's), so the ranks meet and train as eager DDP does."""
+    real = compiler.checking.check_program
+
+    def failing(*args, **kwargs):
+        return [compiler.report.Diagnostic("error", "made to fail on rank 0")] + real(*args, **kwargs)
+    if dist.get_rank() == 0:
+        compiler.checking.check_program = failing
+    try:
+        jfn = _train_like_eager(lambda m: DDP(m, bucket_cap_mb=400 / 2**20))
+    finally:
+        compiler.checking.check_program = real
+    assert jfn.last.eager_fallback == (dist.get_rank() == 0) and jfn.last.synced is not None
+
+
+def check_ddp_reducer_path_where_not_mirrored():
+    """A DDP configuration the compiled backward does not mirror (gradient_as_bucket_view): DDP's
+    reducer all-reduces, as before, and the report lists its buckets."""
+    jfn = _train_like_eager(lambda m: DDP(m, gradient_as_bucket_view=True))
+    report = compiler.last_report(jfn)
+    buckets = [c for c in report.collectives if c.kind == "ddp-bucket"]
+    assert buckets and sum(c.bytes for c in buckets) == _param_bytes() and buckets[0].group_size == 2, buckets
+    assert not [c for c in report.collectives if c.program == "backward" and c.kind == "traced"], report.collectives
+    assert any("gradient_as_bucket_view" in d.message and "no overlap" in d.message for d in report.diagnostics)
 
 
 def _reduced(x):
@@ -109,7 +202,9 @@ def check_user_collectives():
     assert listed.region and listed.file.endswith("checks.py")
 
 
-CHECKS = [check_ddp, check_user_collectives, check_fsdp2_runs_eagerly_and_says_why]
+CHECKS = [check_ddp, check_ddp_all_reduces_overlap_the_backward, check_ddp_no_sync_accumulates_like_eager,
+          check_ddp_ranks_that_disagree_on_the_check_still_meet, check_ddp_reducer_path_where_not_mirrored,
+          check_user_collectives]  # FSDP2: fsdp_checks.py
 
 
 if __name__ == "__main__":

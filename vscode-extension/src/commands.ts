@@ -7,6 +7,7 @@ import { regionsAtLine, targetAtLine, RegionRow, TargetRow } from './logic/regio
 import { formatLines } from './logic/format';
 import { CMD_CLEAR_CACHE, CMD_COMPILE, CMD_EXPORT_REPRO, CMD_SHOW_KERNEL, CMD_SHOW_TRACE, CompileResult, RegionsResult } from './logic/protocol';
 import { GeneratedDocuments } from './generated';
+import { ReportPanel } from './reportPanel';
 import { readSettings } from './config';
 import { activePythonEditor, Regions } from './regions';
 import { Quiet, Server } from './server';
@@ -19,6 +20,7 @@ export interface CommandDeps {
   regions: Regions;
   statusBar: StatusBar;
   generated: GeneratedDocuments;
+  report: ReportPanel;
   log: vscode.LogOutputChannel;
 }
 
@@ -47,6 +49,7 @@ export class Commands implements vscode.Disposable {
     reg('fusionlens.openTrace', (row?: Row) => this.showTrace(row));
     reg('fusionlens.openKernel', (row?: RegionRow) => this.showKernel(row));
     reg('fusionlens.exportReproScript', (row?: RegionRow) => this.exportRepro(row));
+    reg('fusionlens.showReport', (row?: Row) => this.showReport(row));
     reg('fusionlens.resetCache', () => this.clearCache());
     reg('fusionlens.restartServer', () => this.server.restart('restart command'));
     reg('fusionlens.showLog', () => this.log.show());
@@ -226,10 +229,34 @@ export class Commands implements vscode.Disposable {
     }
   }
 
+  /**
+   * The report page beside the editor: of the target at the cursor where it has a result,
+   * else the file's first target that has one (the server picks).
+   */
+  private async showReport(row?: Row): Promise<void> {
+    const shown = this.regions.shown;
+    if (row && shown.uri) {
+      await this.deps.report.show(shown.uri, row.target);
+      return;
+    }
+    const ed = activePythonEditor();
+    if (!ed) {
+      throw new Error('Open a Python file first.');
+    }
+    const result = await this.regions.fetch(ed.document.uri);
+    if (result.targets.length === 0) {
+      throw new Error('No compile targets in this file. Mark one with @compiler.example.');
+    }
+    const at = targetAtLine(result, ed.selection.active.line);
+    const compiled = at && (at.status === 'ok' || at.status === 'error');
+    await this.deps.report.show(ed.document.uri, compiled ? at.name : null);
+  }
+
   private async clearCache(): Promise<void> {
     await this.executeServer(CMD_CLEAR_CACHE, []);
     this.deps.statusBar.cacheCleared();
     this.regions.refresh(0);
+    this.deps.report.refresh(0);
     void vscode.window.setStatusBarMessage('FusionLens: cache cleared', 3000);
   }
 

@@ -3,12 +3,14 @@
 //
 // Modules, each owning its state: server.ts (lifecycle; client.ts the language client,
 // python.ts the interpreter), statusBar.ts, regions.ts (+ regionsView.ts), commands.ts,
-// generated.ts, config.ts; src/logic/ has what is tested without VS Code.
+// generated.ts, reportPanel.ts (the report page's webview), config.ts; src/logic/ has what is
+// tested without VS Code.
 import * as vscode from 'vscode';
 import { Commands } from './commands';
 import { GeneratedDocuments, GENERATED_SCHEME } from './generated';
 import { PythonInterpreters } from './python';
 import { Regions } from './regions';
+import { ReportPanel } from './reportPanel';
 import { Server } from './server';
 import { StatusBar } from './statusBar';
 
@@ -21,9 +23,11 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
   server = new Server(context.extensionPath, log, generated, interpreters);
   const statusBar = new StatusBar(server, log);
   const regions = new Regions(server, log);
-  const commands = new Commands({ server, regions, statusBar, generated, log });
+  const report = new ReportPanel(server, log);
+  const commands = new Commands({ server, regions, statusBar, generated, report, log });
   context.subscriptions.push(
     commands,
+    report,
     log,
     statusBar,
     regions,

@@ -1,9 +1,20 @@
 // The "FusionLens Regions" tree view in the explorer.
 import * as vscode from 'vscode';
-import { buildViewModel, RegionRow, TargetRow, ViewModel } from './logic/regionsModel';
+import { buildViewModel, CollectiveRow, RegionRow, TargetRow, ViewModel } from './logic/regionsModel';
 import type { RegionsResult } from './logic/protocol';
 
-type Row = TargetRow | RegionRow;
+type Row = TargetRow | RegionRow | CollectiveRow;
+
+function contextValue(row: Row): string {
+  switch (row.kind) {
+    case 'target':
+      return 'fusionlens.target';
+    case 'collective':
+      return 'fusionlens.collective';
+    default:
+      return row.preview ? 'fusionlens.preview' : 'fusionlens.region';
+  }
+}
 
 export class RegionsView implements vscode.TreeDataProvider<Row>, vscode.Disposable {
   private readonly changed = new vscode.EventEmitter<Row | undefined>();
@@ -41,9 +52,11 @@ export class RegionsView implements vscode.TreeDataProvider<Row>, vscode.Disposa
     item.description = row.description;
     item.tooltip = row.tooltip;
     item.iconPath = new vscode.ThemeIcon(row.icon);
-    item.contextValue = row.kind === 'target' ? 'fusionlens.target' : row.preview ? 'fusionlens.preview' : 'fusionlens.region';
+    item.contextValue = contextValue(row);
     if (this.uri) {
-      const lines = row.kind === 'target' ? [row.line] : row.lines;
+      // A collective run by a hook has no line here: its target's line.
+      const lines =
+        row.kind === 'target' ? [row.line] : row.kind === 'collective' && !row.lines.length ? this.targetLine(row.target) : row.lines;
       item.command = { command: 'fusionlens.revealRegion', title: 'Reveal', arguments: [this.uri.toString(), lines] };
     }
     return item;
@@ -56,8 +69,13 @@ export class RegionsView implements vscode.TreeDataProvider<Row>, vscode.Disposa
     return row.kind === 'target' ? row.children : [];
   }
 
+  private targetLine(target: string): number[] {
+    const t = this.model.rows.find((r) => r.target === target);
+    return t ? [t.line] : [];
+  }
+
   getParent(row: Row): Row | undefined {
-    if (row.kind === 'region') {
+    if (row.kind !== 'target') {
       return this.model.rows.find((t) => t.target === row.target);
     }
     return undefined;

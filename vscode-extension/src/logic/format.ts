@@ -75,3 +75,16 @@ export function truncate(s: string, n: number): string {
   const one = s.replace(/\s+/g, ' ').trim();
   return one.length <= n ? one : one.slice(0, n - 1) + '…';
 }
+
+/** "1.5 MB", "512 B": as compiler/report.py's format_bytes (1 KB = 1024 B). */
+export function formatBytes(n: number | null | undefined): string {
+  if (n === null || n === undefined || !Number.isFinite(n) || n < 0) {
+    return '–';
+  }
+  for (const [unit, scale] of [['GB', 2 ** 30], ['MB', 2 ** 20], ['KB', 2 ** 10]] as const) {
+    if (n >= scale) {
+      return `${(n / scale).toFixed(1)} ${unit}`;
+    }
+  }
+  return `${n} B`;
+}

@@ -54,6 +54,28 @@ export interface PreviewInfo {
   text: string;
 }
 
+/** A torch.distributed collective of the report (schema 5: `collectives`), at its line. */
+export interface CollectiveInfo {
+  op: string;
+  /** "traced" (at the user's line) or the engine's own ("ddp-bucket": DDP's reducer). */
+  kind: string;
+  program: Program;
+  /** The region that runs it ("" where a hook does). */
+  region: string;
+  bytes: number | null;
+  groupSize: number | null;
+  /** 0-based line in this document, null for another file's or one with no line. */
+  line: number | null;
+  /** Measured over the ranks of a launch: fastest, median, slowest rank (ms). */
+  timeMs: { min: number; median: number; max: number } | null;
+  /** The cost model's words, e.g. "est 1.2 ms on 64x8xH100 (ring)"; "" without one. */
+  estimate: string;
+  estimateMs: number | null;
+  exposedMs: number | null;
+  /** Regions that run between its issue and its wait. */
+  overlappedBy: string[];
+}
+
 export interface TargetInfo {
   name: string;
   line: number;
@@ -64,6 +86,7 @@ export interface TargetInfo {
   eagerMs: number | null;
   regions: RegionInfo[];
   previews: PreviewInfo[];
+  collectives: CollectiveInfo[];
 }
 
 export interface RegionsResult {
@@ -86,6 +109,15 @@ export const CMD_SHOW_TRACE = 'fusionlens.showTrace';
 export const CMD_SHOW_KERNEL = 'fusionlens.showKernel';
 export const CMD_CLEAR_CACHE = 'fusionlens.clearCache';
 export const CMD_EXPORT_REPRO = 'fusionlens.exportRepro';
+export const CMD_REPORT_HTML = 'fusionlens.reportHtml';
+
+/** The answer of fusionlens.reportHtml: the page, or why there is none. */
+export interface ReportHtmlResult {
+  html: string | null;
+  message?: string;
+  target?: string;
+  file?: string;
+}
 
 function num(v: unknown): number | null {
   return typeof v === 'number' && Number.isFinite(v) ? v : null;
@@ -126,6 +158,34 @@ function preview(v: unknown): PreviewInfo {
   };
 }
 
+function spread(v: unknown): CollectiveInfo['timeMs'] {
+  if (!v || typeof v !== 'object') {
+    return null;
+  }
+  const o = v as Record<string, unknown>;
+  const [min, median, max] = [num(o.min), num(o.median), num(o.max)];
+  return min !== null && median !== null && max !== null ? { min, median, max } : null;
+}
+
+function collective(v: unknown): CollectiveInfo {
+  const o = (v && typeof v === 'object' ? v : {}) as Record<string, unknown>;
+  const line = num(o.line);
+  return {
+    op: str(o.op) || '?',
+    kind: str(o.kind),
+    program: program(o.program),
+    region: str(o.region),
+    bytes: num(o.bytes),
+    groupSize: num(o.groupSize),
+    line: line !== null && line >= 0 ? line : null,
+    timeMs: spread(o.timeMs),
+    estimate: str(o.estimate),
+    estimateMs: num(o.estimateMs),
+    exposedMs: num(o.exposedMs),
+    overlappedBy: Array.isArray(o.overlappedBy) ? o.overlappedBy.filter((r): r is string => typeof r === 'string') : [],
+  };
+}
+
 /** Accept what the server sends, tolerating missing or mistyped fields. */
 export function normalizeRegions(raw: unknown, uri: string): RegionsResult {
   const r = (raw && typeof raw === 'object' ? raw : {}) as Record<string, unknown>;
@@ -160,6 +220,7 @@ export function normalizeRegions(raw: unknown, uri: string): RegionsResult {
           };
         }),
         previews: Array.isArray(t.previews) ? t.previews.map(preview) : [],
+        collectives: Array.isArray(t.collectives) ? t.collectives.map(collective) : [],
       };
     }),
   };

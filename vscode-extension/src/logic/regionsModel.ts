@@ -1,8 +1,18 @@
 // View model of the regions view, built from a `fusionlens/regions` result. No `vscode` import.
-import type { PreviewInfo, Program, RegionInfo, RegionsResult, TargetInfo } from './protocol';
-import { formatLines, formatMs, formatSpeedup, timeBar, truncate } from './format';
+import type { CollectiveInfo, PreviewInfo, Program, RegionInfo, RegionsResult, TargetInfo } from './protocol';
+import { formatBytes, formatLines, formatMs, formatSpeedup, timeBar, truncate } from './format';
 
-export type Icon = 'pass' | 'error' | 'loading~spin' | 'circle-outline' | 'shield' | 'zap' | 'flame' | 'circuit-board' | 'symbol-event';
+export type Icon =
+  | 'pass'
+  | 'error'
+  | 'loading~spin'
+  | 'circle-outline'
+  | 'shield'
+  | 'zap'
+  | 'flame'
+  | 'circuit-board'
+  | 'symbol-event'
+  | 'radio-tower';
 
 export interface RegionRow {
   kind: 'region';
@@ -20,6 +30,20 @@ export interface RegionRow {
   preview?: boolean;
 }
 
+/** A torch.distributed collective of the target (all_reduce, a DDP bucket...), at its line. */
+export interface CollectiveRow {
+  kind: 'collective';
+  key: string;
+  target: string;
+  program: Program;
+  label: string;
+  description: string;
+  tooltip: string;
+  icon: Icon;
+  /** Its 0-based line here, [] where it has none in this file (a DDP bucket's hook). */
+  lines: number[];
+}
+
 export interface TargetRow {
   kind: 'target';
   key: string;
@@ -29,7 +53,7 @@ export interface TargetRow {
   tooltip: string;
   icon: Icon;
   line: number;
-  children: RegionRow[];
+  children: Array<RegionRow | CollectiveRow>;
 }
 
 export interface ViewModel {
@@ -171,6 +195,48 @@ export function previewRow(target: string, p: PreviewInfo): RegionRow {
   };
 }
 
+function collectiveTime(c: CollectiveInfo): string {
+  if (c.timeMs) {
+    return `${formatMs(c.timeMs.max)} (slowest rank)`;
+  }
+  return c.estimate;
+}
+
+function overlapText(c: CollectiveInfo): string {
+  return c.overlappedBy.length ? `overlapped by ${c.overlappedBy.join(', ')}` : 'not overlapped';
+}
+
+/** `all_reduce · 2.0 MB · L8`, described `0.31 ms (slowest rank) · overlapped by R1`. */
+export function collectiveRow(target: string, c: CollectiveInfo, index: number): CollectiveRow {
+  const lines = c.line !== null ? [c.line] : [];
+  const where = c.line !== null ? formatLines(lines) : c.kind === 'ddp-bucket' ? 'DDP bucket' : '';
+  const time = collectiveTime(c);
+  const spread = c.timeMs
+    ? `Time: ${formatMs(c.timeMs.min)} / ${formatMs(c.timeMs.median)} / ${formatMs(c.timeMs.max)} (fastest / median / slowest rank)`
+    : '';
+  const tooltip = [
+    `${c.op} (${c.kind || 'collective'}) in the ${c.program} program${c.region ? `, region ${c.region}` : ''}`,
+    `Bytes: ${formatBytes(c.bytes)} a rank${c.groupSize !== null ? ` over ${c.groupSize} ranks` : ''}`,
+    spread,
+    c.estimate ? `Model: ${c.estimate}${c.exposedMs !== null ? `, ${formatMs(c.exposedMs)} exposed` : ''}` : '',
+    `Overlap: ${c.overlappedBy.length ? `regions ${c.overlappedBy.join(', ')} run between its issue and its wait` : 'none (it runs synchronously)'}`,
+    c.line === null ? 'Line: none in this file (run by a hook, or another file\'s)' : '',
+  ]
+    .filter((x) => x)
+    .join('\n');
+  return {
+    kind: 'collective',
+    key: `${target}/collective/${index}`,
+    target,
+    program: c.program,
+    label: [c.op, formatBytes(c.bytes), where].filter((x) => x).join(' · '),
+    description: withProgram(c.program, [time, overlapText(c)].filter((x) => x).join(' · ')),
+    tooltip,
+    icon: 'radio-tower',
+    lines,
+  };
+}
+
 /** One executor's previews (Triton's where there are): another's repeat the same regions. */
 function shownPreviews(previews: PreviewInfo[]): PreviewInfo[] {
   const executor = previews.some((p) => p.executor === 'triton') ? 'triton' : previews[0]?.executor;
@@ -184,8 +250,10 @@ export function targetRow(t: TargetInfo): TargetRow {
       const sp = formatSpeedup(t.speedup);
       const n = t.regions.length;
       const backward = t.regions.filter((r) => r.program === 'backward').length;
+      const nc = (t.collectives ?? []).length;
       description = [
         `${n} region${n === 1 ? '' : 's'}${backward ? ` (${backward} backward)` : ''}`,
+        nc ? `${nc} collective${nc === 1 ? '' : 's'}` : '',
         sp ? `${sp} vs eager` : '',
         t.compiledMs !== null ? `${formatMs(t.compiledMs)} / ${formatMs(t.eagerMs)} eager` : '',
       ]
@@ -213,6 +281,7 @@ export function targetRow(t: TargetInfo): TargetRow {
     line: t.line,
     children: [
       ...byWhatCanBeWon(t.regions).map((r) => regionRow(t.name, r)),
+      ...(t.collectives ?? []).map((c, i) => collectiveRow(t.name, c, i)),
       ...shownPreviews(t.previews ?? []).map((p) => previewRow(t.name, p)),
     ],
   };

@@ -387,6 +387,91 @@ function regionsPane(page) {
   return page.locator('.pane').filter({ has: page.locator('.pane-header', { hasText: /FusionLens Regions/i }) }).first();
 }
 
+/** The report page inside its webview (code-server nests it: iframe.webview > iframe#active-frame). */
+async function reportFrame(page) {
+  for (const f of page.frames()) {
+    if (await f.locator('#source [data-line]').count().catch(() => 0)) {
+      return f;
+    }
+  }
+  return null;
+}
+
+/** The editor's cursor line (1-based), from the status bar's "Ln 77, Col 1". */
+async function cursorLine(page) {
+  const t = await page.locator('.statusbar-item[id="status.editor.selection"]').innerText().catch(() => '');
+  const m = /Ln (\d+)/.exec(t);
+  return m ? Number(m[1]) : null;
+}
+
+/**
+ * "FusionLens: Show Report" on gpt_block.py (compiled by the checks before): the page opens in a
+ * webview with no error (a Content-Security-Policy violation is one), a click on a line of a
+ * region in it moves the editor there, and moving the editor's cursor selects that line in the page.
+ */
+async function showReportAndClick(page, regionLines) {
+  const errors = [];
+  const messages = [];
+  const onConsole = (m) => {
+    if (/webview/.test(m.location().url ?? '')) {
+      messages.push(`${m.type()}: ${m.text().slice(0, 200)}`);
+      if (m.type() === 'error') {
+        errors.push(m.text());
+      }
+    }
+  };
+  page.on('console', onConsole);
+  try {
+    await openFile(page, 'gpt_block.py');
+    await goToLine(page, EXAMPLE_LINES.body);
+    await runCommand(page, 'FusionLens: Show Report');
+    await page.locator('.tabs-container .tab', { hasText: /FusionLens/ }).first().waitFor({ timeout: 30000 });
+    const frame = await until('the report page in the webview', () => reportFrame(page), 90000, 1000);
+    const rows = frame.locator('#source [data-file$="gpt_block.py"][data-line]');
+    await until('the source lines in the page', async () => (await rows.count()) > EXAMPLE_LINES.body, 30000);
+    // The page starts at the editor's cursor.
+    await until(`the page to start at the cursor's line ${EXAMPLE_LINES.body}`, async () => (await frame.evaluate(() => window.fusionlens.selected()))?.line === EXAMPLE_LINES.body, 20000);
+    // Lines of regions (as the regions view lists them), away from the cursor.
+    const lines = regionLines.filter((n) => n !== EXAMPLE_LINES.body);
+    if (lines.length < 2) {
+      throw new Error(`the regions view listed too few lines: ${regionLines}`);
+    }
+    log(`report page: ${await rows.count()} source lines; clicking line ${lines[0]}`);
+    await screenshot(page, 'report-webview');
+    await frame.locator(`#source [data-file$="gpt_block.py"][data-line="${lines[0]}"]`).first().click();
+    await until(`the editor at line ${lines[0]}`, async () => (await cursorLine(page)) === lines[0], 20000);
+    const selected = await page.locator('.editor-instance .monaco-editor .selected-text').count();
+    if (!selected) {
+      throw new Error('the revealed line is not selected');
+    }
+    await screenshot(page, 'report-click-revealed');
+    // The page follows the cursor: another line of a region, moved to in the editor.
+    const other = lines[lines.length - 1];
+    await goToLine(page, other);
+    await until(`the page to select line ${other}`, async () => (await frame.evaluate(() => window.fusionlens.selected()))?.line === other, 20000);
+    const sel = await frame.evaluate(() => window.fusionlens.selected());
+    log(`page selection after the cursor moved: ${JSON.stringify(sel)}`);
+    if (!sel.region) {
+      throw new Error(`line ${other} has ops but the page selected no region`);
+    }
+    // Plotly drew under the webview's policy (no eval, scripts by nonce).
+    const pictures = ['fusion-graph', 'roofline', 'timeline'];
+    const drawn = await frame.evaluate((ids) => ids.filter((id) => document.querySelector(`#${id} .main-svg`)), pictures);
+    log(`report page: drawn ${drawn.join(', ')}; ${messages.length} console messages from the webview (${messages.slice(0, 3).join(' | ')}), ${errors.length} errors`);
+    if (drawn.length !== pictures.length) {
+      throw new Error(`drawn: ${drawn.join(', ')} of ${pictures.join(', ')}`);
+    }
+    // Scroll the page's own document only (scrollIntoView would scroll the workbench around it too).
+    await frame.evaluate(() => window.scrollTo(0, document.getElementById('fusion-graph').getBoundingClientRect().top + window.scrollY - 8));
+    await screenshot(page, 'report-webview-graph');
+    if (errors.length) {
+      throw new Error(`errors in the webview: ${errors.slice(0, 5).join(' | ')}`);
+    }
+  } finally {
+    page.off('console', onConsole);
+  }
+}
+
 async function openWorkbench(browser, port, ws) {
   const context = await browser.newContext({ viewport: { width: 1600, height: 1000 } });
   const page = await context.newPage();
@@ -459,6 +544,7 @@ async function trustedPhase(browser) {
     });
 
     let regionLine = 0;
+    let regionLines = []; // 1-based lines of gpt_block.py the regions view lists
     await check(page, 'regions view lists the regions of the file', async () => {
       await runCommand(page, 'FusionLens: Refresh Regions').catch(() => undefined);
       // Collapse the folder tree so the regions view gets the height of the side bar.
@@ -483,6 +569,7 @@ async function trustedPhase(browser) {
       const regionRow = rows.filter({ hasText: /L\d+/ }).first();
       const m = /L(\d+)/.exec(await regionRow.innerText());
       regionLine = m ? Number(m[1]) : 0;
+      regionLines = [...new Set(texts.flatMap((t) => [...t.matchAll(/\bL(\d+)/g)].map((x) => Number(x[1]))))];
       await regionRow.click();
       await until('the editor to select the region lines', async () => {
         const sel = await page.locator('.editor-instance .monaco-editor .selected-text').count();
@@ -562,6 +649,10 @@ async function trustedPhase(browser) {
       log(`status bar: ${await statusBarText(page)}`);
     });
 
+    await check(page, 'Show Report opens the report beside the editor; a click on a line in it reveals that line', async () => {
+      await showReportAndClick(page, regionLines);
+    });
+
     await check(page, 'Show Generated Trace opens a read-only Python document', async () => {
       await goToLine(page, EXAMPLE_LINES.body);
       await runCommand(page, 'FusionLens: Show Generated Trace');
@@ -589,12 +680,18 @@ async function trustedPhase(browser) {
         const t = await lensTexts(page);
         return t.some((x) => x.includes('Compile & benchmark')) && !t.some((x) => /region/.test(x));
       }, 30000);
+      // The report page, still open, says there is no result now.
+      await until('the report page to say there is no result', async () => {
+        const texts = await Promise.all(page.frames().map((fr) => fr.locator('#message').allInnerTexts().catch(() => [])));
+        return texts.flat().some((t) => /compile result yet/.test(t));
+      }, 30000);
     });
 
     await check(page, 'palette: Compile and Benchmark Current Target, then Show Kernel Code at the cursor', async () => {
       await goToLine(page, EXAMPLE_LINES.body); // inside gpt_block_example
       await runCommand(page, 'FusionLens: Compile and Benchmark Current Target');
       await until('the lens with timings again', async () => (await lensTexts(page)).some((t) => /region/.test(t) && /x vs eager|ms/.test(t)), COMPILE_TIMEOUT, 1000);
+      await until('the open report page to show the new result', () => reportFrame(page), 30000);
       await goToLine(page, regionLine || 1); // a line of the first region in the view: compiled
       await runCommand(page, 'FusionLens: Show Kernel Code');
       const editor = page.locator('.editor-instance .monaco-editor').filter({ hasText: 'FusionLens region' }).first();

@@ -57,7 +57,7 @@ test('every command the code registers is contributed, and every menu entry exis
     assert.ok(registered.includes(c as string), `${c} is contributed but not registered`);
   }
   // The server's own command ids must stay free: vscode-languageclient registers them.
-  for (const c of ['fusionlens.compile', 'fusionlens.showTrace', 'fusionlens.showKernel', 'fusionlens.clearCache', 'fusionlens.exportRepro']) {
+  for (const c of ['fusionlens.compile', 'fusionlens.showTrace', 'fusionlens.showKernel', 'fusionlens.clearCache', 'fusionlens.exportRepro', 'fusionlens.reportHtml']) {
     assert.ok(!contributed.has(c) && !registered.includes(c), `${c} belongs to the server`);
   }
   for (const entries of Object.values(pkg.contributes.menus) as Array<Array<{ command: string }>>) {
@@ -65,4 +65,15 @@ test('every command the code registers is contributed, and every menu entry exis
       assert.ok(contributed.has(e.command), `menu entry ${e.command} is not a command`);
     }
   }
+});
+
+test('Show Report is in the command palette and the editor title of Python files', () => {
+  const cmd = pkg.contributes.commands.find((c: { command: string }) => c.command === 'fusionlens.showReport');
+  assert.equal(`${cmd.category}: ${cmd.title}`, 'FusionLens: Show Report');
+  assert.ok(cmd.icon, 'an editor title button needs an icon');
+  const palette = pkg.contributes.menus.commandPalette.find((e: { command: string }) => e.command === 'fusionlens.showReport');
+  assert.equal(palette.when, 'editorLangId == python');
+  const title = pkg.contributes.menus['editor/title'].find((e: { command: string }) => e.command === 'fusionlens.showReport');
+  assert.match(title.when, /editorLangId == python/);
+  assert.match(title.group, /^navigation/);
 });

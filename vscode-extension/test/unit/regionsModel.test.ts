@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import * as assert from 'node:assert/strict';
-import { buildViewModel, byWhatCanBeWon, regionsAtLine, targetAtLine } from '../../src/logic/regionsModel';
+import { buildViewModel, byWhatCanBeWon, CollectiveRow, regionsAtLine, RegionRow, targetAtLine } from '../../src/logic/regionsModel';
 import { formatLines, formatMs, formatSpeedup, lineBlocks, timeBar } from '../../src/logic/format';
 import { normalizeRegions } from '../../src/logic/protocol';
 
@@ -127,7 +127,7 @@ test('regions sort by what can be won; estimates after, largest roofline first',
     'u',
   );
   assert.deepEqual(byWhatCanBeWon(r.targets[0].regions).map((x) => x.id), ['R1', 'R0', 'R3', 'R2']);
-  const rows = buildViewModel(r).rows[0].children;
+  const rows = buildViewModel(r).rows[0].children as RegionRow[];
   assert.deepEqual(rows.map((x) => x.regionId), ['R1', 'R0', 'R3', 'R2', 'P0']);
   assert.match(rows[0].description, /20% of peak$/);
   assert.match(rows[0].tooltip, /Can be won: 0\.40 ms/);
@@ -164,7 +164,7 @@ test('a training target: backward regions and previews are labelled as such', ()
   );
   const t = buildViewModel(r).rows[0];
   assert.equal(t.description, '2 regions (1 backward) · 1.50x vs eager · 1.00 ms / 1.50 ms eager');
-  const byId = new Map(t.children.map((c) => [c.key, c]));
+  const byId = new Map((t.children as RegionRow[]).map((c) => [c.key, c]));
   const b0 = byId.get('train_step/B0')!;
   assert.equal(b0.program, 'backward');
   assert.equal(b0.label, 'B0 · triton · L5–6');
@@ -182,4 +182,60 @@ test('a training target: backward regions and previews are labelled as such', ()
   assert.equal(byId.get('train_step/triton/P0')!.description, 'est. 2.0 µs on H100');
   // At the cursor the forward region comes first, though the backward one covers the line too.
   assert.deepEqual(regionsAtLine(r, 4).map((h) => h.region.id), ['R0', 'B0']);
+});
+
+test('collectives are listed beside the regions, each at its line', () => {
+  const r = normalizeRegions(
+    {
+      targets: [
+        {
+          name: 'ddp_step',
+          line: 20,
+          status: 'ok',
+          speedup: 1.2,
+          compiledMs: 2,
+          eagerMs: 2.4,
+          regions: [{ id: 'R0', executor: 'torch', ops: ['mul'], lines: [6], timeMs: 0.1, eagerMs: 0.1, headroomMs: null }],
+          collectives: [
+            {
+              op: 'all_reduce', kind: 'traced', program: 'forward', region: 'R1', bytes: 2 * 2 ** 20, groupSize: 2, line: 7,
+              timeMs: { min: 0.2, median: 0.25, max: 0.31 }, estimate: 'est 1.2 ms on 64x8xH100 (ring)', estimateMs: 1.2,
+              exposedMs: 0.3, overlappedBy: ['R2', 'R3'],
+            },
+            { op: 'all_reduce', kind: 'ddp-bucket', program: 'backward', region: '', bytes: 512, groupSize: 2, line: null, timeMs: null, estimate: '', overlappedBy: [] },
+            { op: 7, line: -3, timeMs: { min: 'x' }, overlappedBy: ['R1', 2] },
+          ],
+        },
+      ],
+    },
+    'u',
+  );
+  const c = r.targets[0].collectives;
+  assert.equal(c.length, 3);
+  assert.deepEqual(c[2], {
+    op: '?', kind: '', program: 'forward', region: '', bytes: null, groupSize: null, line: null, timeMs: null,
+    estimate: '', estimateMs: null, exposedMs: null, overlappedBy: ['R1'],
+  });
+  assert.deepEqual(normalizeRegions({ targets: [{ name: 'old server' }] }, 'u').targets[0].collectives, []);
+
+  const t = buildViewModel(r).rows[0];
+  assert.equal(t.description, '1 region · 3 collectives · 1.20x vs eager · 2.00 ms / 2.40 ms eager');
+  assert.deepEqual(t.children.map((x) => x.kind), ['region', 'collective', 'collective', 'collective']);
+  const [traced, bucket] = t.children.slice(1) as CollectiveRow[];
+  assert.equal(traced.label, 'all_reduce · 2.0 MB · L8');
+  assert.equal(traced.description, '0.31 ms (slowest rank) · overlapped by R2, R3');
+  assert.deepEqual(traced.lines, [7]);
+  assert.equal(traced.icon, 'radio-tower');
+  assert.match(traced.tooltip, /^all_reduce \(traced\) in the forward program, region R1$/m);
+  assert.match(traced.tooltip, /Bytes: 2\.0 MB a rank over 2 ranks/);
+  assert.match(traced.tooltip, /0\.20 ms \/ 0\.25 ms \/ 0\.31 ms \(fastest \/ median \/ slowest rank\)/);
+  assert.match(traced.tooltip, /Model: est 1\.2 ms on 64x8xH100 \(ring\), 0\.30 ms exposed/);
+  assert.equal(bucket.label, 'all_reduce · 512 B · DDP bucket');
+  assert.equal(bucket.description, 'backward · not overlapped');
+  assert.deepEqual(bucket.lines, []);
+  assert.match(bucket.tooltip, /Line: none in this file/);
+  assert.notEqual(traced.key, bucket.key);
+  // An estimate only (no launch measured it): the model's words.
+  const est = buildViewModel(normalizeRegions({ targets: [{ name: 'x', status: 'ok', collectives: [{ op: 'broadcast', bytes: 4, line: 1, estimate: 'est 3.0 µs on 8xH100 (tree)' }] }] }, 'u'));
+  assert.equal(est.rows[0].children[0].description, 'est 3.0 µs on 8xH100 (tree) · not overlapped');
 });

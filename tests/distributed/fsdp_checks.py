@@ -1,0 +1,282 @@
+"""Run on 2 gloo ranks by tests/test_distributed_fsdp.py (python -m torch.distributed.run
+--nproc_per_node 2 tests/distributed/fsdp_checks.py): compiler.jit of a module after FSDP2's
+fully_shard (per block and at the root) against eager FSDP2 on the same model and data, on
+every rank: outputs, `p.grad` (DTensors, their placements) and the parameters after each of
+3 SGD steps; the all-gathers and reduce-scatters in the programs at the blocks' call lines."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import warnings
+from collections.abc import Callable
+
+import torch
+import torch.distributed as dist
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+import compiler  # noqa: E402
+
+TOLERANCE = {torch.float32: (1e-5, 1e-6), torch.int64: (0, 0)}
+
+
+class Net(torch.nn.Module):
+    """Two blocks and a head whose shards are uneven on 2 ranks (3 rows: 2 and 1)."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(8, 16)
+        self.fc2 = torch.nn.Linear(16, 16)
+        self.head = torch.nn.Linear(16, 3)
+
+    def forward(self, x):
+        x = torch.nn.functional.gelu(self.fc1(x))  # FC1 LINE
+        x = torch.tanh(self.fc2(x))  # FC2 LINE
+        return self.head(x)  # HEAD LINE
+
+
+def _line(marker: str) -> int:
+    return next(i for i, text in enumerate(open(__file__), 1) if f"# {marker} LINE" in text)
+
+
+def _net() -> Net:
+    torch.manual_seed(0)
+    return Net()
+
+
+def per_block(model: Net, **kw) -> Net:
+    for block in (model.fc1, model.fc2, model.head):
+        fully_shard(block, **kw)
+    return fully_shard(model, **kw)
+
+
+def at_root(model: Net, **kw) -> Net:
+    return fully_shard(model, **kw)
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    return t.to_local() if hasattr(t, "to_local") else t
+
+
+def _close(a: torch.Tensor, b: torch.Tensor, what: str) -> None:
+    rtol, atol = TOLERANCE[b.dtype]
+    torch.testing.assert_close(_local(a), _local(b), rtol=rtol, atol=atol,
+                               msg=lambda m: f"rank {dist.get_rank()}: {what}: {m}")
+
+
+def _same_grads(compiled: Net, eager: Net, when: str) -> None:
+    for (name, a), b in zip(compiled.named_parameters(), eager.parameters()):
+        assert type(a.grad) is type(b.grad), f"{name}.grad at {when}: {type(a.grad)} vs {type(b.grad)}"
+        assert a.grad.placements == b.grad.placements, f"{name}.grad at {when}: {a.grad.placements}"
+        _close(a.grad, b.grad, f"the gradient of {name} at {when}")
+
+
+def train_like_eager(wrap: Callable[[Net], Net],
+                     batches: tuple[int, ...] = (5, 5, 5)) -> compiler.jit_cache.JitFunction:
+    """The same training steps, eager FSDP2 and compiled: losses, gradients (DTensors) and the
+    parameters after each SGD step must match (each rank trains on its own batch, of the
+    step's size)."""
+    eager_model, compiled_model = wrap(_net()), wrap(_net())
+    jfn = compiler.jit(compiled_model)
+    eager_opt = torch.optim.SGD(eager_model.parameters(), lr=0.1)
+    compiled_opt = torch.optim.SGD(compiled_model.parameters(), lr=0.1)
+    for step, size in enumerate(batches):
+        torch.manual_seed(100 + 10 * dist.get_rank() + step)
+        x = torch.randn(size, 8)
+        want, got = eager_model(x).square().mean(), jfn(x).square().mean()
+        _close(got, want, f"loss at step {step}")
+        want.backward()
+        got.backward()
+        _same_grads(compiled_model, eager_model, f"step {step}")
+        eager_opt.step()
+        compiled_opt.step()
+        eager_opt.zero_grad()
+        compiled_opt.zero_grad()
+        for (name, a), b in zip(compiled_model.named_parameters(), eager_model.parameters()):
+            _close(a, b, f"{name} after step {step}")
+    return jfn
+
+
+def _compiled_natively(jfn) -> None:
+    assert jfn.cache and not any(e.eager_fallback for e in jfn.cache.values()), \
+        [d.message for d in compiler.last_report(jfn).diagnostics]
+
+
+def _sent(*linears: tuple[int, int]) -> int:
+    """The bytes each rank all-gathers of these (rows, columns) Linears' weights and biases:
+    each shard padded to ceil(rows / world) rows, float32."""
+    world = dist.get_world_size()
+    return sum(4 * -(-rows // world) * (cols + 1) for rows, cols in linears)
+
+
+def check_per_block_training():
+    jfn = train_like_eager(per_block)
+    _compiled_natively(jfn)
+    report = compiler.last_report(jfn)
+    assert report.target.file.endswith("fsdp_checks.py") and report.target.line == _line("FC1") - 1, report.target
+    gathers = [c for c in report.collectives if c.op == "all_gather_into_tensor"]
+    lines = {c.line: c for c in gathers}
+    for marker, shape in {"FC1": (16, 8), "FC2": (16, 16), "HEAD": (3, 16)}.items():
+        c = lines[_line(marker)]
+        assert (c.kind, c.program, c.group_size, c.bytes) == ("traced", "forward", dist.get_world_size(),
+                                                              _sent(shape)), c
+        assert c.file.endswith("fsdp_checks.py") and c.region, c
+    scatters = [c for c in report.collectives if c.op == "reduce_scatter_tensor"]
+    assert sorted(c.line for c in scatters) == sorted(lines), scatters
+    assert all(c.program == "backward" and c.kind == "traced" for c in scatters), scatters
+    assert {c.bytes for c in scatters} == {dist.get_world_size() * c.bytes for c in gathers}, (scatters, gathers)
+    estimated = compiler.reporting.with_estimates(gathers + scatters, "64x8xH100")
+    assert all(c.estimate.startswith("est ") and c.estimate_ms > 0 for c in estimated), estimated
+    trace = compiler.last_compiled(jfn).forward.plan.trace.python()
+    assert "fsdp_all_gather_into_tensor(" in trace and "fsdp_wait_tensor(" in trace, trace
+    # the head's reduce-scatter is issued once its gradients are made and waited for at the end
+    # of the backward: fc2's and fc1's gradients overlap it
+    (head,) = [c for c in scatters if c.line == _line("HEAD")]
+    backward = compiler.last_compiled(jfn).program("backward").plan
+    blocks = {r.id for r in backward.regions if any(b.provenance and b.provenance.line in (_line("FC1"), _line("FC2"))
+                                                    and "matmul" in b.sym.name for b in r.bsyms)}
+    assert len(blocks) >= 2 and blocks <= set(head.overlapped_by), (blocks, head)
+
+
+def check_root_training():
+    """The batch size changes: the second program serves every size (dynamic shapes)."""
+    jfn = train_like_eager(at_root, batches=(5, 7, 9))
+    _compiled_natively(jfn)
+    assert (jfn.cache_info()["compiles"], jfn.cache_info()["dynamic"]) == (2, 1), jfn.cache_info()
+    (gather,) = [c for c in compiler.last_report(jfn).collectives if c.op == "all_gather_into_tensor"]
+    assert gather.bytes == _sent((16, 8), (16, 16), (3, 16)), gather
+
+
+def check_inference():
+    for wrap in (per_block, at_root):
+        eager_model, compiled_model = wrap(_net()), wrap(_net())
+        jfn = compiler.jit(compiled_model)
+        with torch.no_grad():
+            for step in range(2):
+                x = torch.randn(4, 8) + dist.get_rank()
+                _close(jfn(x), eager_model(x), f"{wrap.__name__} inference at call {step}")
+        _compiled_natively(jfn)
+        assert jfn.cache_info()["compiles"] == 1
+        if wrap is per_block:
+            _prefetched_one_block_ahead(jfn)
+
+
+def _prefetched_one_block_ahead(jfn) -> None:
+    """The forward program issues fc2's all-gather before fc1's matmul runs, and waits for it
+    after: it overlaps fc1's compute, and the report says so."""
+    plan = compiler.last_compiled(jfn).forward.plan
+    order = [(b.sym.name, b.provenance.line if b.provenance else None) for r in plan.regions for b in r.bsyms]
+    issue_fc2 = order.index(("fsdp_all_gather_into_tensor", _line("FC2")))
+    wait_fc2 = order.index(("fsdp_wait_tensor", _line("FC2")))
+    fc1_compute = [i for i, (name, line) in enumerate(order) if line == _line("FC1") and "fsdp" not in name]
+    assert issue_fc2 < max(fc1_compute) < wait_fc2, order
+    (gather,) = [c for c in compiler.last_report(jfn).collectives if c.line == _line("FC2")]
+    (fc1_linear,) = [r.id for r in plan.regions if any(b.provenance and b.provenance.line == _line("FC1")
+                                                       and "linear" in b.sym.name for b in r.bsyms)]
+    assert fc1_linear in gather.overlapped_by, (fc1_linear, gather)
+
+
+class Block(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(6, 6)
+        self.norm = torch.nn.BatchNorm1d(6)
+
+    def forward(self, x, scale=1.0):
+        return torch.relu(self.norm(self.lin(x))) * scale
+
+
+class Mixed(torch.nn.Module):
+    """Parameters of the root's own (embed, out: gathered where the model is called), a block
+    called twice, running statistics, a keyword argument."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Linear(4, 6)
+        self.block = Block()
+        self.out = torch.nn.Linear(6, 5)
+
+    def forward(self, x, *, scale=1.0):
+        h = self.block(self.embed(x), scale=scale)  # BLOCK LINE
+        return self.out(self.block(h))
+
+
+def _mixed() -> Mixed:
+    torch.manual_seed(0)
+    model = Mixed()
+    fully_shard(model.block)
+    return fully_shard(model)
+
+
+def check_root_parameters_a_block_called_twice_and_buffers():
+    eager_model, compiled_model = _mixed(), _mixed()
+    jfn = compiler.jit(compiled_model)
+    eager_opt = torch.optim.SGD(eager_model.parameters(), lr=0.1)
+    compiled_opt = torch.optim.SGD(compiled_model.parameters(), lr=0.1)
+    for step in range(3):
+        torch.manual_seed(step + 10 * dist.get_rank())
+        x = torch.randn(7, 4)
+        want, got = eager_model(x, scale=0.5).square().mean(), jfn(x, scale=0.5).square().mean()  # CALL LINE
+        _close(got, want, f"loss at step {step}")
+        want.backward()
+        got.backward()
+        _same_grads(compiled_model, eager_model, f"step {step}")
+        eager_opt.step()
+        compiled_opt.step()
+        eager_opt.zero_grad()
+        compiled_opt.zero_grad()
+        for (name, a), b in [*zip(compiled_model.named_parameters(), eager_model.parameters()),
+                             *zip(compiled_model.named_buffers(), eager_model.buffers())]:
+            _close(a, b, f"{name} after step {step}")
+    _compiled_natively(jfn)
+    lines = sorted(c.line for c in compiler.last_report(jfn).collectives if c.op == "all_gather_into_tensor")
+    assert lines == sorted([_line("CALL"), _line("BLOCK")]), lines  # the block's two calls gather once
+
+
+def check_unsupported_runs_eagerly_and_says_why():
+    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16)
+    eager_model, compiled_model = per_block(_net(), mp_policy=policy), per_block(_net(), mp_policy=policy)
+    jfn = compiler.jit(compiled_model)
+    x = torch.randn(4, 8)
+    torch.testing.assert_close(jfn(x), eager_model(x))
+    messages = [d.message for d in compiler.last_report(jfn).diagnostics]
+    assert any("MixedPrecisionPolicy" in m and "eagerly" in m for m in messages), messages
+    messages = [d.message for d in compiler.compile(per_block(_net()), x).diagnostics]  # not through jit
+    assert any("FSDP2" in m and "compiler.jit" in m and "eagerly" in m for m in messages), messages
+    # no gradient sync for a step: FSDP's own calls from then on, said once
+    eager_model, compiled_model = per_block(_net()), per_block(_net())
+    jfn = compiler.jit(compiled_model)
+    jfn(x).sum().backward()
+    eager_model(x).sum().backward()
+    compiled_model.set_requires_gradient_sync(False)
+    eager_model.set_requires_gradient_sync(False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        jfn(x).sum().backward()
+    assert any("set_requires_gradient_sync" in str(w.message) for w in caught), [str(w.message) for w in caught]
+    eager_model(x).sum().backward()
+    for model in (compiled_model, eager_model):
+        model.set_requires_gradient_sync(True)
+    jfn(x).sum().backward()
+    eager_model(x).sum().backward()
+    _same_grads(compiled_model, eager_model, "after a step without gradient sync")
+
+
+CHECKS = [check_per_block_training, check_root_training, check_inference,
+          check_root_parameters_a_block_called_twice_and_buffers, check_unsupported_runs_eagerly_and_says_why]
+
+
+if __name__ == "__main__":
+    dist.init_process_group("gloo")
+    only = sys.argv[1:]
+    try:
+        for check in CHECKS:
+            if only and check.__name__ not in only:
+                continue
+            start = time.perf_counter()
+            check()
+            print(f"rank {dist.get_rank()}: {check.__name__} ok ({time.perf_counter() - start:.1f} s)", flush=True)
+    finally:
+        dist.destroy_process_group()

@@ -1,0 +1,192 @@
+"""The HTML report page (compiler/html_report), read without a browser: its structure, one
+graph node, one roofline point and one timeline slice a region, the nonce on every script and
+style, nothing fetched from outside. tests/browser/ opens the same pages in Chromium."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from html.parser import HTMLParser
+
+import pytest
+import torch
+
+from compiler import html_report
+from compiler.targets import compile_target
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MLP = os.path.join(ROOT, "examples", "mlp.py")
+TRAIN = os.path.join(ROOT, "examples", "train_gpt.py")
+
+
+@pytest.fixture(scope="module")
+def mlp():
+    with torch.random.fork_rng():
+        return compile_target(MLP, "mlp_example", benchmark=True, repeats=2)
+
+
+@pytest.fixture(scope="module")
+def train():
+    with torch.random.fork_rng():
+        return compile_target(TRAIN, "gpt_loss_example", benchmark=False)
+
+
+def page_json(page: str) -> dict:
+    m = re.search(r'<script type="application/json" id="fl-data"[^>]*>(.*?)</script>', page, re.S)
+    assert m, "the page carries its data"
+    return json.loads(m.group(1))
+
+
+def traces(fig: dict, meta: str) -> list[dict]:
+    return [t for t in fig["data"] if t.get("meta") == meta]
+
+
+class Tags(HTMLParser):
+    """Every start tag with its attributes (script bodies are not parsed as markup)."""
+
+    def __init__(self):
+        super().__init__()
+        self.tags: list[tuple[str, dict]] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+
+
+def tags_of(page: str) -> list[tuple[str, dict]]:
+    parser = Tags()
+    parser.feed(page)
+    return parser.tags
+
+
+def test_the_page_has_its_parts_and_every_line_of_the_target(mlp):
+    page = html_report.render(mlp)
+    ids = {a.get("id") for _, a in tags_of(page)}
+    assert {"source", "fusion-graph", "roofline", "timeline", "details", "plan"} <= ids
+    with open(MLP, encoding="utf-8") as f:
+        n = len(f.read().splitlines())
+    lines = [int(a["data-line"]) for t, a in tags_of(page) if "data-line" in a and a.get("data-file") == MLP]
+    assert lines == list(range(1, n + 1))
+    assert "Plotly" in page and "window.fusionlens" in page
+
+
+def test_one_node_point_and_slice_a_region_in_every_plan(mlp):
+    data = page_json(html_report.render(mlp))
+    previews = dict.fromkeys(pv.executor for p in mlp.programs for pv in p.previews)
+    assert [p["key"] for p in data["plans"]] == ["ran", *sorted(previews, key=lambda e: e != "triton")]
+    for plan in data["plans"]:
+        ids = {k: [r["id"] for r in rs] for k, rs in plan["programs"].items()}
+        figs = data["figures"][plan["key"]]
+        assert [sorted(t["customdata"]) for t in traces(figs["graph"], "nodes")] == [sorted(v) for v in ids.values()]
+        estimate = traces(figs["roofline"], "estimate")
+        assert len(estimate) == 1 and sorted(estimate[0]["customdata"]) == sorted(sum(ids.values(), []))
+        assert [list(t["customdata"]) for t in traces(figs["timeline"], "slices")] == list(ids.values())
+        measured = traces(figs["roofline"], "measured")
+        assert len(measured) == (1 if plan["ran"] else 0)
+    ran = data["plans"][0]
+    assert all(r["basis"] == "measured" for r in ran["programs"]["forward"])  # benchmarked: measured times
+    assert "measured" in ran["note"] and all("estimate" in p["note"] for p in data["plans"][1:])
+
+
+def test_a_line_costs_its_share_of_its_regions_time(mlp):
+    plan = page_json(html_report.render(mlp))["plans"][0]
+    regions = plan["programs"]["forward"]
+    assert sum(plan["heat"].values()) == pytest.approx(sum(r["time_ms"] for r in regions))
+    first = regions[0]
+    assert plan["heat"][f"{MLP}:{first['lines'][0][1]}"] == pytest.approx(first["time_ms"] / len(first["lines"]))
+
+
+def test_kernel_lines_point_back_at_their_source_lines(mlp):
+    plans = page_json(html_report.render(mlp))["plans"]
+    region = next(r for p in plans for r in p["programs"]["forward"] if r["executor"] != "torch")
+    marked = [(text, src) for text, src in zip(region["code"], region["code_lines"]) if src]
+    assert marked, "the kernel names the user lines it computes"
+    lines = {tuple(x) for x in region["lines"]}
+    assert all(tuple(src) in lines for _, src in marked)
+    assert not any(text.startswith("import ") for text, _ in marked)  # a header line names no source line
+
+
+def test_the_compile_stages_are_a_lane_of_the_timeline(mlp):
+    assert mlp.stage_ms and set(mlp.stage_ms) >= {"trace", "fusion", "lowering"}
+    fig = page_json(html_report.render(mlp))["figures"]["ran"]["timeline"]
+    (stages,) = traces(fig, "stages")
+    assert list(stages["customdata"]) == [k for k, v in mlp.stage_ms.items() if v]
+
+
+def test_a_training_page_puts_both_programs_side_by_side_with_saved_tensors_marked(train):
+    data = page_json(html_report.render(train))
+    plan = data["plans"][0]
+    assert list(plan["programs"]) == ["forward", "backward"]
+    nodes = traces(data["figures"]["ran"]["graph"], "nodes")
+    assert [t["xaxis"] for t in nodes] == ["x", "x2"]  # two columns
+    saved = {t.name for t in train.training.saved}
+    forward, backward = plan["programs"]["forward"], plan["programs"]["backward"]
+    assert any(r["saved"] for r in forward) and any(r["saved"] for r in backward)
+    assert all(set(r["saved"]) <= saved for r in forward + backward)
+    widths = nodes[0]["marker"]["line"]["width"]
+    assert [w > 1 for w in widths] == [bool(r["saved"]) for r in forward]
+
+
+def test_a_nonce_is_on_every_script_and_style_and_nothing_is_fetched(mlp):
+    page = html_report.render(mlp, nonce="n0nce")
+    tags = tags_of(page)
+    scripts = [a for t, a in tags if t in ("script", "style")]
+    assert len(scripts) >= 4 and all(a.get("nonce") == "n0nce" for a in scripts)
+    assert not [a for t, a in tags if "src" in a or ("href" in a and t != "a")]  # nothing loaded from anywhere
+    assert not re.search(r"\beval\(", page_json_free(page))
+    plain = html_report.render(mlp)
+    assert "nonce=" not in "".join(f"<{t} {a}>" for t, a in tags_of(plain))
+
+
+def page_json_free(page: str) -> str:
+    """The page's own script, without plotly.js (which holds an eval for map tiles it never runs)."""
+    return re.findall(r"<script[^>]*>(.*?)</script>", page, re.S)[-1]
+
+
+def test_sources_given_replace_the_files(mlp):
+    text = "\n".join(f"# line {i}" for i in range(1, 40))
+    page = html_report.render(mlp, {MLP: text})
+    assert "# line 21" in page and "self.fc1" not in page.split('id="fl-data"')[0]
+
+
+def test_a_failed_compile_renders_its_error(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("import compiler\n\n@compiler.example\ndef broken():\n    raise ValueError('no model here')\n")
+    report = compile_target(str(bad), "broken", benchmark=False)
+    assert report.status == "error"
+    page = html_report.render(report)
+    assert "no model here" in page and "<script" not in page
+
+
+def test_compile_to_html_and_the_cli_write_the_page(tmp_path, capsys):
+    import compiler
+    from compiler import cli
+
+    def f(x):
+        return torch.relu(x) * 2
+
+    out = tmp_path / "f.html"
+    page = compiler.compile(f, torch.randn(8, 8)).to_html(str(out))
+    assert out.read_text(encoding="utf-8") == page and 'id="fusion-graph"' in page
+    path = tmp_path / "norms.html"
+    code = cli.main(["compile", os.path.join(ROOT, "examples", "norms.py"), "--target", "layernorm_example",
+                     "--target", "rmsnorm_example", "--no-benchmark", "--html", str(path)])
+    assert code == 0 and "wrote" in capsys.readouterr().err
+    for name in ("layernorm_example", "rmsnorm_example"):
+        assert 'id="roofline"' in (tmp_path / f"norms_{name}.html").read_text(encoding="utf-8")
+
+
+def test_collectives_are_marked_where_their_regions_start(mlp):
+    import dataclasses
+
+    from compiler import report as R
+
+    ids = [r.id for r in mlp.forward.regions]
+    traced = R.Collective("all_reduce", "traced", 4096, 2, region=ids[1], file=MLP, line=21)
+    bucket = R.Collective("all_reduce", "ddp-bucket", 1 << 20, 2)
+    fig = page_json(html_report.render(dataclasses.replace(mlp, collectives=[traced, bucket])))["figures"]
+    (marks,) = traces(fig["ran"]["timeline"], "collectives")
+    (slices,) = traces(fig["ran"]["timeline"], "slices")
+    assert marks["x"] == [slices["base"][1], slices["base"][-1] + slices["x"][-1]]  # its region's start; the end
+    assert "all_reduce 4.0 KB over 2 ranks" in marks["hovertext"][0]
+    assert not [t for k, f in fig.items() if k != "ran" for t in traces(f["timeline"], "collectives")]

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import gc
+from collections.abc import Sequence
+from typing import Any
 
-from compiler import benchmark as bench, checking, dynamic, frontend, pipeline, reporting, report as R
+from compiler import benchmark as bench, checking, collectives, dynamic, frontend, pipeline, reporting, report as R
 from compiler.options import CompileOptions
 
 __all__ = ["compile", "CompileError", "CompileOptions", "Report"]
@@ -88,7 +91,8 @@ def compile_checked(fn, args, kwargs, options: CompileOptions, name: str, *, ben
                     target: R.Target | None = None,
                     eager_on_failure: bool = False,
                     dims: tuple[frozenset[int], ...] | None = None,
-                    ints: frozenset[int] = frozenset()) -> tuple[pipeline.Compiled, R.CompileReport, bool]:
+                    ints: frozenset[int] = frozenset(),
+                    groups: Sequence[str] = ()) -> tuple[pipeline.Compiled, R.CompileReport, bool]:
     """Compile, check against eager, benchmark if asked, then report: what compile, jit and
     compile_target share. Returns (Compiled, report, whether the check failed).
 
@@ -97,6 +101,8 @@ def compile_checked(fn, args, kwargs, options: CompileOptions, name: str, *, ben
     caller (jit) runs a signature that failed its check eagerly, and the report says so.
     `dims`: per user tensor, the dims compiled symbolic; by default those marked dynamic.
     `ints`: the int arguments compiled symbolic (positions among the flat leaves of the call).
+    `groups`: the process groups the call's wrapping communicates on (collectives.wrapping_groups);
+    with those of the collectives it calls itself, the ranks of each agree on the check (`_check`).
     """
     defined = reporting.target_of(fn, name)
     target = target or defined
@@ -108,14 +114,37 @@ def compile_checked(fn, args, kwargs, options: CompileOptions, name: str, *, ben
     except frontend.TraceError as e:
         raise CompileError(reporting.error_report(e, target, options.executors)) from e
     inputs = frontend.user_tensors(fn, args, kwargs) + c.constants
-    check = options.check and c.eager_only is None  # a signature that runs eagerly: no program runs
-    checked = checking.check_program(c, inputs, defined, (fn, args, kwargs)) if check else []
-    if check and not any(d.severity == "error" for d in checked):
-        checked += checking.check_gradients(c, fn, args, kwargs, inputs, defined)
-    failed = any(d.severity == "error" for d in checked) or c.eager_only is not None
+    talking = list(dict.fromkeys([*groups, *collectives.trace_groups(c.acquired)]))
+    checked, failed, extra = _check(c, (fn, args, kwargs), inputs, defined, options.check, talking)
     measured = bench.measure_program(c, fn, args, kwargs, inputs, repeats=repeats, warmup=warmup,
                                      torch_compile=torch_compile) if benchmark else None
-    extra = [R.Diagnostic("warning", "this signature runs eagerly: see the "
-                          f"{'error' if c.eager_only is None else 'warning'} above",
-                          code=R.DiagnosticCode.EAGER_FALLBACK)] if failed and eager_on_failure else []
+    if failed and eager_on_failure and not extra:
+        extra = [R.Diagnostic("warning", "this signature runs eagerly: see the "
+                              f"{'error' if c.eager_only is None else 'warning'} above",
+                              code=R.DiagnosticCode.EAGER_FALLBACK)]
     return c, reporting.assemble(c, target, checked, measured, extra), failed
+
+
+def _check(c: pipeline.Compiled, call: tuple[Any, tuple[Any, ...], dict[str, Any]], inputs: list[Any],
+           defined: R.Target, check: bool, groups: list[str]) -> tuple[list[R.Diagnostic], bool, list[R.Diagnostic]]:
+    """(the check's diagnostics, whether the signature runs eagerly, a warning where only another
+    rank failed). A call that communicates (`groups`) is checked alike on every rank: a step that
+    may differ between ranks (the float64 re-judge, the gradient check after a forward that failed)
+    runs on all of them once any needs it, and they agree on the outcome (one all-reduce of a flag
+    per group, collectives.any_rank), so that none runs the program while another runs eagerly
+    (their collectives would not match)."""
+    any_rank = functools.partial(collectives.any_rank, groups=groups) if groups else bool
+    erred = lambda ds: any(d.severity == "error" for d in ds)  # noqa: E731
+    check = check and c.eager_only is None  # a signature that runs eagerly: no program runs
+    checked = checking.check_program(c, inputs, defined, call, any_rank) if check else []
+    if check and not any_rank(erred(checked)):
+        fn, args, kwargs = call
+        checked += checking.check_gradients(c, fn, args, kwargs, inputs, defined, any_rank)
+    own = erred(checked) or c.eager_only is not None
+    failed = any_rank(own)
+    if failed and not own:
+        return checked, True, [R.Diagnostic(
+            "warning", "another rank's compile of this signature failed its check: it runs eagerly on every "
+            "rank, so that all of them communicate alike", defined.file, defined.line,
+            code=R.DiagnosticCode.EAGER_FALLBACK)]
+    return checked, failed, []

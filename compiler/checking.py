@@ -3,6 +3,7 @@ and the check every compiled program passes on its example inputs."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 
 import torch
 from torch.utils import _pytree as pytree
@@ -82,12 +83,15 @@ def _is_random(acquired) -> bool:
     return any(OpTag.RANDOM in b.sym.tags or torch_rules.draws_dropout(b) for b in acquired.bound_symbols)
 
 
-def check_program(c, inputs: list[torch.Tensor], target, call: tuple | None = None) -> list[Diagnostic]:
+def check_program(c, inputs: list[torch.Tensor], target, call: tuple | None = None,
+                  any_rank: Callable[[bool], bool] = bool) -> list[Diagnostic]:
     """Run the compiled program `c` (a pipeline.Compiled) on `inputs` and compare it with the
     eager result recorded while tracing, and the inputs it updates in place with their values
     after the eager call (on copies: checking must not update the caller's tensors); the
     report's diagnostics, located at `target`. `call`: the user's (fn, args, kwargs), run in
-    float64 to judge a result past its tolerance (without it, such a result is an error)."""
+    float64 to judge a result past its tolerance (without it, such a result is an error).
+    `any_rank(need)`: whether some rank needs that float64 run (collectives.any_rank), for a
+    call that communicates: then every rank runs it, so that their collectives match."""
     names = [v.name for v in c.acquired.inputs]
     mutated = c.traced.mutated
     run_on = [x.clone() if n in mutated else x for n, x in zip(names, inputs)]
@@ -95,7 +99,10 @@ def check_program(c, inputs: list[torch.Tensor], target, call: tuple | None = No
     problem = mismatch(actual, c.traced.eager_output)
     random = _is_random(c.acquired)
     judged = []
-    errors = _judged_in_float64(c, inputs, actual, call) if problem and not random and call is not None else None
+    rejudge = any_rank(bool(problem) and not random and call is not None)
+    errors = _judged_in_float64(c, inputs, actual, call) if rejudge and call is not None else None
+    if not problem:  # judged for another rank's sake: nothing of its own to forgive
+        errors = None
     if errors is not None:
         judged = [Diagnostic("information", f"the compiled result differs from eager's beyond the tolerance "
                              f"({problem}), but is as close to a float64 run as eager's is ({errors}): computed "
@@ -284,14 +291,15 @@ def _cuda_devices(inputs) -> list[int]:
     return sorted({t.device.index or 0 for t in inputs if isinstance(t, torch.Tensor) and t.device.type == "cuda"})
 
 
-def check_gradients(c, fn, args, kwargs, inputs: list[torch.Tensor], target) -> list[Diagnostic]:
+def check_gradients(c, fn, args, kwargs, inputs: list[torch.Tensor], target,
+                    any_rank: Callable[[bool], bool] = bool) -> list[Diagnostic]:
     """A training compile's gradients of every input that requires grad, against eager's, for
     fixed random cotangents of the differentiable outputs; both runs see the same random
     stream, and neither updates the caller's tensors or buffers for good. A gradient that
     differs from eager float32's is judged again against a float64 run, as torch._dynamo's
     accuracy check does: where a gradient is ill-conditioned (a BatchNorm's or a squeeze-
     excitation's, over few values) two float32 roundings differ by more than any tolerance
-    while both are as close to the exact value as float32 allows."""
+    while both are as close to the exact value as float32 allows. `any_rank`: as check_program's."""
     d = c.differentiated
     if d is None:
         return []
@@ -318,10 +326,12 @@ def check_gradients(c, fn, args, kwargs, inputs: list[torch.Tensor], target) -> 
     through = {t.dtype for t in inputs} | {t.dtype for _, t in outs}
     through = {d for d in through if d.is_floating_point}
     differing = [(k, m) for k, (a, e) in enumerate(zip(got, expected)) if (m := grad_mismatch(a, e, through))]
+    if not any_rank(bool(differing)):
+        return []
+    with restored(state):  # on every rank where one needs it: the float64 call communicates too
+        exact = float64_gradients(fn, args, kwargs, inputs, wrt, [i for i, _ in outs], cots)
     if not differing:
         return []
-    with restored(state):
-        exact = float64_gradients(fn, args, kwargs, inputs, wrt, [i for i, _ in outs], cots)
     wrong = [(k, m) for k, m in differing if exact is None or not as_accurate_as_eager(got[k], expected[k], exact[k])]
     if wrong:
         k, m = wrong[0]

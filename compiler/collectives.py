@@ -8,8 +8,12 @@ program compute on each rank's own values. While a call is traced with a process
 and the tracer records its functional form (the tensor it updates in place gets a new Value,
 written back as any in-place update is). Those it cannot record (lists of tensors, objects,
 point-to-point) make the signature run eagerly, with the reason at the user's line.
-The functional collectives (`torch.distributed._functional_collectives`) are torch ops the
-tracer records anyway (ops/torch_ops/fallbacks.py tags them collective).
+The functional collectives (`torch.distributed._functional_collectives`): `all_reduce`,
+`all_gather_tensor` and `reduce_scatter_tensor` (module attributes, as `funcol.all_reduce(...)`
+finds them) are recorded as two symbols each, the collective at its line and its wait right
+before the first op that reads the result (where eager's AsyncCollectiveTensor waits); funcol's
+other functions, and `torch.ops._c10d_functional` called directly, are torch ops the tracer
+records anyway (ops/torch_ops/fallbacks.py tags them collective).
 """
 
 from __future__ import annotations
@@ -19,8 +23,12 @@ import functools
 import inspect
 import sys
 from collections.abc import Callable
+from types import ModuleType
+from typing import Any
 
 import torch
+
+from compiler.ir import BoundSymbol, OpTag, Symbol, Trace, Value
 
 # name -> position of the tensor the collective writes (its output, updated in place)
 RECORDED = {"all_reduce": 0, "broadcast": 0, "reduce": 0, "all_gather_into_tensor": 0,
@@ -77,10 +85,16 @@ def recording(tracer):
                               list(bound.arguments.values())[RECORDED[name]])
             return work
         return traced
+    waits: list[BoundSymbol] = []  # the functional collectives' waits, placed once the call returned
+    replaced = [(m, name, wrap(name, fn)) for m, name, fn in saved]
+    funcol = _funcol_saved()
+    replaced += [(m, name, _funcol_traced(tracer, name, fn, waits)) for m, name, fn in funcol]
+    saved += funcol
     try:
-        for m, name, fn in saved:
-            setattr(m, name, wrap(name, fn))
+        for m, name, fn in replaced:
+            setattr(m, name, fn)
         yield
+        _place_waits(tracer, waits)
     finally:
         for m, name, fn in saved:
             setattr(m, name, fn)
@@ -109,6 +123,111 @@ def unsupported_wrapping(fn) -> str | None:
     return tensor_parallel.unsupported(module)
 
 
+# --- the functional collectives (torch.distributed._functional_collectives) -------------------
+# Eager funcol issues the collective and returns an AsyncCollectiveTensor, which waits for it at
+# its first use. Traced, each is two symbols: the collective, at its line, and its wait, placed
+# right before the first op that reads the result (the user line of that op), so that the
+# report sees which regions run between them. The traced run waits at once.
+
+_FUNCOL = "torch.distributed._functional_collectives"
+_FUNCOL_TAGS = (OpTag.LIBRARY_CALL, OpTag.COLLECTIVE, OpTag.NON_DIFFERENTIABLE, OpTag.PROGRAM_GLOBAL)
+
+
+def _c10d(name: str) -> Callable:
+    return getattr(torch.ops._c10d_functional, name)
+
+
+def _all_reduce(x: torch.Tensor, op: str, group_name: str) -> torch.Tensor:
+    return _c10d("all_reduce")(x, op, group_name)
+
+
+def _all_gather(x: torch.Tensor, group_size: int, group_name: str) -> torch.Tensor:
+    return _c10d("all_gather_into_tensor")(x, group_size, group_name)
+
+
+def _reduce_scatter(x: torch.Tensor, op: str, group_size: int, group_name: str) -> torch.Tensor:
+    return _c10d("reduce_scatter_tensor")(x, op, group_size, group_name)
+
+
+def _wait_tensor(t: torch.Tensor) -> torch.Tensor:
+    return _c10d("wait_tensor")(t)
+
+
+FUNCOL_ALL_REDUCE = Symbol("funcol_all_reduce", _all_reduce, tags=_FUNCOL_TAGS,
+                           meta=lambda x, op, name: torch.empty_like(x))
+FUNCOL_ALL_GATHER = Symbol("funcol_all_gather_into_tensor", _all_gather, tags=_FUNCOL_TAGS,
+                           meta=lambda x, n, name: x.new_empty((x.shape[0] * n, *x.shape[1:])))
+FUNCOL_REDUCE_SCATTER = Symbol("funcol_reduce_scatter_tensor", _reduce_scatter, tags=_FUNCOL_TAGS,
+                               meta=lambda x, op, n, name: x.new_empty((x.shape[0] // n, *x.shape[1:])))
+FUNCOL_WAIT = Symbol("funcol_wait_tensor", _wait_tensor, tags=_FUNCOL_TAGS, meta=lambda t: torch.empty_like(t))
+# the funcol functions traced so (the module attribute a user's `funcol.all_reduce(...)` finds)
+FUNCOL_TRACED = ("all_reduce", "all_gather_tensor", "all_gather_single", "reduce_scatter_tensor",
+                 "reduce_scatter_single")
+
+
+def _funcol_saved() -> list[tuple[ModuleType, str, Callable]]:
+    funcol = sys.modules.get(_FUNCOL)
+    return [(funcol, n, getattr(funcol, n)) for n in FUNCOL_TRACED if hasattr(funcol, n)] if funcol else []
+
+
+def _issue(tracer, sym: Symbol, args: tuple, waits: list[BoundSymbol]) -> torch.Tensor:
+    """`sym(*args)` run and waited for, recorded as the collective here and its wait, to place."""
+    tracer.inside_collective = True
+    try:
+        issued = sym.impl(*args)
+        waited = _wait_tensor(issued)
+    finally:
+        tracer.inside_collective = False
+    where = tracer.where()
+    for each in (sym, FUNCOL_WAIT):
+        tracer.taken.add(each.name)
+        tracer.extra_globals[each.name] = each.impl
+    value = Value(tracer.names.next(), issued.shape, issued.dtype, issued.device)
+    tracer.bound_symbols.append(BoundSymbol(sym, tuple(map(tracer.argument, args)), {}, [value], None, where))
+    waits.append(BoundSymbol(FUNCOL_WAIT, (value,), {}, [tracer.new_output(waited)], None, where))
+    return waited
+
+
+def _funcol_traced(tracer, name: str, real: Callable, waits: list[BoundSymbol]) -> Callable:
+    """funcol's `name` recorded as its collective and wait; the other dims of a gather or a
+    scatter as funcol makes them, chunks and a cat traced around the dim-0 collective."""
+    signature = inspect.signature(real)
+
+    @functools.wraps(real)
+    def traced(*args, **kwargs):
+        if tracer.inside_collective or not tracer.recording:
+            return real(*args, **kwargs)
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        a = bound.arguments
+        funcol = sys.modules[_FUNCOL]
+        group_name = funcol._resolve_group_name(a["group"], a.get("tag", ""))
+        if name == "all_reduce":
+            return _issue(tracer, FUNCOL_ALL_REDUCE, (a["self"], a["reduceOp"].lower(), group_name), waits)
+        n = torch.distributed.get_world_size(torch.distributed.distributed_c10d._resolve_process_group(group_name))
+        if name.startswith("all_gather"):
+            out = _issue(tracer, FUNCOL_ALL_GATHER, (a["self"], n, group_name), waits)
+            return out if a["gather_dim"] == 0 else torch.cat(torch.chunk(out, n), dim=a["gather_dim"])
+        x, dim = a["self"], a["scatter_dim"]
+        if x.size(dim) % n != 0:
+            raise ValueError(f"reduce_scatter_tensor: dim {dim} of the input ({x.size(dim)}) is no multiple of "
+                             f"the group's size ({n})")
+        x = x if dim == 0 else torch.cat(torch.chunk(x, n, dim=dim))
+        return _issue(tracer, FUNCOL_REDUCE_SCATTER, (x, a["reduceOp"].lower(), n, group_name), waits)
+    return traced
+
+
+def _place_waits(tracer, waits: list[BoundSymbol]) -> None:
+    """Each wait right before the first op that reads its result, at that op's line (at the
+    end, where the result is only returned)."""
+    for wait in waits:
+        name = wait.outputs[0].name
+        at = next((i for i, b in enumerate(tracer.bound_symbols) if any(v.name == name for v in b.inputs())),
+                  len(tracer.bound_symbols))
+        where = tracer.bound_symbols[at].provenance if at < len(tracer.bound_symbols) else wait.provenance
+        tracer.bound_symbols.insert(at, BoundSymbol(wait.sym, wait.args, {}, wait.outputs, None, where))
+
+
 # --- as the report lists them ----------------------------------------------------------------
 
 _SENT = {"all_gather_into_tensor": "input_tensor", "reduce_scatter_tensor": "input", "all_to_all_single": "input"}
@@ -117,7 +236,7 @@ _SENT = {"all_gather_into_tensor": "input_tensor", "reduce_scatter_tensor": "inp
 def op_name(symbol: str) -> str:
     """The collective's name from its symbol's (dist_all_reduce_1, op_all_reduce -> all_reduce)."""
     name = symbol.rsplit(".", 1)[-1]
-    for prefix in ("dist_", "op_", "tp_", "fsdp_"):  # tp_, fsdp_: tensor_parallel's and fsdp's symbols
+    for prefix in ("dist_", "op_", "tp_", "fsdp_", "funcol_"):  # tensor_parallel's, fsdp's, funcol's symbols
         name = name.removeprefix(prefix)
     head, _, tail = name.rpartition("_")
     name = head if tail.isdigit() and head else name
@@ -146,3 +265,70 @@ def group_size(args: tuple, kwargs: dict) -> int:
         except Exception:  # noqa: BLE001 - a name this torch resolves otherwise: the world's
             pass
     return dist.get_world_size()
+
+
+# --- ranks that agree on a compile -----------------------------------------------------------
+
+def _initialised() -> ModuleType | None:
+    """torch.distributed where a process group is up (its import is not forced), else None."""
+    dist = sys.modules.get("torch.distributed")
+    return dist if dist is not None and dist.is_available() and dist.is_initialized() else None
+
+
+def wrapping_groups(fn: Any, wrapper: Any = None) -> list[str]:
+    """The process groups (by name) `fn`'s wrapping communicates on: DDP's (`wrapper`), each FSDP
+    unit's (`fn` an fsdp.Sharded), each tensor-parallel layer's. Call it before tensor_parallel's
+    `compiling`, which hides the DTensor parameters its plan is found by."""
+    if _initialised() is None:
+        return []
+    from compiler import fsdp, tensor_parallel
+
+    names = [wrapper.process_group.group_name] if wrapper is not None else []
+    if isinstance(fn, fsdp.Sharded):
+        names += [u.group_name for u in fn.units]
+    plan = tensor_parallel.find(fn)
+    names += [layer.group_name for layer in plan.layers] if plan is not None else []
+    return list(dict.fromkeys(names))
+
+
+def trace_groups(trace: Trace) -> list[str]:
+    """The process groups (by name) of the collectives recorded in `trace`: a `group=` argument,
+    a functional collective's group name, the world's where none is named."""
+    dist = _initialised()
+    if dist is None:
+        return []
+    names: list[str] = []
+    for b in trace.bound_symbols:
+        if OpTag.COLLECTIVE not in b.sym.tags or op_name(b.sym.name) == "wait_tensor":
+            continue  # a wait names no group: its collective does
+        passed = (*b.args[1:], *b.kwargs.values())
+        group = next((a for a in passed if isinstance(a, dist.ProcessGroup)), None)
+        named = next((a for a in b.args[1:] if isinstance(a, str) and a not in _OPS), None)
+        if group is not None:
+            names.append(group.group_name)
+        elif named is not None:
+            names.append(named)
+        else:
+            names.append(dist.group.WORLD.group_name)
+    return list(dict.fromkeys(names))
+
+
+_OPS = frozenset({"sum", "avg", "max", "min", "product", "prod", "band", "bor", "bxor", "premul_sum"})
+
+
+def any_rank(failed: bool, groups: list[str]) -> bool:
+    """Whether `failed` holds on any rank of `groups`: one all-reduce (MAX) of a flag on each
+    group, in order. Every rank of a group must call it at the same point, or it waits for the
+    others: compile_checked does, after each step of the check that may differ between ranks,
+    so that all of them run the same checks (each communicates) and decide alike."""
+    dist = _initialised()
+    if dist is None or not groups:
+        return failed
+    flag = None
+    for name in groups:
+        group = dist.distributed_c10d._resolve_process_group(name)
+        nccl = "nccl" in str(dist.get_backend(group)) and torch.cuda.is_available()
+        device = torch.device("cuda", torch.cuda.current_device()) if nccl else torch.device("cpu")
+        flag = torch.tensor([float(failed) if flag is None else float(flag.item())], device=device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=group)
+    return bool(flag is not None and flag.item())

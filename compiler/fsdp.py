@@ -16,7 +16,10 @@ backward rule (autograd/collective_rules.py) reduce-scatters the gradient with F
 default reduction, the mean over the ranks. Each unit's all-gather is issued one unit ahead
 (right after the previous unit's wait) and waited for right before its first use, so it
 overlaps the previous unit's compute; each reduce-scatter is issued where its unit's last
-gradient is made and waited for at the end of the backward. What FusionLens cannot
+gradient is made and waited for at the end of the backward. A unit FSDP2 reshards after
+forward (its default, but at the root) is gathered again in the backward, one unit ahead,
+instead of having its gathered parameters saved (autograd/collective_rules.py
+`fsdp_regather`). What FusionLens cannot
 reproduce (`unsupported`) runs eagerly under FSDP's own hooks, with the reason.
 """
 
@@ -51,9 +54,12 @@ def _reduce_scatter(flat: torch.Tensor, op: str, group_size: int, group_name: st
     return getattr(torch.ops, _C10D).reduce_scatter_tensor(flat.contiguous(), op, group_size, group_name)
 
 
-def _wait(t: torch.Tensor, sent: torch.Tensor | None = None, group_size: int = 0, group_name: str = "") -> torch.Tensor:
+def _wait(t: torch.Tensor, sent: torch.Tensor | None = None, group_size: int = 0, group_name: str = "",
+          reshard: bool = False) -> torch.Tensor:
     """Waits for `t`. An all-gather's wait also names the buffer it sent and the group, for
-    its backward: the reduce-scatter issued where the wait's gradient is complete."""
+    its backward: the reduce-scatter issued where the wait's gradient is complete; `reshard`:
+    the unit's parameters are freed after its forward and gathered again for its backward
+    (FSDP2's reshard_after_forward; autograd/collective_rules.py `fsdp_regather`)."""
     return getattr(torch.ops, _C10D).wait_tensor(t)
 
 
@@ -82,7 +88,7 @@ ALL_GATHER = Symbol("fsdp_all_gather_into_tensor", _all_gather, tags=_TAGS,
                     meta=lambda x, n, name: x.new_empty((x.shape[0] * n, *x.shape[1:])))
 REDUCE_SCATTER = Symbol("fsdp_reduce_scatter_tensor", _reduce_scatter, tags=_TAGS,
                         meta=lambda x, op, n, name: x.new_empty((x.shape[0] // n, *x.shape[1:])))
-WAIT = Symbol("fsdp_wait_tensor", _wait, tags=_TAGS, meta=lambda x, *rest: torch.empty_like(x))
+WAIT = Symbol("fsdp_wait_tensor", _wait, tags=_TAGS, meta=lambda x, *rest, **kw: torch.empty_like(x))
 
 
 class _Gathered(torch.autograd.Function):
@@ -112,6 +118,7 @@ class Unit:
     padded: list[int]  # rows of each padded shard (dim 0 of the unpadded parameter over the world, rounded up)
     group_size: int
     group_name: str
+    reshard: bool = False  # FSDP2's reshard_after_forward: the backward gathers the parameters again
     saved: list[tuple[torch.nn.Module, str, Any]] = field(default_factory=list)  # what the module held
 
 
@@ -195,10 +202,23 @@ def unsupported(fn) -> str | None:
     return None
 
 
+def _reshards(group: Any, state: Any, root: bool) -> bool:
+    """Whether FSDP2 frees the group's unsharded parameters after its forward: its
+    reshard_after_forward, which left at its default (None) holds for all but a root unit (FSDP2's
+    lazy init keeps a root's: the backward would gather them again right away)."""
+    if group.post_forward_mesh_info is None:
+        return False
+    return not (root and getattr(state, "_auto_reshard_after_forward", True))
+
+
 def _units(module: torch.nn.Module, taken: set[str]) -> list[Unit]:
     units = []
     names = {id(p): n for n, p in module.named_parameters(remove_duplicate=False)}
-    for _, state in _states(module):
+    states = _states(module)
+    for qualified, state in states:
+        # a root: no other unit's module holds it (FSDP2's lazy init makes such units roots)
+        root = not any(other != qualified and (other == "" or qualified.startswith(other + "."))
+                       for other, _ in states)
         for group in state._fsdp_param_groups:
             world = group.mesh_info.shard_mesh_size
             kw = []
@@ -210,7 +230,7 @@ def _units(module: torch.nn.Module, taken: set[str]) -> list[Unit]:
                 kw.append(label)
             padded = [-(-p._orig_size[0] // world) for p in group.fsdp_params]
             units.append(Unit(state._modules[0], list(group.fsdp_params), kw, padded, world,
-                              group.mesh_info.shard_process_group.group_name))
+                              group.mesh_info.shard_process_group.group_name, _reshards(group, state, root)))
     return units
 
 
@@ -300,7 +320,8 @@ class Sharded:
         at = len(tracer.bound_symbols) if self._prefetch_at is None else self._prefetch_at + 1
         tracer.bound_symbols.insert(at, issue)
         waited = (issued, tracer.to_value(flat), unit.group_size, unit.group_name)
-        tracer.bound_symbols.append(BoundSymbol(WAIT, waited, {}, [tracer.new_output(gathered)], None, where))
+        kw = {"reshard": True} if unit.reshard else {}
+        tracer.bound_symbols.append(BoundSymbol(WAIT, waited, kw, [tracer.new_output(gathered)], None, where))
         self._prefetch_at = len(tracer.bound_symbols)
         return gathered
 

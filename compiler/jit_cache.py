@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch.utils import _pytree as pytree
 
-from compiler import api, ddp_overlap, dynamic, frontend, objects, report as R, reporting
+from compiler import api, collectives, ddp_overlap, dynamic, frontend, objects, report as R, reporting
 from compiler.ddp import buckets as _ddp_buckets, call as _ddp_call, is_ddp as _is_ddp
 from compiler.fsdp import Sharded as _Sharded, call as _fsdp_call
 from compiler.tensor_parallel import compiling as _tp_compiling, find as _tp_plan
@@ -84,6 +84,7 @@ class JitFunction:
         self.tp = _tp_plan(fn)  # tensor parallel: traced on the local shards (compiler/tensor_parallel.py)
         if self.tp is not None:
             self.dynamic = False  # its collectives run on real tensors only, never on a dynamic trace's fakes
+        self.groups = collectives.wrapping_groups(fn, self.wrapper)  # where the ranks agree on each check
         self.options = (options or CompileOptions.from_env()).replace(previews=False)
         if executors is not None:
             self.options = self.options.replace(executors=executors)
@@ -268,7 +269,8 @@ class JitFunction:
     def _compile_here(self, key, args, kwargs, dims: DynamicDims, ints: frozenset[int]) -> CacheEntry:
         with _tp_compiling(self.tp) as tp:
             c, rep, failed = api.compile_checked(self.fn, args, kwargs, self.options, frontend.target_name(self.fn),
-                                                 benchmark=False, eager_on_failure=True, dims=dims, ints=ints)
+                                                 benchmark=False, eager_on_failure=True, dims=dims, ints=ints,
+                                                 groups=self.groups)
             failed = tp.settle(c, rep, failed)
         symbolic = set(c.guards.ints) if c.guards is not None else set()
         leaves = pytree.tree_leaves((args, kwargs)) if len(key) == 3 else []

@@ -98,6 +98,30 @@ def _time_all_reduce(nbytes: int, device, repeats: int) -> float:
     return timing.measure(dist.all_reduce, buffer, device=device, warmup=2, repeats=repeats).median_ms
 
 
+_ALONE = ("all_gather_into_tensor", "reduce_scatter_tensor")
+
+
+def _time_alone(op: str, nbytes: int, world: int, device, repeats: int) -> float:
+    """The median time of an all-gather or reduce-scatter over the whole world whose input is
+    `nbytes` (the report's bytes for both: what each rank sends in), timed alone as
+    `_time_all_reduce` times a bucket. Every rank runs the same number of them."""
+    import torch
+    import torch.distributed as dist
+
+    from compiler import timing
+
+    numel = -(-max(nbytes // 4, 1) // world) * world  # a multiple of the world: a reduce-scatter's input
+    sent = torch.zeros(numel, dtype=torch.float32, device=device)
+    if op == "all_gather_into_tensor":
+        out = torch.empty(numel * world, dtype=torch.float32, device=device)
+        run = lambda: dist.all_gather_into_tensor(out, sent)  # noqa: E731
+    else:
+        out = torch.empty(numel // world, dtype=torch.float32, device=device)
+        run = lambda: dist.reduce_scatter_tensor(out, sent)  # noqa: E731
+    dist.barrier()
+    return timing.measure(run, device=device, warmup=2, repeats=repeats).median_ms
+
+
 # The calibration's all_reduce sizes (bytes): latency-bound to bandwidth-bound on gloo and NCCL
 # (the largest keeps the fitted bandwidth positive on a noisy machine), small enough to take
 # well under a second on 4 CPU ranks sharing 2 cores.
@@ -139,8 +163,9 @@ def with_model(report: R.CompileReport, fit: R.Calibration | None) -> None:
 def _measure_rank(report: R.CompileReport, rank: int, world: int, device, repeats: int,
                   fit: R.Calibration | None = None) -> None:
     """This rank's entry of `report.ranks`: its timings, its regions' medians, and per collective
-    the time of the region that runs it (a synchronous traced one) or of its all-reduce timed
-    alone (DDP's reducer's, an asynchronous one's), and the model's time for it on `fit`."""
+    the time of the region that runs it (a synchronous traced one) or of it timed alone (DDP's
+    reducer's all-reduces, an asynchronous one: FSDP2's all-gathers and reduce-scatters), and the
+    model's time for it on `fit`."""
     region_ms = {r.id: r.timing.median_ms if r.timing else None for r in report.all_regions()}
     collective_ms: list[float | None] = []
     for c in report.collectives:
@@ -150,6 +175,8 @@ def _measure_rank(report: R.CompileReport, rank: int, world: int, device, repeat
         elif c.op.removesuffix("_") == "all_reduce" and c.group_size == world and repeats > 0:
             # DDP's reducer's, or an asynchronous one (its region only issues it): timed alone
             collective_ms.append(round(_time_all_reduce(c.bytes, device, repeats), 6))
+        elif c.op in _ALONE and c.group_size == world and repeats > 0:  # FSDP2's, issued ahead: timed alone
+            collective_ms.append(round(_time_alone(c.op, c.bytes, world, device, repeats), 6))
         else:
             collective_ms.append(None)
     for c, t in zip(report.collectives, collective_ms):

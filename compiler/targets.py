@@ -15,11 +15,16 @@ import linecache
 import os
 import sys
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from compiler.discovery import TargetInfo, find_targets
 from compiler import provenance
 from compiler.provenance import user_location
+
+if TYPE_CHECKING:  # torch's modules: imported where a target runs, not when this module is
+    from compiler import report as R
+    from compiler.options import CompileOptions
+    from compiler.pipeline import Compiled
 
 
 class TargetError(Exception):
@@ -110,11 +115,17 @@ def _to_device(fn, args, kwargs, device):
 
     from compiler import ddp
 
-    # a DDP wrapper stays where it was made: its reducer's buckets live on its parameters' device
-    if isinstance(fn, torch.nn.Module) and not ddp.is_ddp(fn):
+    # a DDP wrapper stays where it was made: its reducer's buckets live on its parameters' device;
+    # so do FSDP2's and tensor parallel's DTensor parameters (on their mesh's devices)
+    if isinstance(fn, torch.nn.Module) and not ddp.is_ddp(fn) and not _distributed_parameters(fn):
         fn = fn.to(device)
     move = lambda x: x.to(device) if isinstance(x, torch.Tensor) else x  # noqa: E731
     return fn, pytree.tree_map(move, args), pytree.tree_map(move, kwargs)
+
+
+def _distributed_parameters(module: Any) -> bool:
+    dtensor = getattr(sys.modules.get("torch.distributed.tensor"), "DTensor", None)
+    return dtensor is not None and any(isinstance(p, dtensor) for p in module.parameters())
 
 
 def resolve_device(device: str):
@@ -229,6 +240,25 @@ def _ddp_all_reduces(c, report, wrapper, failed: bool, cluster: str | None) -> N
         report.diagnostics += [d for d in [ddp_overlap.reducer_note(wrapper)] if d is not None]
 
 
+def _compile_wrapped(fn: Any, wrapper: Any, example: Example, options: CompileOptions, name: str, target: R.Target,
+                     **run: Any) -> tuple[Compiled, R.CompileReport, bool]:
+    """compile_checked of a target's callable as compiler.jit compiles it: an FSDP2 module as an
+    fsdp.Sharded taking each rank's local shards (this call's, by keyword); a tensor-parallel one
+    on its local shards, each parallel Linear's collectives traced (tensor_parallel.compiling);
+    the ranks agreeing on the check on the groups the wrapping communicates on."""
+    from compiler import api, collectives, fsdp, tensor_parallel
+
+    kwargs = example.kwargs
+    sharded = fsdp.Sharded.of(fn)
+    if sharded is not None:
+        fn, kwargs = sharded, {**kwargs, **sharded.shards()}
+    groups = collectives.wrapping_groups(fn, wrapper)  # before `compiling` hides the DTensors
+    with tensor_parallel.compiling(tensor_parallel.find(fn)) as tp:
+        c, report, failed = api.compile_checked(fn, example.args, kwargs, options, name, warmup=3, target=target,
+                                                groups=groups, **run)
+        return c, report, tp.settle(c, report, failed)
+
+
 def compile_target(path: str, name: str, *, source: str | None = None, executors=None, options=None,
                    benchmark: bool = True, repeats: int = 20, device: str = "auto", torch_compile: bool = False,
                    train: bool = False):
@@ -246,7 +276,10 @@ def compile_target(path: str, name: str, *, source: str | None = None, executors
     it: its module is the program each rank runs, checked and timed against that module eager;
     in training, the report's backward is the one that issues DDP's gradient all-reduces as its
     buckets fill (compiler/ddp_overlap.py), or, where DDP's reducer runs them (a configuration
-    that backward does not mirror), lists the reducer's buckets.
+    that backward does not mirror), lists the reducer's buckets. An FSDP2 (fully_shard) or
+    tensor-parallel (parallelize_module) model compiles natively as compiler.jit compiles it
+    (`_compile_wrapped`): its report lists the all-gathers, reduce-scatters and all-reduces at
+    their user lines. The ranks agree on the check: a target fails it on every rank or on none.
 
     Never raises for problems in the user's code or file: the report then has
     status "error" and `error` says what happened and where.
@@ -269,9 +302,8 @@ def compile_target(path: str, name: str, *, source: str | None = None, executors
         wrapper = example.fn if ddp.is_ddp(example.fn) else None
         fn = wrapper.module if wrapper is not None else example.fn
         with example.context():
-            c, report, failed = api.compile_checked(fn, example.args, example.kwargs, options, name,
-                                                    benchmark=benchmark, repeats=repeats, warmup=3,
-                                                    torch_compile=torch_compile, target=target)
+            c, report, failed = _compile_wrapped(fn, wrapper, example, options, name, target,
+                                                 benchmark=benchmark, repeats=repeats, torch_compile=torch_compile)
         if wrapper is not None and example.train:  # the backward's all-reduces
             _ddp_all_reduces(c, report, wrapper, failed, options.cluster)
         return report

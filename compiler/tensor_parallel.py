@@ -274,29 +274,17 @@ class Compiling:
         self.shards: list[tuple[torch.Tensor, Any]] = []  # (local shard, its DTensor parameter)
 
     def settle(self, c, report: R.CompileReport, failed: bool) -> bool:
-        """After compile_checked of the module, `c` its pipeline.Compiled: whether the signature
-        runs eagerly, agreed by every rank (one running the program and another eager DTensor
-        would communicate differently and hang), and `c.fn` given each DTensor parameter's local
-        shard afresh at every call (in the caller's grad mode: its gradient reaches `p.grad`)."""
+        """After compile_checked of the module (whose ranks agreed on `failed`: it was given the
+        plan's groups, collectives.wrapping_groups), `c` its pipeline.Compiled: whether the
+        signature runs eagerly, and `c.fn` given each DTensor parameter's local shard afresh at
+        every call (in the caller's grad mode: its gradient reaches `p.grad`)."""
         if self.plan is None:
             return failed
-        agreed = self._agreed(failed)
-        if agreed and not failed:
-            report.diagnostics.append(R.Diagnostic(
-                "warning", "another rank's compile of this signature failed: it runs eagerly on every rank, "
-                "so that all of them communicate alike", code=R.DiagnosticCode.EAGER_FALLBACK))
         by_id = {id(local): p for local, p in self.shards}
         at = [(i, by_id[id(t)]) for i, t in enumerate(c.constants) if id(t) in by_id]
         if at:
             c.fn = _with_shards(c.fn, at, len(c.constants))
-        return agreed
-
-    def _agreed(self, failed: bool) -> bool:
-        assert self.plan is not None
-        flag = torch.tensor([1.0 if failed else 0.0], device=self.plan.layers[0].module.weight.device)
-        for name in dict.fromkeys(layer.group_name for layer in self.plan.layers):
-            torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX, group=_group(name))
-        return bool(flag.item())
+        return failed
 
 
 def _with_shards(run, at: list[tuple[int, Any]], n_constants: int):

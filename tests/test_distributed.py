@@ -21,7 +21,7 @@ CHECKS = Path(__file__).parent / "distributed" / "checks.py"
 
 
 @pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed is not built in")
-def test_ddp_fsdp2_and_user_collectives_match_eager_on_two_ranks():
+def test_ddp_and_user_collectives_match_eager_on_two_ranks():
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
     run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
                           "--standalone", str(CHECKS)], capture_output=True, text=True, timeout=600, env=env)
@@ -29,5 +29,6 @@ def test_ddp_fsdp2_and_user_collectives_match_eager_on_two_ranks():
     assert run.returncode == 0, output[-6000:]
     for check in ("check_ddp", "check_ddp_all_reduces_overlap_the_backward", "check_ddp_no_sync_accumulates_like_eager",
                   "check_ddp_ranks_that_disagree_on_the_check_still_meet", "check_ddp_reducer_path_where_not_mirrored",
-                  "check_user_collectives"):  # FSDP2: its own file
+                  "check_user_collectives", "check_user_collectives_agree_when_one_rank_fails",
+                  "check_functional_collectives_wait_at_first_use"):  # FSDP2: its own file
         assert output.count(f"{check} ok") == 2, output[-6000:]

@@ -27,5 +27,7 @@ def test_tensor_parallel_mlp_and_attention_match_eager_on_two_ranks():
     assert run.returncode == 0, output[-6000:]
     for check in ("check_mlp_training", "check_mlp_inference", "check_attention_block_training",
                   "check_unsupported_plans_run_eagerly_and_say_why",
-                  "check_one_rank_failing_its_check_runs_every_rank_eagerly"):
+                  "check_one_rank_failing_its_check_runs_every_rank_eagerly",
+                  "check_a_forward_check_failing_on_one_rank_skips_every_rank_s_gradient_check",
+                  "check_a_float64_rejudge_on_one_rank_runs_on_every_rank"):
         assert output.count(f"{check} ok") == 2, output[-6000:]

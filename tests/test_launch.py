@@ -1,7 +1,8 @@
 """`fusionlens compile FILE --nproc N`: N ranks launched through torch.distributed.run, one
 merged report. The merge and the schema are tested on fake per-rank reports; the launches
-(marked `distributed`) run 2 gloo ranks on examples/ddp_train.py, 4 on a tiny all_reduce, and
-2 and 4 on a target that fails on rank 1 only."""
+(marked `distributed`) run 2 gloo ranks on examples/ddp_train.py, fsdp_train.py (FSDP2) and
+tp_mlp.py (tensor parallel), 4 on a tiny all_reduce, and 2 and 4 on a target that fails on
+rank 1 only (2 on a tensor-parallel one that raises on rank 1 while rank 0 communicates)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ from compiler.discovery import find_targets
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "ddp_train.py"
+FSDP_EXAMPLE = REPO / "examples" / "fsdp_train.py"
+TP_EXAMPLE = REPO / "examples" / "tp_mlp.py"
 
 
 def _region(rid: str, median: float) -> R.Region:
@@ -150,6 +153,99 @@ def test_two_ranks_of_ddp_and_all_reduce_merge_into_one_report():
         assert all(f is not None and f.backend == "gloo" and f.world == 2 and len(f.sizes) >= 2 for f in fits), fits
         assert all(len(c.rank_ms) == 2 and (c.model_ms is not None) == (fits[0].beta_s > 0)
                    for c in report.collectives), report.collectives
+
+
+def _line(path: Path, text: str) -> int:
+    return next(i for i, line in enumerate(path.read_text().splitlines(), 1) if text in line)
+
+
+def _native_and_merged(report: R.CompileReport) -> None:
+    """Compiled natively on both ranks (no signature eager, no wrapping refused) and merged: every
+    collective traced, timed on each rank, each timed region's slowest rank named."""
+    assert report.status == "ok" and [r.rank for r in report.ranks] == [0, 1], report.ranks
+    assert not [d for d in report.diagnostics if d.code in (R.DiagnosticCode.EAGER_FALLBACK,
+                                                            R.DiagnosticCode.COLLECTIVE)], report.diagnostics
+    assert report.collectives and all(c.kind == "traced" and c.region and c.group_size == 2
+                                      for c in report.collectives), report.collectives
+    for c in report.collectives:
+        assert len(c.rank_ms) == 2 and c.time_ms is not None and 0 < c.time_ms.min <= c.time_ms.max, c
+    timed = [r for r in report.all_regions() if r.timing and r.timing.slowest_ms is not None]
+    assert timed and all(r.timing.slowest_rank in (0, 1) for r in timed)
+
+
+@pytest.mark.distributed
+def test_two_ranks_of_fsdp2_training_compile_natively_with_their_gathers_at_the_block_lines():
+    run = _fusionlens(str(FSDP_EXAMPLE), "--json", "--repeats", "3")
+    assert run.returncode == 0, (run.stdout + run.stderr)[-6000:]
+    report = R.CompileReport.from_dict(json.loads(run.stdout))
+    _native_and_merged(report)
+    assert report.training is not None and all(r.step is not None for r in report.ranks)
+    fc1, fc2 = _line(FSDP_EXAMPLE, "self.fc1(x)"), _line(FSDP_EXAMPLE, "self.fc2(h)")
+    gathers = {c.line: c for c in report.collectives if c.op == "all_gather_into_tensor" and c.program == "forward"}
+    # what each rank sends: its half of the block's weight and bias rows, float32
+    assert {line: c.bytes for line, c in gathers.items()} == {fc1: 128 * (64 + 1) * 4, fc2: 32 * (256 + 1) * 4}
+    assert gathers[fc2].overlapped_by, gathers[fc2]  # issued one block ahead: fc1's compute overlaps it
+    scatters = {c.line: c for c in report.collectives if c.op == "reduce_scatter_tensor"}
+    assert {line: (c.program, c.bytes) for line, c in scatters.items()} == {
+        line: ("backward", 2 * c.bytes) for line, c in gathers.items()}, report.collectives
+    text = cli.render(report)
+    assert "-- collectives --" in text and "all_gather_into_tensor" in text and "fsdp_train.py:" in text, text
+
+
+@pytest.mark.distributed
+def test_two_ranks_of_tensor_parallel_compile_natively_with_their_all_reduces_at_the_layer_lines():
+    run = _fusionlens(str(TP_EXAMPLE), "--json", "--repeats", "3")
+    assert run.returncode == 0, (run.stdout + run.stderr)[-6000:]
+    inference, training = (R.CompileReport.from_dict(d) for d in json.loads(run.stdout))
+    fc1, fc2 = _line(TP_EXAMPLE, "self.fc1(x)"), _line(TP_EXAMPLE, "self.fc2(h)")
+    for report in (inference, training):
+        _native_and_merged(report)
+    # the rowwise fc2's partial products summed forward; in training, the colwise fc1's input's gradient backward
+    activations = 32 * 64 * 4
+    assert [(c.op, c.program, c.line, c.bytes) for c in inference.collectives] == [
+        ("all_reduce", "forward", fc2, activations)], inference.collectives
+    assert sorted((c.op, c.program, c.line, c.bytes) for c in training.collectives) == [
+        ("all_reduce", "backward", fc1, activations), ("all_reduce", "forward", fc2, activations)], training.collectives
+    forward = inference.forward.traces["execution"]
+    assert "tp_all_reduce(" in forward and training.program("backward") is not None, forward
+
+
+RAISES_WHILE_TRACED = '''import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+import compiler
+
+
+class MLP(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = torch.nn.Linear(4, 8), torch.nn.Linear(8, 4)
+
+    def forward(self, x):
+        y = self.fc2(self.fc1(x))  # rank 0 all-reduces here while rank 1 raises below
+        if dist.get_rank() == 1:
+            raise ValueError("rank one cannot trace")
+        return y
+
+
+@compiler.example(nproc=2)
+def tp():
+    mesh = init_device_mesh("cpu", (dist.get_world_size(),))
+    model = parallelize_module(MLP(), mesh, {"fc1": ColwiseParallel(), "fc2": RowwiseParallel()})
+    return model, (torch.randn(2, 4),)
+'''
+
+
+@pytest.mark.distributed
+def test_a_rank_that_raises_while_a_tensor_parallel_module_is_traced_ends_the_run(tmp_path):
+    target = tmp_path / "tp_raises.py"
+    target.write_text(RAISES_WHILE_TRACED)
+    start = time.monotonic()
+    run = _fusionlens(str(target), "--nproc", "2", timeout=120)
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert f"{target}:16: error: rank 1:" in run.stderr and "rank one cannot trace" in run.stderr, run.stderr[-4000:]
+    assert time.monotonic() - start < 60
 
 
 FOUR = '''import torch

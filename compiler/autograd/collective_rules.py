@@ -11,7 +11,7 @@ import math
 
 from compiler import fsdp, tensor_parallel
 from compiler.autograd.torch_rules import Rule
-from compiler.ir import BoundSymbol, Symbol, Value
+from compiler.ir import BoundSymbol, OpTag, Symbol, SymbolKind, Value, external_inputs
 from compiler.ops import prims as P
 
 
@@ -55,6 +55,82 @@ def fsdp_copy_in(b: BoundSymbol, cots: list[Value | None]) -> list[tuple[Value, 
         pairs.append((shard, grad))
         offset += numel
     return pairs
+
+
+# --- FSDP2's reshard after forward: the backward gathers a unit's parameters again -------------
+
+_GATHER = (fsdp.COPY_IN, fsdp.ALL_GATHER, fsdp.WAIT)
+_MAX_COPY_OUT = 64  # ops from the shards to one gathered parameter at most (copy-in, gather, wait, views)
+
+
+def _gathered_from_shards(v: Value, producer: dict[str, BoundSymbol],
+                          inputs: set[str]) -> tuple[BoundSymbol, list[BoundSymbol]] | None:
+    """(the wait, the ops that make `v` from the program's inputs) when `v` is a resharded
+    unit's gathered parameter or a view of one: made only by its copy-in, all-gather, wait and
+    shape prims; else None."""
+    ops: dict[int, BoundSymbol] = {}
+    wait, todo, seen = None, [v], set()
+    while todo:
+        x = todo.pop()
+        if x.name in seen or x.name in inputs:
+            continue
+        seen.add(x.name)
+        b = producer.get(x.name)
+        if b is None or len(ops) >= _MAX_COPY_OUT:
+            return None
+        if b.sym is fsdp.WAIT:
+            if not b.kwargs.get("reshard") or (wait is not None and wait is not b):
+                return None
+            wait = b
+        elif b.sym not in _GATHER and not (b.sym.kind is SymbolKind.PRIM and OpTag.SHAPE in b.sym.tags):
+            return None
+        ops[id(b)] = b
+        todo.extend(b.inputs())
+    return (wait, list(ops.values())) if wait is not None else None
+
+
+def fsdp_regather(forward: list[BoundSymbol], backward: list[BoundSymbol],
+                  inputs: set[str]) -> tuple[list[BoundSymbol], list[str]]:
+    """(the backward gathering each resharded unit's parameters again, the forward values it no
+    longer saves). FSDP2 frees a unit's unsharded parameters after its forward and all-gathers
+    them again for its backward, prefetching one unit ahead: here the values the backward reads
+    that are a resharded unit's gathered parameters (or views of them) are made again from its
+    shards (inputs, which FSDP holds anyway): the copy-in and all-gather issued right after the
+    previous unit's wait in backward order (the first at the backward's start), the wait and
+    the copy-out right before the first op that reads them. A reshard_after_forward=False unit
+    (its wait has no `reshard`) keeps its gathered parameters saved."""
+    if not any(b.sym is fsdp.WAIT and b.kwargs.get("reshard") for b in forward):
+        return backward, []  # most programs: no FSDP2 unit resharded
+    producer = {o.name: b for b in forward for o in b.outputs}
+    order = {id(b): i for i, b in enumerate(forward)}
+    units: dict[int, dict[int, BoundSymbol]] = {}  # id(wait) -> its ops
+    unit_of: dict[str, int] = {}  # forward value the backward reads -> id(wait)
+    for v in external_inputs(backward):
+        found = _gathered_from_shards(v, producer, inputs) if v.name in producer else None
+        if found is not None:
+            units.setdefault(id(found[0]), {}).update((id(b), b) for b in found[1])
+            unit_of[v.name] = id(found[0])
+    if not units:
+        return backward, []
+    first: dict[int, int] = {}  # id(wait) -> index of the first backward op reading its values
+    for i, b in enumerate(backward):
+        for x in b.inputs():
+            if x.name in unit_of:
+                first.setdefault(unit_of[x.name], i)
+    ranked = sorted(units, key=lambda u: first[u])
+
+    def part(u: int, issue: bool) -> list[BoundSymbol]:
+        return sorted((b for b in units[u].values() if (b.sym in (fsdp.COPY_IN, fsdp.ALL_GATHER)) == issue),
+                      key=lambda b: order[id(b)])
+    before: dict[int, list[BoundSymbol]] = {0: part(ranked[0], True)}
+    for k, u in enumerate(ranked):
+        ahead = part(ranked[k + 1], True) if k + 1 < len(ranked) else []
+        before.setdefault(first[u], []).extend(part(u, False) + ahead)
+    out: list[BoundSymbol] = []
+    for i, b in enumerate(backward):
+        out += before.get(i, [])
+        out.append(b)
+    return out, list(unit_of)
 
 
 # --- tensor parallel (compiler/tensor_parallel.py): Megatron's f and g --------------------------

@@ -8,11 +8,14 @@ fuses into the backward's own kernels. In the spirit of Thunder's min-cut remate
 and Inductor's partitioner, but greedy: for each saved value, largest first, take the cheap
 ops that make it from "anchors" (inputs, values saved anyway, values of ops that are not
 cheap) and recompute it when the anchors it would add to memory are fewer bytes than itself.
-Random ops are never cheap: their draws cannot be replayed.
+Random ops are never cheap: their draws cannot be replayed. An FSDP2 unit resharded after
+forward has its gathered parameters gathered again in the backward instead of saved
+(collective_rules.fsdp_regather).
 """
 
 from __future__ import annotations
 
+from compiler.autograd import collective_rules
 from compiler.ir import BoundSymbol, OpTag, SymbolKind, Value
 from compiler.sizes import hint
 from compiler.ops import prims as P
@@ -77,7 +80,7 @@ def recompute(forward: list[BoundSymbol], backward: list[BoundSymbol], saved: li
         keep.update(a.name for a in added)
         chosen_ops.update((id(b), b) for b in ops)
         recomputed.append(v.name)
-    if not recomputed:
-        return backward, []
     prefix = sorted(chosen_ops.values(), key=lambda b: order[id(b)])
-    return prefix + list(backward), recomputed
+    # FSDP2's reshard after forward: a resharded unit's gathered parameters are gathered again
+    backward, regathered = collective_rules.fsdp_regather(forward, prefix + list(backward), inputs)
+    return backward, recomputed + regathered

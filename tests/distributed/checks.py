@@ -139,9 +139,10 @@ def check_ddp_no_sync_accumulates_like_eager():
 
 
 def check_ddp_ranks_that_disagree_on_the_check_still_meet():
-    """Rank 0's compile fails its check (made to here), so its signature runs eagerly while rank
-    1 runs the program: rank 0's eager backward all-reduces the same buckets in the same order
-    (not DDP's reducer's), so the ranks meet and train as eager DDP does."""
+    """Rank 0's compile fails its check (made to here): the ranks agree on it (api.compile_checked),
+    so the signature runs eagerly on both, rank 1 saying why; each eager backward all-reduces the
+    same buckets in the same order (not DDP's reducer's), so the ranks meet and train as eager DDP
+    does (as they would if one ran the program: ddp_overlap.Synced.after_eager_backward)."""
     real = compiler.checking.check_program
 
     def failing(*args, **kwargs):
@@ -152,7 +153,9 @@ def check_ddp_ranks_that_disagree_on_the_check_still_meet():
         jfn = _train_like_eager(lambda m: DDP(m, bucket_cap_mb=400 / 2**20))
     finally:
         compiler.checking.check_program = real
-    assert jfn.last.eager_fallback == (dist.get_rank() == 0) and jfn.last.synced is not None
+    assert jfn.last.eager_fallback and jfn.last.synced is not None
+    messages = [d.message for d in compiler.last_report(jfn).diagnostics]
+    assert dist.get_rank() == 0 or any("another rank" in m for m in messages), messages
 
 
 def check_ddp_reducer_path_where_not_mirrored():
@@ -202,15 +205,79 @@ def check_user_collectives():
     assert listed.region and listed.file.endswith("checks.py")
 
 
+def check_user_collectives_agree_when_one_rank_fails():
+    """Rank 1's check of a function calling dist.all_reduce fails (made to): every rank runs it
+    eagerly (a rank running the program and one running eager both meet in the same all_reduce
+    here, but need not in general), the others saying another rank failed; the results stay
+    eager's, and the next call is a cache hit, eager."""
+    real = compiler.checking.check_program
+
+    def failing(*args, **kwargs):
+        return real(*args, **kwargs) + [compiler.report.Diagnostic("error", "made to fail on rank 1")]
+    jfn = compiler.jit(_reduced)
+    if dist.get_rank() == 1:
+        compiler.checking.check_program = failing
+    try:
+        for step in range(2):
+            x = torch.full((4,), float(dist.get_rank() + 1 + step))
+            _close(jfn(x), _reduced(x), f"the result at call {step}")
+    finally:
+        compiler.checking.check_program = real
+    assert [e.eager_fallback for e in jfn.cache.values()] == [True] and jfn.compiles == 1, jfn.cache_info()
+    messages = [d.message for d in compiler.last_report(jfn).diagnostics]
+    assert dist.get_rank() == 1 or any("another rank" in m and "eagerly on every rank" in m for m in messages), \
+        messages
+
+
+def _in_flight(x):
+    y = funcol.all_reduce(x * 2, "sum", dist.group.WORLD)  # FUNCOL LINE
+    z = torch.exp(x) * 3  # IN FLIGHT LINE
+    g = funcol.all_gather_tensor(x.view(2, 2) + 1, 1, dist.group.WORLD)  # GATHER LINE
+    r = funcol.reduce_scatter_tensor(g * 2, "sum", 1, dist.group.WORLD)  # SCATTER LINE
+    return y.sin() + z, r  # USE LINE
+
+
+def check_functional_collectives_wait_at_first_use():
+    """funcol's all_reduce, all_gather_tensor and reduce_scatter_tensor traced as the collectives
+    (at their lines, the bytes each rank sends), each waited for (`funcol_wait_tensor`) right
+    before the first op that reads its result, as its AsyncCollectiveTensor waits: the regions
+    between them overlap it, and the report says which."""
+    line = {m: next(i for i, text in enumerate(open(__file__), 1) if f"# {m} LINE" in text)
+            for m in ("FUNCOL", "IN FLIGHT", "GATHER", "SCATTER", "USE")}
+    jfn = compiler.jit(_in_flight)
+    for step in range(3):
+        x = torch.arange(4.0) * (dist.get_rank() + 1 + step)
+        for got, want, what in zip(jfn(x), _in_flight(x), ("the sum", "the scatter")):
+            _close(got, want, f"{what} at call {step}")
+    assert not jfn.last.eager_fallback and jfn.cache_info()["compiles"] == 1, jfn.cache_info()
+    report = compiler.last_report(jfn)
+    listed = [(c.op, c.kind, c.line, c.bytes, c.group_size) for c in report.collectives]
+    assert listed == [("all_reduce", "traced", line["FUNCOL"], 16, 2),
+                      ("all_gather_into_tensor", "traced", line["GATHER"], 16, 2),
+                      ("reduce_scatter_tensor", "traced", line["SCATTER"], 32, 2)], listed  # [4, 2] after the chunks
+    plan = compiler.last_compiled(jfn).forward.plan
+    order = [(b.sym.name, b.provenance.line if b.provenance else None) for r in plan.regions for b in r.bsyms]
+    waits = [at for name, at in order if name == "funcol_wait_tensor"]
+    # the gather's (its chunks read it), the sum's (its sin), the scatter's (returned: at the end, its own line)
+    assert waits == [line["GATHER"], line["USE"], line["SCATTER"]], order
+    exp = {r.id for r in plan.regions if any(b.provenance and b.provenance.line == line["IN FLIGHT"] for b in r.bsyms)}
+    summed, gathered, _ = report.collectives
+    assert exp and exp <= set(summed.overlapped_by) and not gathered.overlapped_by, report.collectives
+
+
 CHECKS = [check_ddp, check_ddp_all_reduces_overlap_the_backward, check_ddp_no_sync_accumulates_like_eager,
           check_ddp_ranks_that_disagree_on_the_check_still_meet, check_ddp_reducer_path_where_not_mirrored,
-          check_user_collectives]  # FSDP2: fsdp_checks.py
+          check_user_collectives, check_user_collectives_agree_when_one_rank_fails,
+          check_functional_collectives_wait_at_first_use]  # FSDP2: fsdp_checks.py
 
 
 if __name__ == "__main__":
     dist.init_process_group("gloo")
+    only = sys.argv[1:]  # check names to run alone (all by default)
     try:
         for check in CHECKS:
+            if only and check.__name__ not in only:
+                continue
             check()
             print(f"rank {dist.get_rank()}: {check.__name__} ok", flush=True)
     finally:

@@ -18,6 +18,7 @@ from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 import compiler  # noqa: E402
+import compiler.checking  # noqa: E402  (patched by the checks that make one rank's check fail)
 
 TOLERANCE = {torch.float32: (1e-5, 1e-6), torch.int64: (0, 0)}
 
@@ -116,7 +117,7 @@ def check_per_block_training():
     _compiled_natively(jfn)
     report = compiler.last_report(jfn)
     assert report.target.file.endswith("fsdp_checks.py") and report.target.line == _line("FC1") - 1, report.target
-    gathers = [c for c in report.collectives if c.op == "all_gather_into_tensor"]
+    gathers = [c for c in report.collectives if c.op == "all_gather_into_tensor" and c.program == "forward"]
     lines = {c.line: c for c in gathers}
     for marker, shape in {"FC1": (16, 8), "FC2": (16, 16), "HEAD": (3, 16)}.items():
         c = lines[_line(marker)]
@@ -231,8 +232,12 @@ def check_root_parameters_a_block_called_twice_and_buffers():
                              *zip(compiled_model.named_buffers(), eager_model.buffers())]:
             _close(a, b, f"{name} after step {step}")
     _compiled_natively(jfn)
-    lines = sorted(c.line for c in compiler.last_report(jfn).collectives if c.op == "all_gather_into_tensor")
+    gathers = [c for c in compiler.last_report(jfn).collectives if c.op == "all_gather_into_tensor"]
+    lines = sorted(c.line for c in gathers if c.program == "forward")
     assert lines == sorted([_line("CALL"), _line("BLOCK")]), lines  # the block's two calls gather once
+    # the root keeps its parameters (FSDP2's root does not reshard after forward); the block,
+    # resharded, is gathered again in the backward, once
+    assert [c.line for c in gathers if c.program == "backward"] == [_line("BLOCK")], gathers
 
 
 def check_unsupported_runs_eagerly_and_says_why():
@@ -264,8 +269,89 @@ def check_unsupported_runs_eagerly_and_says_why():
     _same_grads(compiled_model, eager_model, "after a step without gradient sync")
 
 
+def _eager_held(wrap: Callable[[Net], Net]) -> int:
+    """The bytes eager FSDP2 holds for the backward after a forward: the storages of the tensors
+    autograd saved, as they are once the forward returned (a resharded unit's unsharded
+    parameters are saved, their storage freed: 0 bytes)."""
+    model, packed = wrap(_net()), []
+    x = torch.randn(5, 8)
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: packed.append(t) or t, lambda t: t):
+        out = model(x)
+    held = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in packed}
+    out.sum().backward()
+    return sum(held.values())
+
+
+def _compiled_held(jfn, shards: set[str]) -> int:
+    """The bytes the compiled step holds from its forward to its backward, from the report: what
+    it saves but the shards (FSDP holds them anyway)."""
+    return sum(s.bytes for s in compiler.last_report(jfn).training.saved if s.name not in shards)
+
+
+def check_reshard_after_forward_gathers_again_in_the_backward():
+    """FSDP2's default (reshard after forward, but at the root): the backward all-gathers each
+    block's parameters again (issued a block ahead, waited before their first use) instead of
+    saving the gathered ones; reshard_after_forward=False saves them and gathers once. Both
+    train as eager FSDP2 does; what the step holds drops by the gathered parameters' bytes and
+    is at most eager FSDP2's."""
+    kept_wrap = lambda m: per_block(m, reshard_after_forward=False)  # noqa: E731
+    resharded, kept = train_like_eager(per_block), train_like_eager(kept_wrap)
+    for jfn in (resharded, kept):
+        _compiled_natively(jfn)
+    shards = set(compiler.fsdp.Sharded(per_block(_net())).names)
+    # the backward reads fc2's and the head's weights (fc1's only for x's gradient: none)
+    gathered = 4 * (16 * 16 + 3 * 16)
+    saved = {jfn: compiler.last_report(jfn).training.saved for jfn in (resharded, kept)}
+    weights = lambda jfn: [(s.line, s.shape) for s in saved[jfn] if s.shape in ([16, 16], [3, 16])]  # noqa: E731
+    assert weights(resharded) == [] and sorted(weights(kept)) == [(_line("FC2"), [16, 16]), (_line("HEAD"), [3, 16])]
+    assert _compiled_held(kept, shards) - _compiled_held(resharded, shards) == gathered, saved
+    for jfn, wrap in ((resharded, per_block), (kept, kept_wrap)):
+        assert _compiled_held(jfn, shards) <= _eager_held(wrap), (_compiled_held(jfn, shards), _eager_held(wrap))
+    report = compiler.last_report(resharded)
+    forward = {c.line: c for c in report.collectives if c.op == "all_gather_into_tensor" and c.program == "forward"}
+    again = {c.line: c for c in report.collectives if c.op == "all_gather_into_tensor" and c.program == "backward"}
+    assert sorted(again) == sorted([_line("FC2"), _line("HEAD")]), report.collectives
+    assert all(c.kind == "traced" and c.bytes == forward[line].bytes for line, c in again.items()), again
+    # fc2's gather is issued once the head's is waited for: the head's backward overlaps it
+    backward = compiler.last_compiled(resharded).program("backward").plan
+    head = {r.id for r in backward.regions if any(b.provenance and b.provenance.line == _line("HEAD")
+                                                  and "matmul" in b.sym.name for b in r.bsyms)}
+    assert head and head <= set(again[_line("FC2")].overlapped_by), (head, again)
+    assert not [c for c in compiler.last_report(kept).collectives
+                if c.op == "all_gather_into_tensor" and c.program == "backward"], "kept: gathered once"
+
+
+def _failing(name: str, rank: int):
+    """compiler.checking's `name` (check_program or check_gradients) made to fail on `rank`, after it ran."""
+    real = getattr(compiler.checking, name)
+
+    def failing(*args, **kwargs):
+        return real(*args, **kwargs) + [compiler.report.Diagnostic("error", f"made to fail on rank {rank}")]
+    return real, failing
+
+
+def check_one_rank_failing_its_check_runs_every_rank_eagerly():
+    """One rank's check fails (made to): the forward check on rank 0 (rank 1 would go on to the
+    gradient check, whose reduce-scatters rank 0 never joins), then the gradient check on rank 1.
+    The ranks agree: every rank runs the signature eagerly (FSDP2's gathers from the shards) and
+    trains as eager FSDP2 does, the others saying another rank failed; nothing hangs."""
+    for name, rank in (("check_program", 0), ("check_gradients", 1)):
+        real, failing = _failing(name, rank)
+        if dist.get_rank() == rank:
+            setattr(compiler.checking, name, failing)
+        try:
+            jfn = train_like_eager(per_block, batches=(5, 5))
+        finally:
+            setattr(compiler.checking, name, real)
+        assert jfn.cache and all(e.eager_fallback for e in jfn.cache.values()), (name, jfn.cache_info())
+        messages = [d.message for d in compiler.last_report(jfn).diagnostics]
+        assert dist.get_rank() == rank or any("another rank" in m for m in messages), (name, messages)
+
+
 CHECKS = [check_per_block_training, check_root_training, check_inference,
-          check_root_parameters_a_block_called_twice_and_buffers, check_unsupported_runs_eagerly_and_says_why]
+          check_root_parameters_a_block_called_twice_and_buffers, check_unsupported_runs_eagerly_and_says_why,
+          check_one_rank_failing_its_check_runs_every_rank_eagerly,
+          check_reshard_after_forward_gathers_again_in_the_backward]
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInp
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 import compiler  # noqa: E402
+import compiler.checking  # noqa: E402  (patched by the checks that make one rank's check fail)
 
 
 class MLP(torch.nn.Module):
@@ -96,7 +97,7 @@ def _compiled_natively(jfn) -> None:
         [d.message for e in jfn.cache.values() for d in e.report.diagnostics]
 
 
-def _train_like_eager(make, plan, shape: tuple[int, ...], input_grad: bool, steps: int = 3):
+def _train_like_eager(make, plan, shape: tuple[int, ...], input_grad: bool, steps: int = 3, natively: bool = True):
     """3 SGD steps eager and compiled on one batch a step (the same on every rank, as TP needs):
     losses, the input's gradient (`input_grad`), every parameter's gradient and the parameters
     after each step."""
@@ -120,7 +121,8 @@ def _train_like_eager(make, plan, shape: tuple[int, ...], input_grad: bool, step
             opt.zero_grad()
         for (name, a), b in zip(model.named_parameters(), eager.parameters()):
             _close(a, b, f"{name} after step {step}")
-    _compiled_natively(jfn)
+    if natively:
+        _compiled_natively(jfn)
     return jfn, eager
 
 
@@ -208,14 +210,51 @@ def check_one_rank_failing_its_check_runs_every_rank_eagerly():
         assert any("another rank" in m for m in messages), messages
 
 
+def check_a_forward_check_failing_on_one_rank_skips_every_rank_s_gradient_check():
+    """Rank 0's forward check fails (forced): rank 1 would go on to the gradient check, whose
+    backward all-reduces (the colwise input's) rank 0 never joins. The ranks agree after the
+    forward check: none checks gradients, all run eagerly, and train as eager TP does."""
+    real = compiler.checking.check_program
+    if dist.get_rank() == 0:
+        compiler.checking.check_program = lambda *a, **k: real(*a, **k) + [compiler.report.Diagnostic(
+            "error", "forced mismatch")]
+    try:
+        jfn, _ = _train_like_eager(MLP, MLP_PLAN, (4, 8), input_grad=True, steps=2, natively=False)
+    finally:
+        compiler.checking.check_program = real
+    assert [e.eager_fallback for e in jfn.cache.values()] == [True], jfn.cache_info()
+    messages = [d.message for d in compiler.last_report(jfn).diagnostics]
+    assert dist.get_rank() == 0 or any("another rank" in m for m in messages), messages
+
+
+def check_a_float64_rejudge_on_one_rank_runs_on_every_rank():
+    """Rank 1's gradients differ from eager's (made to), so it judges them against a float64 run of
+    the call, which communicates: every rank runs that float64 call with it (or rank 1's would
+    wait for the others), and as the gradients are as close to it as eager's, all compile."""
+    real = compiler.checking.grad_mismatch
+    if dist.get_rank() == 1:
+        compiler.checking.grad_mismatch = lambda *a, **k: "made to differ"
+    try:
+        jfn, _ = _train_like_eager(MLP, MLP_PLAN, (4, 8), input_grad=True, steps=1)
+    finally:
+        compiler.checking.grad_mismatch = real
+    codes = [d.code for d in compiler.last_report(jfn).diagnostics]
+    assert (compiler.report.DiagnosticCode.ILL_CONDITIONED in codes) == (dist.get_rank() == 1), codes
+
+
 CHECKS = [check_mlp_training, check_mlp_inference, check_attention_block_training,
-          check_unsupported_plans_run_eagerly_and_say_why, check_one_rank_failing_its_check_runs_every_rank_eagerly]
+          check_unsupported_plans_run_eagerly_and_say_why, check_one_rank_failing_its_check_runs_every_rank_eagerly,
+          check_a_forward_check_failing_on_one_rank_skips_every_rank_s_gradient_check,
+          check_a_float64_rejudge_on_one_rank_runs_on_every_rank]
 
 
 if __name__ == "__main__":
     dist.init_process_group("gloo")
+    only = sys.argv[1:]  # check names to run alone (all by default)
     try:
         for check in CHECKS:
+            if only and check.__name__ not in only:
+                continue
             check()
             print(f"rank {dist.get_rank()}: {check.__name__} ok", flush=True)
     finally:

@@ -55,7 +55,16 @@ def fallback_tags(func: Callable) -> frozenset[OpTag]:
 
 
 def _collective(func) -> bool:
-    namespace = getattr(func, "namespace", None) or str(getattr(func, "_schema", "")).split("::")[0]
+    """Whether `func` is a functional collective's op (an OpOverload or, called as
+    `torch.ops._c10d_functional.all_reduce(...)`, its OpOverloadPacket) or its wait; funcol's
+    `_wrap_tensor_autograd` (the AsyncCollectiveTensor wrapping) communicates nothing."""
+    qualified = getattr(func, "_qualified_op_name", None)  # a packet: "_c10d_functional::all_reduce"
+    if qualified is None:
+        schema = getattr(func, "_schema", None)
+        qualified = getattr(schema, "name", "") if schema is not None else ""
+    namespace, _, name = str(qualified).partition("::")
+    if name.startswith("_wrap_tensor_autograd"):
+        return False
     return namespace in ("_c10d_functional", "c10d_functional", "_c10d_functional_autograd")
 
 

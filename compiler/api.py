@@ -66,9 +66,39 @@ def compile(fn, *args, executors: list[str] | None = None, benchmark: bool = Fal
     options = (options or CompileOptions.from_env()).replace(previews=True)
     if executors is not None:
         options = options.replace(executors=executors)
-    report = compile_checked(fn, args, kwargs, options, name or frontend.target_name(fn), benchmark=benchmark,
+    report = compile_wrapped(fn, args, kwargs, options, name or frontend.target_name(fn), benchmark=benchmark,
                              repeats=repeats, warmup=warmup, torch_compile=torch_compile)[1]
     return Report(**{f.name: getattr(report, f.name) for f in dataclasses.fields(report)})
+
+
+def compile_wrapped(fn, args, kwargs, options: CompileOptions, name: str,
+                    **run) -> tuple[pipeline.Compiled, R.CompileReport, bool]:
+    """compile_checked of `fn` as compiler.jit compiles it under whatever wraps it (compile and
+    compile_target share it): DDP's module, its training report listing the backward's gradient
+    all-reduces (ddp_overlap: issued as buckets fill, or the reducer's buckets where that
+    backward does not mirror DDP); an FSDP2 module as an fsdp.Sharded taking this rank's local
+    shards by keyword; a tensor-parallel one on its local shards, each parallel Linear's
+    collectives traced (tensor_parallel.compiling); the ranks agreeing on the check on the
+    groups the wrapping communicates on."""
+    from compiler import collectives, ddp, ddp_overlap, fsdp, tensor_parallel
+
+    wrapper = fn if ddp.is_ddp(fn) else None
+    fn = wrapper.module if wrapper is not None else fn
+    sharded = fsdp.Sharded.of(fn)
+    if sharded is not None:
+        fn, kwargs = sharded, {**kwargs, **sharded.shards()}
+    groups = collectives.wrapping_groups(fn, wrapper)  # before `compiling` hides the DTensors
+    with tensor_parallel.compiling(tensor_parallel.find(fn)) as tp:
+        c, report, failed = compile_checked(fn, args, kwargs, options, name, groups=groups, **run)
+        failed = tp.settle(c, report, failed)
+    if wrapper is not None and c.program("backward") is not None:  # the backward's all-reduces
+        synced = None if failed else ddp_overlap.synchronise(c, wrapper)
+        if synced is not None:
+            ddp_overlap.report(c, report, synced)
+        else:
+            report.collectives += reporting.with_estimates(ddp.buckets(wrapper), options.cluster)
+            report.diagnostics += [d for d in [ddp_overlap.reducer_note(wrapper)] if d is not None]
+    return c, report, failed
 
 
 @contextlib.contextmanager

@@ -15,16 +15,11 @@ import linecache
 import os
 import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from compiler.discovery import TargetInfo, find_targets
 from compiler import provenance
 from compiler.provenance import user_location
-
-if TYPE_CHECKING:  # torch's modules: imported where a target runs, not when this module is
-    from compiler import report as R
-    from compiler.options import CompileOptions
-    from compiler.pipeline import Compiled
 
 
 class TargetError(Exception):
@@ -227,38 +222,6 @@ def load_example(path: str, name: str, *, source: str | None = None, device: str
     return Example(fn, args, kwargs, info, path, train)
 
 
-def _ddp_all_reduces(c, report, wrapper, failed: bool, cluster: str | None) -> None:
-    """A DDP training target's gradient all-reduces in its report: the backward that issues
-    them as buckets fill, as compiler.jit runs it, else the buckets DDP's reducer all-reduces."""
-    from compiler import ddp, ddp_overlap, reporting
-
-    synced = None if failed else ddp_overlap.synchronise(c, wrapper)
-    if synced is not None:
-        ddp_overlap.report(c, report, synced)
-    else:
-        report.collectives += reporting.with_estimates(ddp.buckets(wrapper), cluster)
-        report.diagnostics += [d for d in [ddp_overlap.reducer_note(wrapper)] if d is not None]
-
-
-def _compile_wrapped(fn: Any, wrapper: Any, example: Example, options: CompileOptions, name: str, target: R.Target,
-                     **run: Any) -> tuple[Compiled, R.CompileReport, bool]:
-    """compile_checked of a target's callable as compiler.jit compiles it: an FSDP2 module as an
-    fsdp.Sharded taking each rank's local shards (this call's, by keyword); a tensor-parallel one
-    on its local shards, each parallel Linear's collectives traced (tensor_parallel.compiling);
-    the ranks agreeing on the check on the groups the wrapping communicates on."""
-    from compiler import api, collectives, fsdp, tensor_parallel
-
-    kwargs = example.kwargs
-    sharded = fsdp.Sharded.of(fn)
-    if sharded is not None:
-        fn, kwargs = sharded, {**kwargs, **sharded.shards()}
-    groups = collectives.wrapping_groups(fn, wrapper)  # before `compiling` hides the DTensors
-    with tensor_parallel.compiling(tensor_parallel.find(fn)) as tp:
-        c, report, failed = api.compile_checked(fn, example.args, kwargs, options, name, warmup=3, target=target,
-                                                groups=groups, **run)
-        return c, report, tp.settle(c, report, failed)
-
-
 def compile_target(path: str, name: str, *, source: str | None = None, executors=None, options=None,
                    benchmark: bool = True, repeats: int = 20, device: str = "auto", torch_compile: bool = False,
                    train: bool = False):
@@ -278,13 +241,13 @@ def compile_target(path: str, name: str, *, source: str | None = None, executors
     buckets fill (compiler/ddp_overlap.py), or, where DDP's reducer runs them (a configuration
     that backward does not mirror), lists the reducer's buckets. An FSDP2 (fully_shard) or
     tensor-parallel (parallelize_module) model compiles natively as compiler.jit compiles it
-    (`_compile_wrapped`): its report lists the all-gathers, reduce-scatters and all-reduces at
+    (`api.compile_wrapped`): its report lists the all-gathers, reduce-scatters and all-reduces at
     their user lines. The ranks agree on the check: a target fails it on every rank or on none.
 
     Never raises for problems in the user's code or file: the report then has
     status "error" and `error` says what happened and where.
     """
-    from compiler import api, ddp, report as R
+    from compiler import api, report as R
     from compiler.options import CompileOptions
 
     options = (options or CompileOptions.from_env()).replace(previews=True)
@@ -299,14 +262,10 @@ def compile_target(path: str, name: str, *, source: str | None = None, executors
         info = find_example(path, name, source)
         target.line, target.end_line = info.line, info.end_line
         example = load_example(path, name, source=source, device=device, train=train, info=info)
-        wrapper = example.fn if ddp.is_ddp(example.fn) else None
-        fn = wrapper.module if wrapper is not None else example.fn
         with example.context():
-            c, report, failed = _compile_wrapped(fn, wrapper, example, options, name, target,
-                                                 benchmark=benchmark, repeats=repeats, torch_compile=torch_compile)
-        if wrapper is not None and example.train:  # the backward's all-reduces
-            _ddp_all_reduces(c, report, wrapper, failed, options.cluster)
-        return report
+            return api.compile_wrapped(example.fn, example.args, example.kwargs, options, name, warmup=3,
+                                       target=target, benchmark=benchmark, repeats=repeats,
+                                       torch_compile=torch_compile)[1]
     except TargetError as e:
         return fail(e.message, e.file, e.line, e.col)
     except api.CompileError as e:

@@ -69,6 +69,10 @@ def check_ddp():
     assert sum(c.bytes for c in reduces) == _param_bytes(), reduces
     estimated = compiler.reporting.with_estimates(list(reduces), "64x8xH100")
     assert all(c.estimate.startswith("est ") and "on 64x8xH100" in c.estimate and c.estimate_ms > 0 for c in estimated)
+    # compiler.compile of the wrapper: the same program, the same all-reduces in its report
+    compiled = compiler.compile(DDP(_mlp()), torch.randn(5, 8))
+    assert compiled.status == "ok" and [(c.op, c.bytes) for c in compiled.collectives if c.program == "backward"] == \
+        [(c.op, c.bytes) for c in reduces], compiled.collectives
 
 
 def check_ddp_all_reduces_overlap_the_backward():

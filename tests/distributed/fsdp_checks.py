@@ -248,8 +248,11 @@ def check_unsupported_runs_eagerly_and_says_why():
     torch.testing.assert_close(jfn(x), eager_model(x))
     messages = [d.message for d in compiler.last_report(jfn).diagnostics]
     assert any("MixedPrecisionPolicy" in m and "eagerly" in m for m in messages), messages
-    messages = [d.message for d in compiler.compile(per_block(_net()), x).diagnostics]  # not through jit
-    assert any("FSDP2" in m and "compiler.jit" in m and "eagerly" in m for m in messages), messages
+    report = compiler.compile(per_block(_net()), x)  # compiled as compiler.jit compiles it
+    assert report.status == "ok" and not report.fallbacks and not any("eagerly" in d.message for d in report.diagnostics)
+    gathers = [c.line for c in report.collectives if c.program == "forward" and c.op == "all_gather_into_tensor"]
+    scatters = [c for c in report.collectives if c.op == "reduce_scatter_tensor"]
+    assert gathers == [_line("FC1"), _line("FC2"), _line("HEAD")] and len(scatters) == 3, report.collectives
     # no gradient sync for a step: FSDP's own calls from then on, said once
     eager_model, compiled_model = per_block(_net()), per_block(_net())
     jfn = compiler.jit(compiled_model)

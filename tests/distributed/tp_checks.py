@@ -155,6 +155,10 @@ def check_mlp_inference():
     assert jfn.compiles == 1, jfn.cache_info()
     (listed,) = compiler.last_report(jfn).collectives  # no colwise identity: nothing flows back
     assert (listed.op, listed.line, listed.bytes) == ("all_reduce", _line("ROWWISE LINE"), 3 * 5 * 8 * 4), listed
+    with torch.no_grad():  # compiler.compile of the same module: compiled as jit compiles it
+        compiled = compiler.compile(model, torch.randn(3, 5, 8))
+    assert compiled.status == "ok" and not compiled.fallbacks, compiled.diagnostics
+    assert [(c.op, c.line) for c in compiled.collectives] == [("all_reduce", _line("ROWWISE LINE"))], compiled.collectives
 
 
 def check_attention_block_training():

@@ -176,7 +176,7 @@ def test_compile_to_html_and_the_cli_write_the_page(tmp_path, capsys):
         assert 'id="roofline"' in (tmp_path / f"norms_{name}.html").read_text(encoding="utf-8")
 
 
-def test_collectives_are_marked_where_their_regions_start(mlp):
+def test_collectives_are_drawn_where_their_regions_start(mlp):
     import dataclasses
 
     from compiler import report as R
@@ -187,6 +187,116 @@ def test_collectives_are_marked_where_their_regions_start(mlp):
     fig = page_json(html_report.render(dataclasses.replace(mlp, collectives=[traced, bucket])))["figures"]
     (marks,) = traces(fig["ran"]["timeline"], "collectives")
     (slices,) = traces(fig["ran"]["timeline"], "slices")
-    assert marks["x"] == [slices["base"][1], slices["base"][-1] + slices["x"][-1]]  # its region's start; the end
+    assert marks["base"] == [slices["base"][1], slices["base"][-1] + slices["x"][-1]]  # its region's start; the end
+    assert marks["y"] == ["forward comm"] * 2 and marks["customdata"] == [ids[1], ""]
     assert "all_reduce 4.0 KB over 2 ranks" in marks["hovertext"][0]
+    assert "synchronous" in marks["hovertext"][0]
     assert not [t for k, f in fig.items() if k != "ran" for t in traces(f["timeline"], "collectives")]
+
+
+def _view(rid: str, ins: list[str], outs: list[str], ms: float):
+    from compiler.html_report.model import RegionView
+
+    t = lambda n: {"name": n, "shape": [4], "dtype": "float32", "bytes": 16, "size": "16 B"}
+    return RegionView(rid, "backward", "torch", ["torch.mul"], [], ms, "measured", None, None, 0, 16, "fp32",
+                      None, ms, None, None, [], [], [t(n) for n in ins], [t(n) for n in outs])
+
+
+def test_a_collective_spans_its_issue_to_its_wait_over_the_regions_that_overlap_it():
+    """DDP's shape: B1 issues an all-reduce of what B0 made, B2 and B3 run while it is in flight,
+    B4 waits for it. Its 3 ms from the issue: the 2 ms until the wait hidden, 1 ms exposed; a bucket
+    the reducer's hook runs after the backward starts once the first is done (one stream)."""
+    from compiler import report as R
+    from compiler.html_report import model, timeline
+
+    regions = [_view("B0", ["g0"], ["g"], 1.0), _view("B1", ["g"], ["h"], 0.0), _view("B2", ["g0"], ["a"], 1.0),
+               _view("B3", ["a"], ["b"], 1.0), _view("B4", ["h", "b"], ["out"], 0.0)]
+    plan = model.Plan("ran", "what ran", True, {"backward": regions}, {})
+    overlapped = R.Collective("all_reduce", "traced", 4096, 2, program="backward", region="B1",
+                              time_ms=R.RankSpread(2.0, 2.5, 3.0), overlapped_by=["B2", "B3"], rank_ms=[2.0, 3.0])
+    bucket = R.Collective("all_reduce", "ddp-bucket", 1024, 2, program="backward", estimate_ms=0.5)
+    fig = timeline.timeline(plan, {}, None, [overlapped, bucket])
+    (full,) = traces(fig, "collectives")
+    (exposed,) = traces(fig, "exposed")
+    (span,) = traces(fig, "overlap")
+    assert list(full["base"]) == [1.0, 4.0] and list(full["x"]) == [3.0, 0.5]
+    assert list(exposed["base"]) == [3.0, 4.0] and list(exposed["x"]) == [1.0, 0.5]
+    assert list(span["y"]) == ["backward"] and list(span["base"]) == [1.0] and list(span["x"]) == [2.0]
+    assert "overlapped by B2, B3" in full["hovertext"][0] and "rank 1: 3.00 ms" in full["hovertext"][0]
+    assert fig["layout"]["yaxis"]["categoryarray"] == ["backward", "backward comm"]
+
+
+def _examples() -> list[tuple[str, str]]:
+    """Every single-process target of every example file."""
+    import glob
+
+    from compiler.discovery import find_targets
+
+    out = []
+    for path in sorted(glob.glob(os.path.join(ROOT, "examples", "*.py"))):
+        with open(path, encoding="utf-8") as f:
+            out += [(path, t.name) for t in find_targets(f.read(), path) if not t.nproc]
+    return out
+
+
+def _drawn_graph(fig: dict) -> tuple[dict[str, tuple[float, float]], set[tuple[float, float]]]:
+    """Each node's (region's and library call's) position, with its axis, and every edge end."""
+    at = {}
+    for t in traces(fig, "nodes") + traces(fig, "calls"):
+        at.update({i: (t["xaxis"], x, y) for i, x, y in zip(t["customdata"], t["x"], t["y"])})
+    ends = set()
+    for t in traces(fig, "edges"):
+        ends |= {(t["xaxis"], x, y) for x, y in zip(t["x"], t["y"]) if x is not None}
+    return at, ends
+
+
+@pytest.mark.parametrize("path,name", _examples(), ids=[n for _, n in _examples()])
+def test_a_preview_graph_is_connected_through_the_programs_library_calls(path, name):
+    """A preview's kernels are joined by the program's torch calls between them (linear, SDPA):
+    a region is drawn without an edge only where the program's own dataflow leaves it alone (it
+    reads only inputs, and nothing reads what it makes) or the program is one region."""
+    with torch.random.fork_rng():
+        report = compile_target(path, name, benchmark=False)
+    data = page_json(html_report.render(report))
+    ran = data["plans"][0]["programs"]
+    for plan in data["plans"][1:]:
+        at, ends = _drawn_graph(data["figures"][plan["key"]]["graph"])
+        for kind, regions in plan["programs"].items():
+            calls = plan["calls"].get(kind, [])
+            assert all(r["executor"] == "torch" and r["id"] in {x["id"] for x in ran[kind]} for r in calls)
+            made = {t["name"] for r in ran[kind] for t in r["outputs"]}
+            read = {t["name"] for r in ran[kind] for t in r["inputs"]}
+            for r in regions + calls:
+                if at[r["id"]] in ends or len(ran[kind]) == 1:
+                    continue
+                assert not {t["name"] for t in r["inputs"]} & made, f"{plan['key']} {r['id']}: an input has no edge"
+                assert not {t["name"] for t in r["outputs"]} & read, f"{plan['key']} {r['id']}: an output has no edge"
+
+
+def test_the_triton_preview_of_a_gpt_block_draws_its_linears_and_matmuls_between_kernels():
+    with torch.random.fork_rng():
+        report = compile_target(os.path.join(ROOT, "examples", "gpt_block.py"), "gpt_block_example", benchmark=False)
+    data = page_json(html_report.render(report))
+    plan = next(p for p in data["plans"] if p["key"] == "triton")
+    (calls,) = traces(data["figures"]["triton"]["graph"], "calls")
+    ops = [r["ops"][0].rsplit(".", 1)[-1] for r in plan["calls"]["forward"]]
+    assert ops == ["linear", "matmul", "matmul", "linear", "linear", "linear"]
+    assert list(calls["customdata"]) == [r["id"] for r in plan["calls"]["forward"]]
+    assert calls["text"][0].startswith("linear :")
+    tensors = [t["text"] for t in traces(data["figures"]["triton"]["graph"], "tensors")][0]
+    assert any("(through split, reshape, transpose)" in t for t in tensors)  # views are edges, not nodes
+    # a line of a library call costs its estimate in the preview too
+    linear = plan["calls"]["forward"][0]
+    assert plan["heat"][f"{linear['lines'][0][0]}:{linear['lines'][0][1]}"] > 0
+
+
+def test_a_region_that_ran_fused_wider_than_the_preview_hides_no_library_call():
+    """On a GPU the plan that ran (Triton) may fuse P1 and P2 of the nvFuser preview into one
+    region T: T is inside the preview, the linear L before it still runs between the kernels."""
+    from compiler.html_report import model
+
+    linear, fused = _view("R0", ["x"], ["a"], 1.0), _view("R1", ["a"], ["c"], 1.0)
+    linear.bytes, linear.flops = 64, 128
+    p1, p2 = _view("P1", ["a"], ["b"], 0.5), _view("P2", ["b"], ["c"], 0.5)
+    calls, views, order = model.between([linear, fused], [p1, p2])
+    assert [r.id for r in calls] == ["R0"] and views == [] and order[0] == "R0"

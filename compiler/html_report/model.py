@@ -57,6 +57,11 @@ class Plan:
     ran: bool  # its regions ran here (False: a preview, estimates only)
     programs: dict[str, list[RegionView]]  # kind -> its regions in order
     heat: dict[str, float]  # "file:line" -> ms of the regions that line is part of
+    # a preview's: the program's own regions that run between its kernels (estimates), by kind:
+    # library calls (nodes of the graph) and views (the edges they pass on)
+    calls: dict[str, list[RegionView]] = field(default_factory=dict)
+    views: dict[str, list[RegionView]] = field(default_factory=dict)
+    order: dict[str, list[str]] = field(default_factory=dict)  # a preview's regions and calls as they run
 
 
 def tensor_bytes(t: R.TensorInfo) -> int | None:
@@ -147,6 +152,55 @@ def _heat(programs: dict[str, list[RegionView]]) -> dict[str, float]:
     return heat
 
 
+def is_view(r: RegionView) -> bool:
+    """A region that moves no byte and computes nothing: a view, reshape or split of its input."""
+    return r.bytes == 0 and not r.flops
+
+
+def covered(ran: list[RegionView], preview: list[RegionView]) -> dict[str, str]:
+    """Each region of `ran` a preview region computes -> that preview region: walked back from
+    each preview region's outputs to the regions that make them, stopping at what any preview
+    region reads or another makes (the same value names in both plans; a region that ran fused
+    wider than the preview's stops there too, not at the program's inputs)."""
+    maker = {t["name"]: r for r in ran for t in r.outputs}
+    made_by_preview = {t["name"]: p.id for p in preview for t in p.outputs}
+    read_by_preview = {t["name"] for p in preview for t in p.inputs}
+    out: dict[str, str] = {}
+    for p in preview:
+        own = {t["name"] for t in p.outputs}
+        stop = (read_by_preview | {v for v, by in made_by_preview.items() if by != p.id}) - own
+        todo = [t["name"] for t in p.outputs]
+        seen: set[str] = set()
+        while todo:
+            name = todo.pop()
+            if name in seen or name in stop:
+                continue
+            seen.add(name)
+            r = maker.get(name)
+            if r is not None and r.id not in out:
+                out[r.id] = p.id
+                todo += [t["name"] for t in r.inputs]
+    return out
+
+
+def between(ran: list[RegionView], preview: list[RegionView]) -> tuple[list[RegionView], list[RegionView], list[str]]:
+    """The regions of the program's plan that run between a preview's regions (a preview lists
+    only its kernels; linear, SDPA stay torch calls of the program, under the same value names):
+    the library calls (drawn as nodes), the views (drawn as the edges they pass on), and the
+    ids of the preview's regions and calls in program order (a region where its last op was)."""
+    if not preview:
+        return [], [], []
+    inside = covered(ran, preview)
+    rest = [r for r in ran if r.id not in inside]
+    at = {r.id: float(i) for i, r in enumerate(ran) if r.id not in inside}
+    for i, r in enumerate(ran):
+        if r.id in inside:
+            at[inside[r.id]] = float(i)
+    order = sorted([r.id for r in preview] + [r.id for r in rest if not is_view(r)],
+                   key=lambda i: at.get(i, float(len(ran))))
+    return [r for r in rest if not is_view(r)], [r for r in rest if is_view(r)], order
+
+
 def plans(report: R.CompileReport, files: list[str]) -> list[Plan]:
     """The regions that ran, then each executor's preview (same programs, estimates only)."""
     ran = {p.kind: [_region_view(r, p.kind, files, True) for r in p.regions] for p in report.programs}
@@ -158,10 +212,16 @@ def plans(report: R.CompileReport, files: list[str]) -> list[Plan]:
         programs = {p.kind: [_region_view(r, p.kind, files, False) for pv in p.previews
                              if pv.executor == executor for r in pv.regions] for p in report.programs}
         reason = next(pv.reason for p in report.programs for pv in p.previews if pv.executor == executor)
-        out.append(Plan(executor, f"{executor} preview (not run: {reason})", False, programs, {}))
+        plan = Plan(executor, f"{executor} preview (not run: {reason})", False, programs, {})
+        for p in report.programs:
+            own = [_region_view(r, p.kind, files, False) for r in p.regions]
+            plan.calls[p.kind], plan.views[p.kind], plan.order[p.kind] = between(own, programs[p.kind])
+        out.append(plan)
     for plan in out:
         _mark_saved(plan.programs, report.training)
-        plan.heat = _heat(plan.programs)
+        _mark_saved(plan.calls, report.training)
+        # a preview's lines cost their kernels' time and the library calls' between them
+        plan.heat = _heat({**plan.programs, **{f"{k} calls": rs for k, rs in plan.calls.items()}})
     return out
 
 

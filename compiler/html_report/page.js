@@ -19,7 +19,8 @@
     return e;
   };
   const key = (file, line) => file + ":" + line;
-  const regionsOf = (p) => Object.values(p.programs).flat();
+  // a preview's regions, and the program's torch calls between them (linear, SDPA: not previewed)
+  const regionsOf = (p) => Object.values(p.programs).flat().concat(Object.values(p.calls || {}).flat());
   const regionById = (id) => regionsOf(plan).find((r) => r.id === id) || null;
   const linesOf = (file, line) => regionsOf(plan).filter((r) => r.lines.some(([f, n]) => f === file && n === line));
 
@@ -72,6 +73,15 @@
     }
   }
 
+  // The regions of the other program that share a region's saved tensors: a forward region's
+  // readers in the backward, a backward region's makers in the forward.
+  function savedPartners(r) {
+    if (!r.saved.length) return [];
+    const names = new Set(r.saved);
+    const side = r.program === "forward" ? "inputs" : "outputs";
+    return regionsOf(plan).filter((o) => o.program !== r.program && o[side].some((t) => names.has(t.name)));
+  }
+
   function tensorText(t) {
     return t.name + ": " + t.dtype + "[" + t.shape.join(", ") + "]" + (t.size ? " · " + t.size : "");
   }
@@ -86,7 +96,11 @@
     const facts = el("ul", "facts");
     if (r.bound) facts.append(el("li", null, r.bound + "-bound · roofline " + r.roof));
     if (r.boundary) facts.append(el("li", "boundary", "ends: " + r.boundary));
-    if (r.saved.length) facts.append(el("li", "saved", (r.program === "forward" ? "saves for backward: " : "reads saved: ") + r.saved.join(", ")));
+    if (r.saved.length) {
+      const partners = savedPartners(r).map((o) => o.id).join(", ");
+      facts.append(el("li", "saved", (r.program === "forward" ? "saves for backward: " : "reads saved: ") + r.saved.join(", ") +
+        (partners ? (r.program === "forward" ? " (read by " : " (saved by ") + partners + ")" : "")));
+    }
     facts.append(el("li", null, "in: " + (r.inputs.map(tensorText).join("; ") || "-")));
     facts.append(el("li", null, "out: " + (r.outputs.map(tensorText).join("; ") || "-")));
     facts.append(el("li", "muted", "ops: " + r.ops.join(", ")));
@@ -123,8 +137,11 @@
     if (here) scrollWithin(here.parentElement, here);
   }
 
+  let reselect = null; // how the selection was made, to make it again after a redraw
+
   function selectLine(file, line, opts) {
     line = Number(line);
+    reselect = () => selectLine(file, line, { noScroll: true });
     const regions = linesOf(file, line);
     selection = { file: file, line: line, region: regions.length ? regions[0].id : null, regions: regions.map((r) => r.id) };
     highlight(selection.regions, file, line);
@@ -139,9 +156,10 @@
   function selectRegion(id, opts) {
     const r = regionById(id);
     if (!r) return null;
+    reselect = () => selectRegion(id);
     const first = r.lines[0];
     selection = { file: first ? first[0] : null, line: first ? first[1] : null, region: r.id, regions: [r.id] };
-    highlight([r.id]);
+    highlight([r.id].concat(savedPartners(r).map((o) => o.id))); // and where its saved tensors go (come from)
     const row = first && $('#source .ln[data-file="' + CSS.escape(first[0]) + '"][data-line="' + first[1] + '"]');
     if (row) scrollWithin($("#source"), row);
     showDetails("region " + r.id, [], [r], null, null);
@@ -149,11 +167,37 @@
     return selection;
   }
 
+  // VS Code's dark themes (body.vscode-dark, or a dark high-contrast one): the figures' light ink
+  // (compiler/html_report/figures.py's FG, GRID, BG and edge colours) swapped for the page's
+  // CSS variables, which take VS Code's; every axis' lines too (Plotly's template draws them white).
+  const isDark = () => {
+    const c = document.body.classList;
+    return c.contains("vscode-dark") || (c.contains("vscode-high-contrast") && !c.contains("vscode-high-contrast-light"));
+  };
+  const LIGHT_INK = { "#24292f": "--fg", "#eef0f3": "--grid", "#ffffff": "--pane", "#c3c9d1": "--edge", "#57606a": "--muted",
+    "#24292e": "--line" };
+  function themed(fig) {
+    if (!isDark()) return fig;
+    const css = getComputedStyle(document.body);
+    let text = JSON.stringify(fig);
+    for (const [light, name] of Object.entries(LIGHT_INK)) {
+      const dark = css.getPropertyValue(name).trim();
+      if (dark) text = text.split('"' + light + '"').join(JSON.stringify(dark));
+    }
+    const out = JSON.parse(text);
+    const grid = css.getPropertyValue("--grid").trim();
+    for (const k of Object.keys(out.layout)) {
+      if (/^[xy]axis\d*$/.test(k)) Object.assign(out.layout[k], { gridcolor: grid, zerolinecolor: grid, linecolor: grid });
+    }
+    return out;
+  }
+
   function draw() {
     const figs = data.figures[plan.key];
     for (const name of Object.keys(charts)) {
       const gd = document.getElementById(charts[name]);
-      Plotly.react(gd, figs[name].data, figs[name].layout, config);
+      const fig = themed(figs[name]);
+      Plotly.react(gd, fig.data, fig.layout, config);
       if (!gd.dataset.bound) {
         gd.dataset.bound = "1";
         gd.on("plotly_click", (ev) => {
@@ -164,6 +208,7 @@
     }
     shadeSource();
     selection = null;
+    reselect = null;
     $("#details").replaceChildren(el("p", "muted", "Click a line of the source, or a region in a picture."));
   }
 
@@ -191,4 +236,14 @@
     plan: () => plan.key,
   };
   draw();
+  // VS Code sets the theme's class and variables when the webview loads and when the user switches
+  // themes: redraw then, keeping the selection
+  let dark = isDark();
+  new MutationObserver(() => {
+    if (isDark() === dark) return;
+    dark = isDark();
+    const redo = reselect;
+    draw();
+    if (redo) redo();
+  }).observe(document.body, { attributes: true, attributeFilter: ["class"] });
 })();

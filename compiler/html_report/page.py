@@ -13,7 +13,7 @@ from importlib import resources
 from typing import Any
 
 from compiler import report as R
-from compiler.html_report import figures, model
+from compiler.html_report import figures, model, timeline
 
 
 def _asset(name: str) -> str:
@@ -73,10 +73,11 @@ def page_data(report: R.CompileReport, sources: dict[str, str] | None) -> tuple[
     data = {
         "plans": [{"key": p.key, "label": p.label, "ran": p.ran, "note": _note(p, report), "heat": p.heat,
                    "heat_text": {k: R.format_ms(v) for k, v in p.heat.items()},
-                   "programs": {k: [_region_dict(r) for r in rs] for k, rs in p.programs.items()}} for p in plans],
-        "figures": {p.key: {"graph": figures.graph(p),
+                   "programs": {k: [_region_dict(r) for r in rs] for k, rs in p.programs.items()},
+                   "calls": {k: [_region_dict(r) for r in rs] for k, rs in p.calls.items()}} for p in plans],
+        "figures": {p.key: {"graph": figures.graph(p, report.collectives),
                             "roofline": figures.roofline(p, report.peaks, report.device_name),
-                            "timeline": figures.timeline(p, stage_ms, report.compile_ms, report.collectives)}
+                            "timeline": timeline.timeline(p, stage_ms, report.compile_ms, report.collectives)}
                     for p in plans},
         "ops": ops,
     }
@@ -119,6 +120,11 @@ def _summary(report: R.CompileReport) -> str:
                          f"({tm.speedup_vs_eager:.2f}x)")
     if report.training is not None:
         facts.append(f"saved for backward: {R.format_bytes(report.training.saved_bytes)}")
+    if report.ranks:
+        facts.append(f"{len(report.ranks)} ranks")
+    if report.collectives:
+        facts.append(f"{len(report.collectives)} collective(s), "
+                     f"{R.format_bytes(sum(c.bytes for c in report.collectives))} a rank")
     if report.peaks is not None:
         facts.append(f"rooflines: {report.peaks.device}{' (estimate)' if report.peaks.estimate else ''}")
     return "".join(f"<span>{f}</span>" for f in facts)

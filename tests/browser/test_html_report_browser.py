@@ -70,8 +70,10 @@ def pages():
     return out
 
 
-def _open(browser, file: str):
+def _open(browser, file: str, init: str | None = None):
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    if init:
+        page.add_init_script(init)
     problems: list[str] = []
     page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}") if m.type == "error" else None)
     page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
@@ -88,7 +90,8 @@ _COUNTS = """() => {
   const gd = (id) => document.getElementById(id);
   const ids = (id, meta) => gd(id).data.filter((t) => t.meta === meta).map((t) => Array.from(t.customdata));
   return {
-    nodes: ids("fusion-graph", "nodes"), estimate: ids("roofline", "estimate"), slices: ids("timeline", "slices"),
+    nodes: ids("fusion-graph", "nodes"), calls: ids("fusion-graph", "calls"),
+    estimate: ids("roofline", "estimate"), slices: ids("timeline", "slices"),
     stages: ids("timeline", "stages"),
     graphMarks: gd("fusion-graph").querySelectorAll(".scatterlayer path.point").length,
     tensorMarks: gd("fusion-graph").data.filter((t) => t.meta === "tensors").reduce((n, t) => n + t.x.length, 0),
@@ -114,9 +117,25 @@ def test_the_page_draws_every_region_and_links_a_line_to_its_regions(browser, pa
         assert c["stages"] and c["stages"][0]
         _click_a_line(page, report)
         page.screenshot(path=file[:-5] + ".png", full_page=True)
+        _the_preview_draws_its_regions_and_the_calls_between(page, report)
         assert not problems, problems
     finally:
         page.close()
+
+
+def _the_preview_draws_its_regions_and_the_calls_between(page, report) -> None:
+    """The first preview's graph: a node a region and one a library call of the program between
+    them (a region of what ran), every one of them drawn."""
+    preview = next((pv.executor for p in report.programs for pv in p.previews if pv.regions), None)
+    if preview is None:
+        return
+    page.select_option("#plan", preview)
+    c = page.evaluate(_COUNTS)
+    regions = [[r.id for pv in p.previews if pv.executor == preview for r in pv.regions] for p in report.programs]
+    assert [sorted(n) for n in c["nodes"]] == [sorted(ids) for ids in regions if ids]
+    ran = {r.id for p in report.programs for r in p.regions}
+    assert set(sum(c["calls"], [])) <= ran
+    assert c["graphMarks"] == sum(map(len, regions)) + sum(map(len, c["calls"])) + c["tensorMarks"]
 
 
 def _click_a_line(page, report) -> None:
@@ -152,6 +171,15 @@ def test_a_preview_plan_redraws_every_picture(browser, pages):
         page.select_option("#plan", previews[0].executor)
         c = page.evaluate(_COUNTS)
         assert [sorted(n) for n in c["nodes"]] == [sorted(r.id for r in previews[0].regions)]
+        # the program's library calls between the kernels are nodes too (grey): linear, matmul
+        calls = sum(map(len, c["calls"]))
+        assert calls and set(sum(c["calls"], [])) <= {r.id for r in report.forward.regions}
+        assert c["graphMarks"] == len(previews[0].regions) + calls + c["tensorMarks"]
+        page.evaluate("(id) => { const gd = document.getElementById('fusion-graph'); const t = gd.data.find("
+                      "(d) => d.meta === 'calls'); gd.emit('plotly_click', {points: [{customdata: id, data: t}]}); }",
+                      c["calls"][0][0])
+        assert page.evaluate("window.fusionlens.selected()")["region"] == c["calls"][0][0]
+        assert page.locator("#details .region").count() == 1
         assert "estimate" in page.inner_text("#heat-note")
         page.screenshot(path=file[:-5] + f"_{previews[0].executor}.png", full_page=True)
         assert not problems, problems
@@ -209,5 +237,49 @@ def test_in_a_webview_clicks_post_reveal_to_the_host(browser, pages):
         page.wait_for_function("window.fusionlens.selected().line === 1")
         posted = page.evaluate("window.__posted")
         assert posted == [{"type": "reveal", "file": where.file, "line": where.line}] * 2
+    finally:
+        page.close()
+
+
+# What VS Code's webview sets in a dark theme: the body's class and the theme's colours as variables
+_DARK = """document.addEventListener("DOMContentLoaded", () => {
+  const s = document.documentElement.style;
+  s.setProperty("--vscode-editor-background", "#1e1e1e");
+  s.setProperty("--vscode-editor-foreground", "#d4d4d4");
+  s.setProperty("--vscode-panel-border", "#444444");
+  document.body.classList.add("vscode-dark");
+});"""
+
+_INK = """() => {
+  const gd = document.getElementById("roofline");
+  return {pane: getComputedStyle(document.querySelector(".pane")).backgroundColor,
+          text: getComputedStyle(document.querySelector("#source .ln code")).color,
+          paper: gd._fullLayout.paper_bgcolor, font: gd._fullLayout.font.color,
+          tick: getComputedStyle(gd.querySelector(".xtick text")).fill,
+          graph: document.getElementById("fusion-graph")._fullLayout.paper_bgcolor};
+}"""
+
+
+def test_in_a_dark_webview_the_page_takes_the_themes_colours(browser, pages):
+    """body.vscode-dark (set after the page drew, as VS Code does): the panes and Plotly's figures
+    take the editor's background and foreground, a selection survives the redraw; back in a
+    light theme (as in a browser), the page's own light colours."""
+    report, file = pages["gpt_block_example"]
+    page, problems = _open(browser, file, init=_DARK)
+    try:
+        page.wait_for_function("document.getElementById('roofline')._fullLayout.paper_bgcolor === '#1e1e1e'")
+        ink = page.evaluate(_INK)
+        assert ink["pane"] == "rgb(30, 30, 30)" and ink["text"] == "rgb(212, 212, 212)", ink
+        assert ink["paper"] == ink["graph"] == "#1e1e1e" and ink["font"] == "#d4d4d4", ink
+        assert ink["tick"] == "rgb(212, 212, 212)", ink
+        region = report.forward.regions[0].id
+        page.evaluate("(id) => window.fusionlens.selectRegion(id)", region)
+        page.screenshot(path=file[:-5] + "_dark.png", full_page=True)
+        page.evaluate("document.body.classList.remove('vscode-dark')")
+        page.wait_for_function("document.getElementById('roofline')._fullLayout.paper_bgcolor === '#ffffff'")
+        light = page.evaluate(_INK)
+        assert light["pane"] == "rgb(255, 255, 255)" and light["font"] == "#24292f", light
+        assert page.evaluate("window.fusionlens.selected()")["region"] == region
+        assert not problems, problems
     finally:
         page.close()

@@ -39,6 +39,10 @@ sample("torch.div", "div_int", lambda a, b: a / b, ints(3, 4), ints(3, 4, low=1,
 sample("torch.div", "div_floor", lambda a, b: torch.div(a, b, rounding_mode="floor"), t(3, 4), pos(3, 4), dtypes=ONLY_F32)
 sample("torch.div", "div_floor_low_precision", lambda a, b: torch.div(a, b, rounding_mode="floor"), t(3, 4), pos(3, 4),
        dtypes=(F16, BF16), decomposes=False, why_not="floor division of low-precision floats on a CPU")
+sample("torch.fmod", "fmod", lambda a, b: torch.fmod(a, b) + a.fmod(-0.7) + torch.fmod(a, b.neg()), t(3, 4, low=-9, high=9),
+       pos(3, 4))
+sample("torch.fmod", "fmod_int", lambda i, j: torch.fmod(i, j) + i.fmod(-3), ints(3, 4, low=-9, high=9),
+       ints(3, 4, low=1, high=4), dtypes=ONLY_F32)
 sample("torch.div", "div_trunc",
        lambda a, b: torch.div(a, b, rounding_mode="trunc") + a.div(-0.3, rounding_mode="trunc"),
        t(3, 4, low=-9, high=9), pos(3, 4))

@@ -190,6 +190,7 @@ PRIM_CASES = [
     Case("pow-base-zero-negative-exponent", torch.pow, lambda: (const([0.0, 0.0]), const([-1.0, -2.0])),
          (prim("pow"),), gradcheck=False),
     Case("remainder", torch.remainder, lambda: (r(3, 4), pos(3, 4)), (prim("remainder"),)),
+    Case("fmod", torch.fmod, lambda: (r(3, 4), pos(3, 4)), (prim("fmod"),)),
     Case("maximum", torch.maximum, lambda: (r(3, 4), r(3, 4)), (prim("maximum"),)),
     Case("minimum", torch.minimum, lambda: (r(3, 4), r(3, 4)), (prim("minimum"),)),
     Case("maximum-ties", torch.maximum, lambda: (const([1.0, 2.0, 3.0]), const([1.0, 0.0, 3.0])),

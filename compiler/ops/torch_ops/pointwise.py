@@ -127,6 +127,11 @@ def remainder(input, other):
     return elementwise(prims.remainder, input, other)
 
 
+@register(torch.fmod, torch.Tensor.fmod)
+def fmod(input, other):
+    return elementwise(prims.fmod, input, other)
+
+
 @register(torch.maximum, torch.Tensor.maximum)
 def maximum(input, other):
     return elementwise(prims.maximum, input, other)

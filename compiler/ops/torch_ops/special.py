@@ -221,7 +221,7 @@ def _same_name(*names, special=()):
 
 UNARY = _same_name("acos", "acosh", "asin", "asinh", "atan", "atanh", "cosh", "sinh", "erfinv", "lgamma", "digamma",
                    "i0", "signbit", "angle", special=("erfinv", "digamma", "i0"))
-BINARY = _same_name("atan2", "fmod", "hypot", "copysign", "nextafter", "heaviside", "igamma", "igammac", "ldexp",
+BINARY = _same_name("atan2", "hypot", "copysign", "nextafter", "heaviside", "igamma", "igammac", "ldexp",
                     "mvlgamma", "frexp")
 polygamma = library(torch.polygamma, torch.Tensor.polygamma,
                     adapters={torch.Tensor.polygamma: lambda a, k: ((a[1], a[0], *a[2:]), k)})  # x.polygamma(n)

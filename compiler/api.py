@@ -88,7 +88,8 @@ def compile_wrapped(fn, args, kwargs, options: CompileOptions, name: str,
     if sharded is not None:
         fn, kwargs = sharded, {**kwargs, **sharded.shards()}
     groups = collectives.wrapping_groups(fn, wrapper)  # before `compiling` hides the DTensors
-    with tensor_parallel.compiling(tensor_parallel.find(fn)) as tp:
+    plan = None if collectives.dtensor_arguments(args, kwargs) else tensor_parallel.find(fn)  # DTensors: eager
+    with tensor_parallel.compiling(plan) as tp:
         c, report, failed = compile_checked(fn, args, kwargs, options, name, groups=groups, **run)
         failed = tp.settle(c, report, failed)
     if wrapper is not None and c.program("backward") is not None:  # the backward's all-reduces

@@ -27,6 +27,7 @@ from types import ModuleType
 from typing import Any
 
 import torch
+from torch.utils import _pytree as pytree
 
 from compiler.ir import BoundSymbol, OpTag, Symbol, Trace, Value
 
@@ -116,8 +117,9 @@ def unsupported_wrapping(fn) -> str | None:
         why = fsdp.unsupported(module)
         return (f"the module is sharded by FSDP2 (fully_shard) with {why}, which FusionLens does not compile: "
                 "calls run eagerly, FSDP communicating as it does without FusionLens" if why is not None else
-                "the module is sharded by FSDP2 (fully_shard): compiler.jit compiles it (each rank's program "
-                "gathers its shards); traced any other way its calls run eagerly")
+                "the module is sharded by FSDP2 (fully_shard), which FusionLens compiles when the module is what is "
+                "compiled (compiler.jit(model), compiler.compile(model, ...), a target returning it: each rank's "
+                "program gathers its shards); called inside another function it runs eagerly")
     from compiler import tensor_parallel  # DTensor parameters: compiled under jit when their plan is supported
 
     return tensor_parallel.unsupported(module)
@@ -226,6 +228,18 @@ def _place_waits(tracer, waits: list[BoundSymbol]) -> None:
                   len(tracer.bound_symbols))
         where = tracer.bound_symbols[at].provenance if at < len(tracer.bound_symbols) else wait.provenance
         tracer.bound_symbols.insert(at, BoundSymbol(wait.sym, wait.args, {}, wait.outputs, None, where))
+
+
+def dtensor_arguments(args, kwargs) -> str | None:
+    """Why a call whose arguments hold DTensors runs eagerly, or None: a program traces and
+    runs plain tensors (a tensor-parallel module's program takes the local shards of its
+    parameters and a replicated input), so DTensor's dispatch, its redistributions and their
+    communication stay DTensor's own."""
+    tensor = sys.modules.get("torch.distributed.tensor")
+    if tensor is None or not any(isinstance(x, tensor.DTensor) for x in pytree.tree_leaves((args, kwargs))):
+        return None
+    return ("the call takes DTensor arguments, which FusionLens does not compile: calls with them run eagerly, "
+            "DTensor communicating as it does without FusionLens")
 
 
 # --- as the report lists them ----------------------------------------------------------------

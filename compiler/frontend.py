@@ -417,7 +417,8 @@ def trace(fn, args=(), kwargs=None, name: str | None = None, clone=None) -> Trac
     # Trace on copies of the caller's tensors and of the module's buffers: an in-place update
     # in `fn` must not change them (the program writes it back when it runs; eager's final
     # values are what its check compares with).
-    if (why := collectives.unsupported_wrapping(fn)) is not None:  # records nothing: eager calls only
+    why = collectives.dtensor_arguments(args, kwargs) or collectives.unsupported_wrapping(fn)
+    if why is not None:  # records nothing: eager calls only
         tracer.eager_only, tracer.recording = why, False
         tracer.notes.append(Note("warning", why, tracer.call, DiagnosticCode.COLLECTIVE))
     with _buffer_copies(fn) as originals:

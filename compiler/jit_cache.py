@@ -28,7 +28,7 @@ __all__ = ["jit", "last_report", "last_traces", "JitFunction"]
 
 def _leaf_key(x):
     if isinstance(x, torch.Tensor):
-        return (x.shape, x.dtype, x.device, x.requires_grad, _layout(x))
+        return (x.shape, x.dtype, x.device, x.requires_grad, _layout(x), type(x))  # a DTensor keys apart
     if objects.is_state(x):  # an object passed in (a cache) keys by its contents, not its identity
         return objects.state_key(x, _leaf_key)
     try:
@@ -119,7 +119,7 @@ class JitFunction:
                 if not isinstance(a, torch.Tensor):
                     break
                 keys.append((a.shape, a.dtype, a.device, a.requires_grad,
-                             a.is_contiguous() if a.layout is torch.strided else a.layout))
+                             a.is_contiguous() if a.layout is torch.strided else a.layout, type(a)))
             else:
                 return (mode, tuple(keys)), []
         flat, spec = pytree.tree_flatten((args, kwargs))
@@ -267,7 +267,8 @@ class JitFunction:
         return entry
 
     def _compile_here(self, key, args, kwargs, dims: DynamicDims, ints: frozenset[int]) -> CacheEntry:
-        with _tp_compiling(self.tp) as tp:
+        plan = None if collectives.dtensor_arguments(args, kwargs) else self.tp  # DTensor arguments: eager
+        with _tp_compiling(plan) as tp:
             c, rep, failed = api.compile_checked(self.fn, args, kwargs, self.options, frontend.target_name(self.fn),
                                                  benchmark=False, eager_on_failure=True, dims=dims, ints=ints,
                                                  groups=self.groups)

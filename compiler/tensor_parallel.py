@@ -256,8 +256,9 @@ def unsupported(module: torch.nn.Module) -> str | None:
         return None
     if isinstance(plan, str):
         return f"{plan}: calls run eagerly, DTensor communicating as it does without FusionLens"
-    return ("the module is tensor parallel (ColwiseParallel / RowwiseParallel), which FusionLens compiles through "
-            "compiler.jit only: these calls run eagerly")
+    return ("the module is tensor parallel (ColwiseParallel / RowwiseParallel), which FusionLens compiles when the "
+            "module is what is compiled (compiler.jit(model), compiler.compile(model, ...), a target returning it); "
+            "called inside another function it runs eagerly")
 
 
 # --- compiling a Plan's module ------------------------------------------------------------------

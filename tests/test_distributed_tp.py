@@ -25,7 +25,8 @@ def test_tensor_parallel_mlp_and_attention_match_eager_on_two_ranks():
                           "--standalone", str(CHECKS)], capture_output=True, text=True, timeout=300, env=env)
     output = run.stdout + run.stderr
     assert run.returncode == 0, output[-6000:]
-    for check in ("check_mlp_training", "check_mlp_inference", "check_attention_block_training",
+    for check in ("check_mlp_training", "check_mlp_inference", "check_a_dtensor_argument_runs_eagerly",
+                  "check_attention_block_training",
                   "check_unsupported_plans_run_eagerly_and_say_why",
                   "check_one_rank_failing_its_check_runs_every_rank_eagerly",
                   "check_a_forward_check_failing_on_one_rank_skips_every_rank_s_gradient_check",

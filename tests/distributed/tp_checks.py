@@ -161,6 +161,24 @@ def check_mlp_inference():
     assert [(c.op, c.line) for c in compiled.collectives] == [("all_reduce", _line("ROWWISE LINE"))], compiled.collectives
 
 
+def check_a_dtensor_argument_runs_eagerly():
+    """A DTensor input (DTensor's own dispatch) is not compiled: that call runs eagerly and says
+    why; a plain tensor of the same shape after it is a signature of its own, compiled."""
+    eager, model = _pair(MLP, MLP_PLAN)
+    jfn = compiler.jit(model)
+    x = torch.randn(3, 5, 8)
+    xd = DTensor.from_local(x, _mesh(), [Replicate()])
+    with torch.no_grad():
+        got, want = jfn(xd), eager(xd)
+        _close(got.full_tensor() if isinstance(got, DTensor) else got,
+               want.full_tensor() if isinstance(want, DTensor) else want, "the output of a DTensor call")
+        messages = [d.message for d in compiler.last_report(jfn).diagnostics]
+        assert any("DTensor arguments" in m and "eagerly" in m for m in messages), messages
+        _close(jfn(x), eager(x), "the output of a plain call after it")
+    assert jfn.compiles == 2 and not compiler.last_report(jfn).fallbacks, jfn.cache_info()
+    assert [c.op for c in compiler.last_report(jfn).collectives] == ["all_reduce"]
+
+
 def check_attention_block_training():
     jfn, eager = _train_like_eager(Block, BLOCK_PLAN, (2, 6, 16), input_grad=True)
     report = compiler.last_report(jfn)
@@ -246,7 +264,7 @@ def check_a_float64_rejudge_on_one_rank_runs_on_every_rank():
     assert (compiler.report.DiagnosticCode.ILL_CONDITIONED in codes) == (dist.get_rank() == 1), codes
 
 
-CHECKS = [check_mlp_training, check_mlp_inference, check_attention_block_training,
+CHECKS = [check_mlp_training, check_mlp_inference, check_a_dtensor_argument_runs_eagerly, check_attention_block_training,
           check_unsupported_plans_run_eagerly_and_say_why, check_one_rank_failing_its_check_runs_every_rank_eagerly,
           check_a_forward_check_failing_on_one_rank_skips_every_rank_s_gradient_check,
           check_a_float64_rejudge_on_one_rank_runs_on_every_rank]

@@ -242,35 +242,58 @@ def _sources(res: Result) -> dict[str, str]:
     return out
 
 
+def _report_targets(ls: FusionLensServer, state: DocState) -> list[dict[str, Any]]:
+    """The document's targets for a report page's host: 0-based `line` (the decorator) to
+    `endLine` (the function's last line) in the text as it is now, and `version`, the number
+    of the result with a report it shows (larger is newer; null: none)."""
+    out: list[dict[str, Any]] = []
+    for t in state.targets:
+        res = ls.results.shown(state.path, t.name)
+        version = res.seq if res is not None and res.report is not None else None
+        out.append({"name": t.name, "line": t.decorator_line - 1, "endLine": t.end_line - 1, "version": version})
+    return out
+
+
 async def cmd_report_html(ls: FusionLensServer, *args: Any) -> Answer:
-    """[uri, target | null, nonce | null]: the HTML report page (compiler.html_report) of the
-    compile the document shows for `target` (null: its first target that has one), rendered
-    here from the report that result holds, with the text it compiled: nothing runs. With a
-    nonce every script and style carries it (a webview's Content-Security-Policy)."""
-    uri, target, nonce = _arg(args, 0), _arg(args, 1), _arg(args, 2)
+    """[uri, target | null, nonce | null, {"render": false}?]: the HTML report page
+    (compiler.html_report) of the compile the document shows for `target` (null: its first
+    target that has one), rendered here from the report that result holds, with the text it
+    compiled: nothing runs. With a nonce every script and style carries it (a webview's
+    Content-Security-Policy). Every answer about a document lists its `targets`; with
+    render false that is all it does (no page, no warning), so a host can tell whether the
+    page it holds is still the result's."""
+    uri, target, nonce, options = _arg(args, 0), _arg(args, 1), _arg(args, 2), _arg(args, 3)
     if nonce is not None and (not isinstance(nonce, str) or not _NONCE.fullmatch(nonce)):
         return {"html": None, "message": "FusionLens: fusionlens.reportHtml: the nonce must be 16 to 128 "
                                          "base64 characters"}
-    if target is None and isinstance(uri, str) and uri:
+    known = ls.documents.lookup(uri) if isinstance(uri, str) and uri else None
+    targets = _report_targets(ls, known) if known is not None else []
+    if isinstance(options, dict) and options.get("render") is False:
+        if known is None:
+            return {"html": None, "targets": [], "message": f"FusionLens: no such document: {uri}"}
+        return {"html": None, "targets": targets, "uri": uri, "file": known.fs_path}
+    if target is None and known is not None:
         target = _first_compiled(ls, uri)
-        if target is None and ls.documents.lookup(uri) is not None:
+        if target is None:
             msg = "nothing in this file has a compile result yet; compile a target first"
             ls.tell(T.MessageType.Warning, msg)
-            return {"html": None, "message": f"FusionLens: {msg}"}
+            return {"html": None, "targets": targets, "message": f"FusionLens: {msg}"}
     state, res, msg = _shown(ls, uri, target)
     if state is None or res is None or res.report is None:
-        return {"html": None, "message": msg}
+        return {"html": None, "targets": targets, "message": msg}
     try:
         from compiler import html_report
     except ImportError as e:  # a compiler without the page
-        return {"html": None, "message": f"FusionLens: this compiler has no HTML report ({e})"}
+        return {"html": None, "targets": targets, "message": f"FusionLens: this compiler has no HTML report ({e})"}
     report, sources = res.report, _sources(res)
     try:  # off the event loop: a big report's page takes a while, and edits keep coming
         html = await asyncio.to_thread(html_report.render, report, sources, nonce=nonce)
     except Exception as e:  # noqa: BLE001 - a bug of the page must not take the server down
         logging.getLogger("fusionlens.lsp").exception("rendering the report of %s", target)
-        return {"html": None, "message": f"FusionLens: the report page of {target} failed: {type(e).__name__}: {e}"}
-    return {"html": html, "target": target, "uri": uri, "file": state.fs_path}
+        return {"html": None, "targets": targets,
+                "message": f"FusionLens: the report page of {target} failed: {type(e).__name__}: {e}"}
+    return {"html": html, "target": target, "uri": uri, "file": state.fs_path, "version": res.seq,
+            "files": sorted(sources), "targets": targets}
 
 
 def cmd_clear_cache(ls: FusionLensServer, *args: Any) -> Answer:

@@ -96,6 +96,49 @@ async def test_report_html_needs_a_result_and_a_good_nonce(start_server, tmp_pat
         assert answer["html"] is None and "nonce" in answer["message"], (bad, answer)
 
 
+TWO_TARGETS = SOURCE + '''
+
+@compiler.example
+def other_example():
+    return forward, (torch.randn(8),)
+'''
+
+
+@pytest.mark.parametrize("profile", ["visual-studio-code"])
+async def test_report_html_lists_the_targets_and_their_result_versions(start_server, tmp_path):
+    """What a webview host picks a page by (docs/lsp.md): each target's lines in the text as
+    it is now and the number of the result it shows, without a page or a warning asked for."""
+    path = tmp_path / "model.py"
+    path.write_text(TWO_TARGETS)
+    s = await start_server({"compileTrigger": "manual"}, root=tmp_path, env=FAKE)
+    uri = s.open(path)
+    listed = await s.command("fusionlens.reportHtml", uri, None, None, {"render": False})
+    first = line_of(path, "@compiler.example")
+    second = line_of(path, "@compiler.example", first + 1)
+    assert listed["html"] is None and listed["file"] == str(path), listed
+    assert listed["targets"] == [
+        {"name": "model_example", "line": first, "endLine": line_of(path, "return forward, (torch.randn(4),)"),
+         "version": None},
+        {"name": "other_example", "line": second, "endLine": line_of(path, "return forward, (torch.randn(8),)"),
+         "version": None},
+    ]
+    assert not [m for m in s.client.messages if "compile" in m.message]  # listing warns of nothing
+    assert (await s.compile(uri, "model_example"))["ok"]
+    v1 = (await s.command("fusionlens.reportHtml", uri, None, None, {"render": False}))["targets"][0]["version"]
+    assert isinstance(v1, int)
+    assert (await s.compile(uri, "other_example"))["ok"]
+    assert (await s.compile(uri, "model_example"))["ok"]  # compiled again: a newer result
+    versions = [t["version"] for t in (await s.command("fusionlens.reportHtml", uri, None, None,
+                                                       {"render": False}))["targets"]]
+    assert versions[0] > versions[1] > v1, versions
+    # two lines inserted above: the lines are the buffer's now
+    s.insert(uri, 0, "# one\n# two\n")
+    moved = (await s.command("fusionlens.reportHtml", uri, None, None, {"render": False}))["targets"]
+    assert [t["line"] for t in moved] == [first + 2, second + 2]
+    missing = await s.command("fusionlens.reportHtml", s.uri(tmp_path / "gone.py"), None, None, {"render": False})
+    assert missing["html"] is None and missing["targets"] == [] and "no such document" in missing["message"]
+
+
 @pytest.mark.parametrize("profile", ["visual-studio-code"])
 async def test_report_html_renders_the_shown_report_in_the_server(start_server, tmp_path):
     pytest.importorskip("compiler.html_report")
@@ -109,6 +152,7 @@ async def test_report_html_renders_the_shown_report_in_the_server(start_server, 
     answer = await s.command("fusionlens.reportHtml", uri, None, NONCE)
     html = answer["html"]
     assert isinstance(html, str) and answer["target"] == "model_example", answer.get("message")
+    assert answer["version"] == answer["targets"][0]["version"] and answer["files"] == [str(path)]
     tags = re.findall(r"<(script|style)\b([^>]*)>", html)
     assert tags and all(f'nonce="{NONCE}"' in attrs for _tag, attrs in tags), [t for t in tags if NONCE not in t[1]]
     assert "dist.all_reduce(y)" in html and "an edit after the compile" not in html

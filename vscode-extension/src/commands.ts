@@ -230,8 +230,8 @@ export class Commands implements vscode.Disposable {
   }
 
   /**
-   * The report page beside the editor: of the target at the cursor where it has a result,
-   * else the file's first target that has one (the server picks).
+   * The report page beside the editor: of the row's target, else of the active file (the
+   * panel picks the target whose function holds the cursor, else the latest result).
    */
   private async showReport(row?: Row): Promise<void> {
     const shown = this.regions.shown;
@@ -243,19 +243,14 @@ export class Commands implements vscode.Disposable {
     if (!ed) {
       throw new Error('Open a Python file first.');
     }
-    const result = await this.regions.fetch(ed.document.uri);
-    if (result.targets.length === 0) {
-      throw new Error('No compile targets in this file. Mark one with @compiler.example.');
-    }
-    const at = targetAtLine(result, ed.selection.active.line);
-    const compiled = at && (at.status === 'ok' || at.status === 'error');
-    await this.deps.report.show(ed.document.uri, compiled ? at.name : null);
+    await this.deps.report.show(ed.document.uri, null);
   }
 
   private async clearCache(): Promise<void> {
     await this.executeServer(CMD_CLEAR_CACHE, []);
     this.deps.statusBar.cacheCleared();
     this.regions.refresh(0);
+    this.deps.report.forget();
     this.deps.report.refresh(0);
     void vscode.window.setStatusBarMessage('FusionLens: cache cleared', 3000);
   }

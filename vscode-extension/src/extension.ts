@@ -10,7 +10,7 @@ import { Commands } from './commands';
 import { GeneratedDocuments, GENERATED_SCHEME } from './generated';
 import { PythonInterpreters } from './python';
 import { Regions } from './regions';
-import { ReportPanel } from './reportPanel';
+import { ReportPanel, REPORT_VIEW_TYPE } from './reportPanel';
 import { Server } from './server';
 import { StatusBar } from './statusBar';
 
@@ -23,7 +23,7 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
   server = new Server(context.extensionPath, log, generated, interpreters);
   const statusBar = new StatusBar(server, log);
   const regions = new Regions(server, log);
-  const report = new ReportPanel(server, log);
+  const report = new ReportPanel(server, log, context.workspaceState);
   const commands = new Commands({ server, regions, statusBar, generated, report, log });
   context.subscriptions.push(
     commands,
@@ -33,6 +33,8 @@ export async function activate(context: vscode.ExtensionContext): Promise<void> 
     regions,
     generated,
     vscode.workspace.registerTextDocumentContentProvider(GENERATED_SCHEME, generated),
+    // A report panel open when the window reloaded comes back (activation: onWebviewPanel).
+    vscode.window.registerWebviewPanelSerializer(REPORT_VIEW_TYPE, { deserializeWebviewPanel: (panel, state) => report.restore(panel, state) }),
     server,
     interpreters,
   );

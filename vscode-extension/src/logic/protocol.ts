@@ -117,6 +117,12 @@ export interface ReportHtmlResult {
   message?: string;
   target?: string;
   file?: string;
+  /** The number of the result the page shows. */
+  version?: number;
+  /** The files whose lines the page shows, as the report names them. */
+  files?: string[];
+  /** The document's targets (logic/reportFollow.ts normalizes them). */
+  targets?: unknown;
 }
 
 function num(v: unknown): number | null {

@@ -11,6 +11,13 @@ export interface RevealMessage {
   line: number;
 }
 
+/** What the no-result page posts when its button is clicked: compile the file's current target. */
+export interface CompileMessage {
+  type: 'compile';
+}
+
+export type PageMessage = RevealMessage | CompileMessage;
+
 /** What the extension posts when the editor's cursor moves: the page selects that line's region. */
 export interface CursorMessage {
   type: 'cursor';
@@ -67,14 +74,18 @@ export function withCsp(html: string, csp: string): string {
 }
 
 /**
- * A message from the page, checked: only a reveal of an absolute path and a line number is
- * acted on (the page shows user source, so nothing it posts is trusted further).
+ * A message from the page, checked: only a reveal of an absolute path and a line number, or
+ * the no-result page's compile (which names nothing: the extension compiles the file it
+ * shows), is acted on (the page shows user source, so nothing it posts is trusted further).
  */
-export function parsePageMessage(raw: unknown): RevealMessage | undefined {
+export function parsePageMessage(raw: unknown): PageMessage | undefined {
   if (!raw || typeof raw !== 'object') {
     return undefined;
   }
   const m = raw as Record<string, unknown>;
+  if (m.type === 'compile') {
+    return { type: 'compile' };
+  }
   if (m.type !== 'reveal' || typeof m.file !== 'string' || typeof m.line !== 'number') {
     return undefined;
   }
@@ -93,10 +104,29 @@ export function cursorMessage(file: string, line0: number): CursorMessage {
   return { type: 'cursor', file, line: line0 + 1 };
 }
 
-/** A page that says why there is no report (no result yet, the server's message). */
-export function messagePage(message: string, nonce: string): string {
+/** The no-result page's button: the palette command it runs, by its title. */
+export const COMPILE_BUTTON = 'Compile and Benchmark Current Target';
+
+/**
+ * A page that says why there is no report (no result yet, the server's message); with
+ * `compileButton`, a button that asks the extension to compile (a `compile` message).
+ */
+export function messagePage(message: string, nonce: string, compileButton = false): string {
   const text = message.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;');
+  const button = compileButton
+    ? `<p><button id="compile" type="button">${COMPILE_BUTTON}</button></p><script nonce="${nonce}">
+(function () {
+  const vscode = typeof acquireVsCodeApi === "function" ? acquireVsCodeApi() : null;
+  document.getElementById("compile").addEventListener("click", function () {
+    if (vscode) vscode.postMessage({ type: "compile" });
+  });
+})();
+</script>`
+    : '';
   return `<!DOCTYPE html><html lang="en"><head><style nonce="${nonce}">
 body { font-family: var(--vscode-font-family); color: var(--vscode-foreground); padding: 1.5em; }
-</style></head><body><h3>FusionLens report</h3><p id="message">${text}</p></body></html>`;
+button { font: inherit; color: var(--vscode-button-foreground); background: var(--vscode-button-background);
+  border: none; padding: 0.4em 0.9em; cursor: pointer; }
+button:hover { background: var(--vscode-button-hoverBackground); }
+</style></head><body><h3>FusionLens report</h3><p id="message">${text}</p>${button}</body></html>`;
 }

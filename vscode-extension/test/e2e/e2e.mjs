@@ -56,6 +56,15 @@ const EXAMPLE_LINES = (() => {
   }
   return { decorator: def, body: def + 2 }; // 0-based def == 1-based decorator line
 })();
+// mlp.py: the report panel follows the editor to it; a line inside mlp_example (1-based).
+const MLP_BODY = (() => {
+  const src = fs.readFileSync(path.join(REPO, 'examples', 'mlp.py'), 'utf8').split('\n');
+  const def = src.findIndex((l) => l.startsWith('def mlp_example('));
+  if (def < 1) {
+    throw new Error('examples/mlp.py has no def mlp_example');
+  }
+  return def + 2;
+})();
 // An inlay hint reads like "R3 · torch · 12 µs" or "R0+R20 · torch" (the editor renders
 // spaces as no-break spaces, which \s matches).
 const HINT = /\bR?\w*\d\S*\s·\s(torch|triton|nvfuser|mixed)\b/;
@@ -472,6 +481,84 @@ async function showReportAndClick(page, regionLines) {
   }
 }
 
+/** The report panel's tab text ("FusionLens: gpt_block_example", "FusionLens Report (mlp.py)"). */
+async function reportTabTitle(page) {
+  const tab = page.locator('.tabs-container .tab', { hasText: /FusionLens/ }).first();
+  return (await tab.innerText().catch(() => '')).trim();
+}
+
+/** The frame of the panel's page without a report whose message matches `re`, or null. */
+async function messageFrame(page, re) {
+  for (const f of page.frames()) {
+    const texts = await f.locator('#message').allInnerTexts().catch(() => []);
+    if (texts.some((t) => re.test(t))) {
+      return f;
+    }
+  }
+  return null;
+}
+
+/** The frame of the report page showing lines of `file`, or null. */
+async function reportFrameOf(page, file) {
+  const f = await reportFrame(page);
+  return f && (await f.locator(`#source [data-file$="/${file}"][data-line]`).count().catch(() => 0)) > 0 ? f : null;
+}
+
+/** The extension's log so far (every session's FusionLens.log in the sandbox). */
+function extensionLog(dirs) {
+  const walk = (d) => (fs.existsSync(d) ? fs.readdirSync(d, { withFileTypes: true }).flatMap((e) => (e.isDirectory() ? walk(path.join(d, e.name)) : e.name === 'FusionLens.log' ? [path.join(d, e.name)] : [])) : []);
+  return walk(path.join(dirs['user-data'], 'logs')).map((f) => fs.readFileSync(f, 'utf8')).join('\n');
+}
+
+/**
+ * The report panel (open on gpt_block.py's report) follows the active editor: mlp.py, not
+ * compiled, shows the page without a report, whose button compiles the target at the cursor
+ * and shows its report; back on gpt_block.py, its page again, kept (not rendered again).
+ */
+async function reportFollowsTheEditor(page, dirs) {
+  await openFile(page, 'mlp.py');
+  const none = await until('the page saying mlp.py has no result', () => messageFrame(page, /Nothing in mlp\.py has a compile result yet/), 30000);
+  await until('the panel titled for mlp.py', async () => /FusionLens Report \(mlp\.py\)/.test(await reportTabTitle(page)), 10000);
+  await screenshot(page, 'report-follows-to-mlp');
+  await goToLine(page, MLP_BODY); // inside mlp_example: the current target
+  await none.locator('#compile').click();
+  await until('the report of mlp.py in the panel', () => reportFrameOf(page, 'mlp.py'), COMPILE_TIMEOUT, 1000);
+  await until('the panel titled mlp_example', async () => /FusionLens: mlp_example/.test(await reportTabTitle(page)), 20000);
+  await screenshot(page, 'report-of-mlp');
+  // Back to the other file by its tab, as one switches between open files (quick open, right
+  // after the page's button had the focus, left mlp.py active in code-server).
+  await page.locator('.tabs-container .tab[data-resource-name="gpt_block.py"]').first().click();
+  await until('gpt_block.py active', async () => (await page.locator('.tabs-container .tab.active[data-resource-name="gpt_block.py"]').count()) > 0, 10000);
+  await until('the report of gpt_block.py again', () => reportFrameOf(page, 'gpt_block.py'), 30000);
+  await until(`the panel titled ${TARGET}`, async () => new RegExp(`FusionLens: ${TARGET}`).test(await reportTabTitle(page)), 20000);
+  await until('the log to say the page was kept', async () => new RegExp(`report page of ${TARGET}: \\d+ characters \\(kept from before\\)`).test(extensionLog(dirs)), 10000);
+  log(`report panel: ${await reportTabTitle(page)}`);
+  await screenshot(page, 'report-follows-back');
+}
+
+/** A reload brings the report panel back, on the file it showed (no result: the server is new). */
+async function reportPanelRestored(page, dirs) {
+  await openFile(page, 'gpt_block.py');
+  await runCommand(page, 'FusionLens: Show Report'); // the active tab of its group: restored as the window loads
+  await until('the panel saying gpt_block.py has no result', () => messageFrame(page, /Nothing in gpt_block\.py has a compile result yet/), 30000);
+  // VS Code restores a webview when it first shows: the panel the active tab of its group
+  // (another editor may have opened in that group), before and after the reload.
+  const panelTab = page.locator('.tabs-container .tab', { hasText: /FusionLens/ }).first();
+  await panelTab.click();
+  await page.reload();
+  await page.locator('.monaco-workbench').waitFor({ timeout: 90000 });
+  await panelTab.waitFor({ timeout: 60000 });
+  if (!/\bactive\b/.test((await panelTab.getAttribute('class')) ?? '')) {
+    await panelTab.click();
+  }
+  await until('the restored panel saying gpt_block.py has no result', () => messageFrame(page, /Nothing in gpt_block\.py has a compile result yet/), 90000, 1000);
+  await until('the restored panel titled for gpt_block.py', async () => /FusionLens Report \(gpt_block\.py\)/.test(await reportTabTitle(page)), 20000);
+  if (!/Waiting for the FusionLens server/.test(extensionLog(dirs))) {
+    throw new Error('the panel was not restored by the serializer (no "Waiting for the FusionLens server" in the log)');
+  }
+  await screenshot(page, 'report-restored-after-reload');
+}
+
 async function openWorkbench(browser, port, ws) {
   const context = await browser.newContext({ viewport: { width: 1600, height: 1000 } });
   const page = await context.newPage();
@@ -653,6 +740,10 @@ async function trustedPhase(browser) {
       await showReportAndClick(page, regionLines);
     });
 
+    await check(page, 'the report panel follows the active editor: mlp.py (compiled from its page), then gpt_block.py again', async () => {
+      await reportFollowsTheEditor(page, dirs);
+    });
+
     await check(page, 'Show Generated Trace opens a read-only Python document', async () => {
       await goToLine(page, EXAMPLE_LINES.body);
       await runCommand(page, 'FusionLens: Show Generated Trace');
@@ -713,6 +804,10 @@ async function trustedPhase(browser) {
       if (/server missing|stopped/.test(await statusBarText(page))) {
         throw new Error(`status after restart: ${await statusBarText(page)}`);
       }
+    });
+
+    await check(page, 'after a window reload the report panel comes back on the file it showed', async () => {
+      await reportPanelRestored(page, dirs);
     });
   } catch (e) {
     if (!(e instanceof GateFailed)) {

@@ -39,8 +39,14 @@ test('limited support in untrusted workspaces; interpreter settings are restrict
   assert.ok(u.restrictedConfigurations.includes('fusionlens.cacheFolder'));
 });
 
-test('activates on Python files', () => {
+test('activates on Python files, and to restore the report panel after a reload', () => {
   assert.ok(pkg.activationEvents.includes('onLanguage:python'));
+  const panel = fs.readFileSync(path.join(EXT, 'src', 'reportPanel.ts'), 'utf8');
+  const viewType = /REPORT_VIEW_TYPE = '([\w.]+)'/.exec(panel)?.[1];
+  assert.ok(viewType, 'no REPORT_VIEW_TYPE in reportPanel.ts');
+  assert.ok(pkg.activationEvents.includes(`onWebviewPanel:${viewType}`), `onWebviewPanel:${viewType} missing`);
+  const extension = fs.readFileSync(path.join(EXT, 'src', 'extension.ts'), 'utf8');
+  assert.match(extension, /registerWebviewPanelSerializer\(REPORT_VIEW_TYPE/);
 });
 
 test('every command the code registers is contributed, and every menu entry exists', () => {

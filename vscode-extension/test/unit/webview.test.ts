@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import * as assert from 'node:assert/strict';
-import { cursorMessage, makeNonce, messagePage, parsePageMessage, reportCsp, withCsp } from '../../src/logic/webview';
+import { COMPILE_BUTTON, cursorMessage, makeNonce, messagePage, parsePageMessage, reportCsp, withCsp } from '../../src/logic/webview';
 
 const SOURCE = 'https://*.vscode-cdn.net';
 
@@ -48,6 +48,9 @@ test('only a well-formed reveal from the page is acted on', () => {
     { type: 'reveal', file: 42, line: 3 },
     { type: 'cursor', file: '/w/model.py', line: 3 },
     { type: 'openExternal', url: 'https://example.com' },
+    { type: 'Compile' },
+    { type: ['compile'] },
+    { kind: 'compile' },
   ]) {
     assert.equal(parsePageMessage(bad), undefined, JSON.stringify(bad));
   }
@@ -62,4 +65,20 @@ test('a page without a report says why, escaped', () => {
   assert.match(page, /<style nonce="n0nce">/);
   assert.match(page, /&lt;compile&gt; it first/);
   assert.doesNotMatch(page, /<script/);
+});
+
+test('the no-result page asks to compile with nothing but its type: the extension knows the file', () => {
+  assert.deepEqual(parsePageMessage({ type: 'compile' }), { type: 'compile' });
+  // whatever else comes with it is dropped: no target, no file, no command is taken from the page
+  assert.deepEqual(parsePageMessage({ type: 'compile', command: 'workbench.action.terminal.new', file: '/etc/passwd' }), { type: 'compile' });
+});
+
+test('the no-result page has the compile button only when asked, its script by nonce', () => {
+  const page = messagePage('Nothing in mlp.py has a compile result yet; compile a target first.', 'n0nce', true);
+  assert.match(page, new RegExp(`<button id="compile" type="button">${COMPILE_BUTTON}</button>`));
+  const scripts = [...page.matchAll(/<script\b([^>]*)>/g)].map((m) => m[1]);
+  assert.deepEqual(scripts, [' nonce="n0nce"']);
+  assert.match(page, /postMessage\(\{ type: "compile" \}\)/);
+  assert.equal(parsePageMessage({ type: 'compile' })?.type, 'compile'); // what the script posts is accepted
+  assert.doesNotMatch(messagePage('x', 'n0nce'), /<button|<script/);
 });

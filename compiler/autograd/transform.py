@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from compiler import passes
-from compiler.autograd import prim_rules, remat, rules, simplify, torch_rules
+from compiler.autograd import remat, rules, simplify, torch_rules
 from compiler.ir import BoundSymbol, NameGen, OpTag, Trace, TraceContext, Value, external_inputs, tracing, values_in
 from compiler.ops import prims as P
 from compiler.provenance import Provenance
@@ -173,11 +173,10 @@ def differentiate(trace: Trace, requires_grad: list) -> Differentiated:
                     accumulate(v, g)
         backward += ctx.bound_symbols
 
-    grad_inputs = [i for i, v in enumerate(trace.inputs) if v.name in needs]
-    ctx = TraceContext(names)
-    with tracing(ctx):
-        outs = [grads.get(trace.inputs[i].name) or prim_rules.zeros_like(trace.inputs[i]) for i in grad_inputs]
-    backward += ctx.bound_symbols
+    # an input no gradient reaches (unused, or only through non-differentiable ops) gets none,
+    # not zeros: its .grad stays None, as in eager (an optimizer skips it)
+    grad_inputs = [i for i, v in enumerate(trace.inputs) if v.name in needs and v.name in grads]
+    outs = [grads[trace.inputs[i].name] for i in grad_inputs]
 
     backward = simplify.pads_to_cat(backward, outs)
     cot_names = {g.name for g in cotangents}

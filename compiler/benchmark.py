@@ -58,7 +58,7 @@ def _time_training(out: Measurements, c, fn, args, kwargs, inputs: list[torch.Te
     cotangents) compiled, eager and torch.compile'd. Buffers the steps update (BatchNorm's
     running statistics) are restored after."""
     device, d = c.device, c.differentiated
-    wrt = [inputs[i] for i in d.grad_inputs]
+    wrt = [inputs[i] for i in d.wrt]
     state = [x for v, x in zip(c.acquired.inputs, inputs) if v.role == "buffer" or v.name in c.traced.mutated]
     with checking.restored(state):
         with torch.enable_grad():

@@ -303,8 +303,8 @@ def check_gradients(c, fn, args, kwargs, inputs: list[torch.Tensor], target,
     d = c.differentiated
     if d is None:
         return []
-    wrt = [inputs[i] for i in d.grad_inputs]
-    names = [c.acquired.inputs[i].name for i in d.grad_inputs]
+    wrt = [inputs[i] for i in d.wrt]
+    names = [c.acquired.inputs[i].name for i in d.wrt]
     state = [x for v, x in zip(c.acquired.inputs, inputs) if v.role == "buffer" or v.name in c.traced.mutated]
     with restored(state), torch.random.fork_rng(devices=_cuda_devices(inputs)):  # each run from the same state
         torch.manual_seed(0)

@@ -106,17 +106,18 @@ def test_no_grad_and_frozen_parameters():
 def test_an_input_no_gradient_reaches_keeps_grad_none_as_in_eager():
     """Unused, or used only through a non-differentiable op: eager leaves .grad None (an
     optimizer then skips it; weight decay would move a zero gradient's parameter)."""
-    def f(x, unused, index_only):
-        return (x * 2).sum() + x[index_only.argmax()]
+    def f(x, unused, index_only, floored):
+        return (x * 2).sum() + x[index_only.argmax()] + floored.floor().sum()  # floor's: zeros, not None
 
     def inputs():
         torch.manual_seed(3)
-        return [torch.randn(4, requires_grad=True) for _ in range(3)]
+        return [torch.randn(4, requires_grad=True) for _ in range(4)]
     want, got = inputs(), inputs()
     f(*want).backward()
     compiler.jit(f)(*got).backward()
-    assert [t.grad is None for t in got] == [t.grad is None for t in want] == [False, True, True]
+    assert [t.grad is None for t in got] == [t.grad is None for t in want] == [False, True, True, False]
     torch.testing.assert_close(got[0].grad, want[0].grad)
+    torch.testing.assert_close(got[3].grad, want[3].grad)
     model = nn.ModuleDict({"used": nn.Linear(3, 2), "idle": nn.Linear(3, 2)})
     compiler.jit(lambda x: model["used"](x).sum())(torch.randn(2, 3)).backward()
     opt = torch.optim.SGD(model.parameters(), lr=0.1, weight_decay=0.5)

@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from compiler import passes
-from compiler.autograd import remat, rules, simplify, torch_rules
+from compiler.autograd import prim_rules, remat, rules, simplify, torch_rules
 from compiler.ir import BoundSymbol, NameGen, OpTag, Trace, TraceContext, Value, external_inputs, tracing, values_in
 from compiler.ops import prims as P
 from compiler.provenance import Provenance
@@ -47,6 +47,9 @@ class Differentiated:
     recomputed: list[str] = field(default_factory=list)  # names the backward recomputes instead
     # inputs that require grad and are updated in place: their final values are the last results
     written: list[int] = field(default_factory=list)
+    # every input that requires grad (a differentiable dtype), those no gradient reaches too:
+    # what checking and benchmarking differentiate for (eager must give those none)
+    wrt: list[int] = field(default_factory=list)
 
 
 def _differentiable(v: Value) -> bool:
@@ -173,10 +176,15 @@ def differentiate(trace: Trace, requires_grad: list) -> Differentiated:
                     accumulate(v, g)
         backward += ctx.bound_symbols
 
-    # an input no gradient reaches (unused, or only through non-differentiable ops) gets none,
-    # not zeros: its .grad stays None, as in eager (an optimizer skips it)
-    grad_inputs = [i for i, v in enumerate(trace.inputs) if v.name in needs and v.name in grads]
-    outs = [grads[trace.inputs[i].name] for i in grad_inputs]
+    # an input eager's autograd graph does not connect to a differentiable result (unused, or
+    # only through non-differentiable ops) gets no gradient: its .grad stays None, as in eager
+    # (an optimizer skips it); a connected one gets zeros where no gradient flows (floor)
+    connected = _connected(trace.bound_symbols, needs, [r for r, d in zip(results, differentiable) if d])
+    grad_inputs = [i for i, v in enumerate(trace.inputs) if v.name in needs and v.name in connected]
+    ctx = TraceContext(names)
+    with tracing(ctx):
+        outs = [grads.get(trace.inputs[i].name) or prim_rules.zeros_like(trace.inputs[i]) for i in grad_inputs]
+    backward += ctx.bound_symbols
 
     backward = simplify.pads_to_cat(backward, outs)
     cot_names = {g.name for g in cotangents}
@@ -190,7 +198,18 @@ def differentiate(trace: Trace, requires_grad: list) -> Differentiated:
         trace.writeback = [(dst, src) for dst, src in trace.writeback if dst.name not in updated]
     d = _split(trace, forward, backward, results, differentiable, cotangents, grad_inputs, saved, outs)
     d.recomputed, d.written = recomputed, [i for i, _ in written]
+    d.wrt = [i for i, v in enumerate(trace.inputs) if v.name in needs]
     return d
+
+
+def _connected(bsyms, needs: set, results: list) -> set[str]:
+    """The values from which eager's autograd graph reaches one of `results`: the trace's ops
+    (torch-level, as autograd records them) over values that require grad, walked back."""
+    reached = {v.name for v in results}
+    for b in reversed(bsyms):
+        if OpTag.NON_DIFFERENTIABLE not in b.sym.tags and any(o.name in reached for o in b.outputs):
+            reached.update(v.name for v in b.inputs() if v.name in needs)
+    return reached
 
 
 def _saved(backward: list, outs: list, cotangents: set) -> list:

@@ -276,13 +276,6 @@ CHECKS = [check_ddp, check_ddp_all_reduces_overlap_the_backward, check_ddp_no_sy
 
 
 if __name__ == "__main__":
-    dist.init_process_group("gloo")
-    only = sys.argv[1:]  # check names to run alone (all by default)
-    try:
-        for check in CHECKS:
-            if only and check.__name__ not in only:
-                continue
-            check()
-            print(f"rank {dist.get_rank()}: {check.__name__} ok", flush=True)
-    finally:
-        dist.destroy_process_group()
+    from runner import run  # tests/distributed/runner.py, beside this file
+
+    run(CHECKS)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 import warnings
 from collections.abc import Callable
 
@@ -358,14 +357,6 @@ CHECKS = [check_per_block_training, check_root_training, check_inference,
 
 
 if __name__ == "__main__":
-    dist.init_process_group("gloo")
-    only = sys.argv[1:]
-    try:
-        for check in CHECKS:
-            if only and check.__name__ not in only:
-                continue
-            start = time.perf_counter()
-            check()
-            print(f"rank {dist.get_rank()}: {check.__name__} ok ({time.perf_counter() - start:.1f} s)", flush=True)
-    finally:
-        dist.destroy_process_group()
+    from runner import run  # tests/distributed/runner.py, beside this file
+
+    run(CHECKS)

@@ -271,13 +271,6 @@ CHECKS = [check_mlp_training, check_mlp_inference, check_a_dtensor_argument_runs
 
 
 if __name__ == "__main__":
-    dist.init_process_group("gloo")
-    only = sys.argv[1:]  # check names to run alone (all by default)
-    try:
-        for check in CHECKS:
-            if only and check.__name__ not in only:
-                continue
-            check()
-            print(f"rank {dist.get_rank()}: {check.__name__} ok", flush=True)
-    finally:
-        dist.destroy_process_group()
+    from runner import run  # tests/distributed/runner.py, beside this file
+
+    run(CHECKS)

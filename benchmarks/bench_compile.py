@@ -318,8 +318,8 @@ def main():
 
     if args.no_examples:
         return
-    from compiler.discovery import find_targets
-    from compiler.targets import load_module
+    from fusionlens.report.discovery import find_targets
+    from fusionlens.driver.targets import load_module
 
     print("\nCompile latency of the examples (FusionLens, first call in this process), ms")
     rows = []

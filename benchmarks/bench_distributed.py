@@ -202,7 +202,7 @@ def _check(run: Run, eager: Run) -> str:
 def _how(run: Run) -> str:
     """How compiler.jit ran the step: compiled (with its report's collectives) or eagerly, and why."""
     import compiler
-    from compiler import report as R
+    from fusionlens.report import schema as R
 
     if run.system.startswith("torch.compile"):
         return run.dynamo

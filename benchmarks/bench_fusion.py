@@ -9,12 +9,12 @@ and the run goes on; a time budget (seconds) skips what is left once it is spent
 1. standalone regions: softmax, LayerNorm, RMSNorm, GELU(x + bias), residual + LayerNorm
    with rows of 1k to 32k elements, float32 and bfloat16, about 2**26 elements per input
    (far beyond L2). The function is traced into one FusionGroup and generated
-   (tests/fusion_groups.group_from_fn -> compiler.executors.triton.generate); timed with
+   (tests/fusion_groups.group_from_fn -> fusionlens.executors.triton.generate); timed with
    triton.testing.do_bench (CUDA events, L2 flushed) against the eager function and
    torch.compile of it. Bandwidth = bytes the region must move (every input read once,
    every output written once) / time, next to the device's copy bandwidth (a large
    tensor copy, read + write).
-2. examples: every @compiler.example in examples/*.py through compiler.targets.compile_target
+2. examples: every @compiler.example in examples/*.py through fusionlens.driver.targets.compile_target
    with executors=["triton", "torch"] and benchmark=True: whole-program medians (compiled,
    eager, torch.compile) and per Triton region bandwidth, roofline minimum and % of peak
    (the report's regions[].roofline: docs/roofline.md).
@@ -45,7 +45,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests"))  # fusion_groups.group_from_fn
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from compiler import checking  # noqa: E402
+from fusionlens.driver import checking  # noqa: E402
 
 DEADLINE = [math.inf]
 
@@ -179,7 +179,7 @@ class Table:
 
 def standalone(table, device, args, copy_gbs):
     from fusion_groups import group_from_fn
-    from compiler.executors import triton as tx
+    from fusionlens.executors import triton as tx
 
     f32, bf16 = torch.float32, torch.bfloat16
     # most telling first, so that a spent budget drops the least
@@ -234,8 +234,8 @@ def standalone(table, device, args, copy_gbs):
 # --- part 2: examples ---------------------------------------------------------------------
 
 def examples(table, rtable, device, args, copy_gbs):
-    from compiler.discovery import find_targets
-    from compiler.targets import compile_target
+    from fusionlens.report.discovery import find_targets
+    from fusionlens.driver.targets import compile_target
 
     files = sorted(glob.glob(os.path.join(ROOT, "examples", "*.py")))
     for path in files:
@@ -312,7 +312,7 @@ def main(argv=None) -> int:
                           ("cpu" if args.device == "auto" else args.device))
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU ({platform.machine()})"
     print(f"# {name}; {versions()}", flush=True)
-    from compiler.executors import triton as tx
+    from fusionlens.executors import triton as tx
 
     try:  # one torch.compile per (function, shape, dtype): more than dynamo's default 8
         import importlib

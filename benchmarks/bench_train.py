@@ -30,7 +30,7 @@ benchmarks/thunder_shim.py, its default executors).
   torch.compile runs cold (TORCHINDUCTOR_FORCE_DISABLE_CACHES=1) unless --inductor-cache.
 - Checks (cheap, none of them timed): the first step's loss and gradients of every system
   against eager's from the same weights, inputs and random seed (gradients with FusionLens's
-  own per-dtype tolerance, compiler.checking.grad_mismatch). FusionLens must match, or it is
+  own per-dtype tolerance, fusionlens.driver.checking.grad_mismatch). FusionLens must match, or it is
   reported WRONG and not timed (a FusionLens signature that failed its compile-time check
   runs eagerly: reported as a fallback, not timed either). For torch.compile and thunder a
   difference is reported, not fatal: with dropout each draws its own random masks. After the
@@ -275,7 +275,7 @@ class Runner:
 
 def compare(runner: Runner, ref: Runner):
     """(loss relative difference, first gradient problem or '') against eager's first step."""
-    from compiler.checking import grad_mismatch
+    from fusionlens.driver.checking import grad_mismatch
 
     a, e = float(runner.first_loss), float(ref.first_loss)
     rel = abs(a - e) / max(abs(e), 1e-12)
@@ -292,7 +292,7 @@ def compare(runner: Runner, ref: Runner):
     return rel, problem
 
 
-LOSS_RTOL = 1e-4  # float32's in compiler.checking.TOLERANCES
+LOSS_RTOL = 1e-4  # float32's in fusionlens.driver.checking.TOLERANCES
 
 
 def run_workload(name: str, systems, steps: int, warmup: int, thunder,

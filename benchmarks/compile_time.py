@@ -9,7 +9,7 @@ with 2, 8, 32 and 96 layers and torchvision's DenseNet-121 (32x32 images), each 
 backward program), in eval mode, on the CPU. Sizes are tiny, so the run measures the
 compiler, not the arithmetic. Each compile is what `compiler.compile` does (api.compile_checked:
 the pipeline with previews, the check against eager, the report), step by step so that each
-step is timed: the pipeline's stages from `Compiled.stage_ms` (compiler/pipeline.py: trace,
+step is timed: the pipeline's stages from `Compiled.stage_ms` (fusionlens/driver/pipeline.py: trace,
 decompose, optimise, autograd, fusion, lowering with the exec of the execution trace, and
 previews: fusion and lowering for the executors that cannot run here, source only), then
 checking.check_program and check_gradients (check) and reporting.assemble (report).
@@ -52,8 +52,9 @@ sys.path.insert(0, os.path.join(ROOT, "tests"))  # zoo_imports: torchvision with
 
 from tables import table  # noqa: E402
 
-from compiler import checking, frontend, pipeline, reporting  # noqa: E402
-from compiler.options import CompileOptions  # noqa: E402
+from fusionlens.driver import checking, pipeline, reporting  # noqa: E402
+from fusionlens.frontend import tracer as frontend  # noqa: E402
+from fusionlens.options import CompileOptions  # noqa: E402
 
 STEPS = pipeline.STAGE_TIMES + ("check", "report")
 MODES = ("inference", "training")

@@ -27,9 +27,9 @@ sys.path.insert(0, ROOT)
 
 import torch  # noqa: E402
 
-from compiler.discovery import find_targets  # noqa: E402
-from compiler.options import CompileOptions  # noqa: E402
-from compiler.report import format_ms  # noqa: E402
+from fusionlens.report.discovery import find_targets  # noqa: E402
+from fusionlens.options import CompileOptions  # noqa: E402
+from fusionlens.report.schema import format_ms  # noqa: E402
 
 HEAD = ["example", "region", "executor", "first line", "bytes", "GFLOP", "bound", "roofline", "median", "% of peak"]
 
@@ -54,8 +54,9 @@ def region_rows(label: str, rep) -> list:
 
 def profiled_names(path: str, name: str, device: torch.device) -> tuple:
     """(range names the compiled program's regions run in, names torch.profiler recorded)."""
-    from compiler import api, frontend
-    from compiler.targets import load_example
+    from fusionlens.driver import api
+    from fusionlens.frontend import tracer as frontend
+    from fusionlens.driver.targets import load_example
     from torch.profiler import ProfilerActivity, profile
 
     example = load_example(path, name, device=str(device))
@@ -89,7 +90,7 @@ def main(argv=None) -> int:
     if device.type == "cpu" and not args.dry_run:
         print("no GPU: pass --dry-run to check the script on the CPU (estimates only)")
         return 2
-    from compiler.targets import compile_target
+    from fusionlens.driver.targets import compile_target
 
     files = sorted(glob.glob(os.path.join(ROOT, "examples", "*.py")))
     if args.examples:

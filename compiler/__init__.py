@@ -1,51 +1,40 @@
-"""FusionLens: a source-to-source tracing compiler for PyTorch.
+"""`compiler`, FusionLens's former name: `import compiler` is `import fusionlens`, and
+`compiler.X` is `fusionlens.X`, the same module objects (never a second copy).
 
-    import compiler
-
-    @compiler.example                      # a compile target, found by parsing the file
-    def mlp_example():
-        return MLP(1024), (torch.randn(64, 1024),)
-
-    report = compiler.compile(fn, *args)   # -> CompileReport
-    jfn = compiler.jit(fn)                 # a cached, compiled callable
-    compiler.mark_dynamic(x, 1)            # x's dim 1 symbolic: one program for every size
+A project with a `compiler` package of its own imports `fusionlens` instead (docs/lsp.md).
 """
 
-from compiler.report import CompileReport  # noqa: F401
+import importlib
+import importlib.abc
+import importlib.util
+import sys
+
+import fusionlens
 
 
-def example(fn=None, *, train: bool = False, nproc: int | None = None):
-    """Mark `fn` as a compile target. `fn()` returns (callable, args) or (callable, args, kwargs).
-    `@example(train=True)`: a training target (the callable usually returns a loss); its
-    backward is compiled too, and the report has a `backward` section.
-    `@example(nproc=2)`: a distributed target. `fusionlens compile` launches that many ranks
-    (torch.distributed.run); `fn()` runs on every rank once the process group is initialised
-    (gloo on a CPU, NCCL on GPUs) and may return a DistributedDataParallel model. A literal int:
-    tools read it from the source.
+class _Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """`compiler.a.b` imports `fusionlens.a.b` and binds that module under both names."""
 
-    The decorator changes nothing at run time; tools find it by parsing the source (ast).
-    """
-    if nproc is not None and (type(nproc) is not int or nproc < 1):
-        raise ValueError(f"@compiler.example(nproc=...) takes a number of ranks >= 1, not {nproc!r}")
+    def find_spec(self, name, path=None, target=None):
+        # `python -m compiler` runs fusionlens/__main__.py, found on fusionlens's path as usual
+        if name.startswith("compiler.") and name != "compiler.__main__" and sys.modules.get("compiler") is fusionlens:
+            return importlib.util.spec_from_loader(name, self)
+        return None
 
-    def mark(f):
-        f.__fusionlens_example__ = True
-        f.__fusionlens_train__ = train
-        f.__fusionlens_nproc__ = nproc
-        return f
-    return mark if fn is None else mark(fn)
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module):
+        # the import system returns what sys.modules holds under the name after this runs
+        sys.modules[module.__name__] = importlib.import_module("fusionlens" + module.__name__[len("compiler"):])
 
 
-_API = {"compile": "compiler.api", "CompileError": "compiler.api", "jit": "compiler.jit_cache",
-        "last_report": "compiler.jit_cache", "last_traces": "compiler.jit_cache", "last_compiled": "compiler.jit_cache",
-        "CompileOptions": "compiler.options", "mark_dynamic": "compiler.dynamic"}
+if not any(isinstance(f, _Alias) for f in sys.meta_path):
+    sys.meta_path.insert(0, _Alias())
+sys.modules[__name__] = fusionlens
 
 
-def __getattr__(name):
-    # The compiler proper imports torch; keep `import compiler` cheap for tools that only
-    # need `example` (and for the language server, which must not import torch).
-    if name in _API:
-        import importlib
-
-        return getattr(importlib.import_module(_API[name]), name)
-    raise AttributeError(f"module 'compiler' has no attribute {name!r}")
+def __getattr__(name: str):
+    # never called (the module is fusionlens once imported): it tells type checkers that
+    # `compiler.jit` and the rest are fusionlens's attributes
+    return getattr(fusionlens, name)

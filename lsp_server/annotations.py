@@ -16,7 +16,7 @@ import os
 import pathlib
 from typing import Any, NamedTuple
 
-from compiler.report import (Boundary, Collective, CompileReport, Diagnostic, OpRecord, Preview, ProgramReport,
+from fusionlens.report.schema import (Boundary, Collective, CompileReport, Diagnostic, OpRecord, Preview, ProgramReport,
                              Region, SavedTensor)
 from lsp_server.linemap import split_lines
 from lsp_server.protocol import Where

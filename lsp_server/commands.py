@@ -16,7 +16,7 @@ from typing import Any
 from lsprotocol import types as T
 from pygls.exceptions import JsonRpcInvalidParams
 
-from compiler.report import PROGRAM_KINDS, Collective, CompileReport, Preview, ProgramReport, Region, RegionRef
+from fusionlens.report.schema import PROGRAM_KINDS, Collective, CompileReport, Preview, ProgramReport, Region, RegionRef
 from lsp_server import __version__
 from lsp_server.annotations import Result, norm_path
 from lsp_server.documents import DocState, View
@@ -167,7 +167,7 @@ def _repro_request(ls: FusionLensServer, state: DocState, res: Result, target: s
 
 async def cmd_export_repro(ls: FusionLensServer, *args: Any) -> Answer:
     """[uri, target, region]: the worker writes a standalone script of one fusion region or
-    preview ("R3", "B1", "triton:P1"; compiler/repro.py) of the compile shown, which the
+    preview ("R3", "B1", "triton:P1"; fusionlens/driver/repro.py) of the compile shown, which the
     server saves under the cache folder's repro/ and asks the client to open. It runs the
     user's code again, so only where fusionlens.allowExecution is true."""
     uri, target, rid = _arg(args, 0), _arg(args, 1), _arg(args, 2)
@@ -256,7 +256,7 @@ def _report_targets(ls: FusionLensServer, state: DocState) -> list[dict[str, Any
 
 async def cmd_report_html(ls: FusionLensServer, *args: Any) -> Answer:
     """[uri, target | null, nonce | null, {"render": false}?]: the HTML report page
-    (compiler.html_report) of the compile the document shows for `target` (null: its first
+    (fusionlens.report.html) of the compile the document shows for `target` (null: its first
     target that has one), rendered here from the report that result holds, with the text it
     compiled: nothing runs. With a nonce every script and style carries it (a webview's
     Content-Security-Policy). Every answer about a document lists its `targets`; with
@@ -282,7 +282,7 @@ async def cmd_report_html(ls: FusionLensServer, *args: Any) -> Answer:
     if state is None or res is None or res.report is None:
         return {"html": None, "targets": targets, "message": msg}
     try:
-        from compiler import html_report
+        from fusionlens.report import html as html_report
     except ImportError as e:  # a compiler without the page
         return {"html": None, "targets": targets, "message": f"FusionLens: this compiler has no HTML report ({e})"}
     report, sources = res.report, _sources(res)

@@ -1,4 +1,4 @@
-"""The open documents: what each parses to (its targets, via `compiler.discovery.find_targets`,
+"""The open documents: what each parses to (its targets, via `fusionlens.report.discovery.find_targets`,
 pure ast), the View it shows (the results that annotate it, mapped onto its current text),
 and publishing its diagnostics.
 
@@ -24,8 +24,8 @@ from pygls.lsp.server import LanguageServer
 from pygls.uris import to_fs_path
 from pygls.workspace import PositionCodec, TextDocument, Workspace
 
-from compiler.discovery import TargetInfo, find_targets
-from compiler.report import Boundary, Collective, Region, SavedTensor
+from fusionlens.report.discovery import TargetInfo, find_targets
+from fusionlens.report.schema import Boundary, Collective, Region, SavedTensor
 from lsp_server.annotations import DiagNote, FileAnnotations, LineNote, Result, norm_path
 from lsp_server.linemap import LineMap, split_lines, split_lines_keepends
 from lsp_server.results import Results

@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 from lsprotocol import types as T
 from pygls.uris import from_fs_path
 
-from compiler.report import RegionRef, SavedTensor
+from fusionlens.report.schema import RegionRef, SavedTensor
 from lsp_server.annotations import LineNote
 from lsp_server.commands import CMD_COMPILE, CMD_EXPORT_REPRO, CMD_SHOW_KERNEL, CMD_SHOW_TRACE
 from lsp_server.documents import DocState, View
@@ -307,7 +307,7 @@ def code_lens(ls: FusionLensServer, params: T.CodeLensParams) -> list[T.CodeLens
     state = ls.documents.lookup(params.text_document.uri)
     if state is None:
         return []
-    if not state.targets and state.syntax_error is not None and "compiler.example" in state.text:
+    if not state.targets and state.syntax_error is not None and "fusionlens.example" in state.text:
         # opened with a syntax error: its targets are not known yet, but it means to have some
         line, _, message = state.syntax_error
         title = "Not compiled: " + shorten(f"{message} (line {line + 1})", 60)

@@ -246,14 +246,14 @@ class Jobs:
             return self._refuse(state, names, EXECUTION_DISABLED, command)
         if unknown:
             found = ", ".join(t.name for t in state.targets) or "none"
-            msg = (f"no @compiler.example target named {', '.join(unknown)} in "
+            msg = (f"no @fusionlens.example target named {', '.join(unknown)} in "
                    f"{os.path.basename(state.fs_path)} (found: {found})")
             if command:
                 self._ui.tell(T.MessageType.Warning, msg)
             if not names:
                 return {"targets": [], "ok": False, "message": msg}
         if not names:
-            msg = "no @compiler.example targets in this file"
+            msg = "no @fusionlens.example targets in this file"
             if command:
                 self._ui.tell(T.MessageType.Info, msg)
             return {"targets": [], "ok": True, "message": msg}

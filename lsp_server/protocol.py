@@ -22,7 +22,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from compiler.report import from_plain
+from fusionlens.report.schema import from_plain
 
 logger = logging.getLogger(__name__)
 
@@ -52,7 +52,7 @@ class Where:
 @dataclass
 class Stacks:
     """What the server needs to read the worker's faulthandler dumps: the main thread's id and
-    the folders that are no user code (compiler.discovery.CodeRoots' fields)."""
+    the folders that are no user code (fusionlens.report.discovery.CodeRoots' fields)."""
 
     thread: int | None = None
     roots: dict[str, list[str]] = field(default_factory=dict)
@@ -88,7 +88,7 @@ class CompileRequest(_RunsUserCode):
 @dataclass
 class ReproRequest(_RunsUserCode):
     TYPE: ClassVar[str] = "repro"
-    region: str = ""  # a region id as users spell it: "R3", "B1", "triton:P1" (compiler.report.RegionRef)
+    region: str = ""  # a region id as users spell it: "R3", "B1", "triton:P1" (fusionlens.report.schema.RegionRef)
 
 
 @dataclass
@@ -160,7 +160,7 @@ class PingAnswer:
     TYPE: ClassVar[str] = "pong"
     id: int
     pid: int
-    modules: list[str] = field(default_factory=list)  # of "torch", "compiler": those imported
+    modules: list[str] = field(default_factory=list)  # of "torch", "fusionlens": those imported
 
 
 @dataclass

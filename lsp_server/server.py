@@ -2,7 +2,7 @@
 they reach the user.
 
 This process imports neither torch nor user code: targets come from
-`compiler.discovery.find_targets` (pure ast) and compiling happens in the worker process
+`fusionlens.report.discovery.find_targets` (pure ast) and compiling happens in the worker process
 (lsp_server.worker) driven by lsp_server.worker_client. The server composes objects that
 own their state: `settings` (Settings), `results` (the cache and the results shown),
 `documents` (the open documents and their views), `worker` (the worker process) and `jobs`

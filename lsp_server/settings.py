@@ -18,7 +18,7 @@ import re
 from typing import Any, NamedTuple
 from collections.abc import Callable
 
-from compiler import roofline
+from fusionlens.report import roofline
 from lsp_server.files import default_root
 
 TRIGGERS = ("onOpen", "onSave", "manual")

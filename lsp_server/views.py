@@ -12,8 +12,8 @@ import os
 import re
 from collections.abc import Callable, Sequence
 
-from compiler import roofline
-from compiler.report import (Boundary, Collective, CompileReport, DiagnosticCode, ProgramReport, Region,
+from fusionlens.report import roofline
+from fusionlens.report.schema import (Boundary, Collective, CompileReport, DiagnosticCode, ProgramReport, Region,
                              SavedTensor, Training, format_bytes, format_ms)
 from lsp_server.annotations import LineNote, Result
 from lsp_server.linemap import split_lines

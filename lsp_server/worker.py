@@ -12,7 +12,7 @@ text): lsp_server/worker_imports.py, which also tells the server what the compil
 
 Where a compile hung or died. The server kills a compile that runs past its timeout and
 cannot ask a dead worker anything, so the worker says beforehand where the user's code is
-(the innermost *user* frame of the main thread, by `compiler.provenance.is_user_file`, and
+(the innermost *user* frame of the main thread, by `fusionlens.ir.provenance.is_user_file`, and
 the chain of user frames, innermost first):
   - WhereEvents: a sampler thread sends the main thread's user stack every SAMPLE_S
     seconds while it changes (the last known position for a SIGKILL, e.g. the OOM killer)
@@ -84,10 +84,10 @@ def _send(out: TextIO, message: Message) -> None:
 # --- where the user's code is ---------------------------------------------------------------
 
 def _code_roots() -> dict[str, list[str]]:
-    """compiler.provenance's folders for deciding which frames are user (model) code, sent to
+    """fusionlens.ir.provenance's folders for deciding which frames are user (model) code, sent to
     the server, which classifies a crash dump's frames with them (it imports no compiler)."""
     try:
-        from compiler import provenance
+        from fusionlens.ir import provenance
 
         return {k: list(v) for k, v in dataclasses.asdict(provenance.code_roots()).items()}
     except Exception:  # noqa: BLE001 - the compiler is broken: the standard library at least
@@ -100,7 +100,7 @@ def _code_roots() -> dict[str, list[str]]:
 
 def _is_user(filename: str) -> bool:
     try:
-        from compiler.provenance import is_user_file
+        from fusionlens.ir.provenance import is_user_file
     except Exception:  # noqa: BLE001
         return bool(filename) and not filename.startswith("<")
     return is_user_file(filename)
@@ -234,7 +234,7 @@ def _compile_function() -> Callable[..., Any]:
 
         module, _, name = spec.partition(":")
         return getattr(importlib.import_module(module), name)
-    from compiler.targets import compile_target
+    from fusionlens.driver.targets import compile_target
 
     return compile_target
 
@@ -254,7 +254,7 @@ def _modules() -> Modules:
     """The workspace modules' keeper (worker_imports.py), made and installed on first use."""
     global _MODULES
     if _MODULES is None:
-        from compiler.discovery import CodeRoots
+        from fusionlens.report.discovery import CodeRoots
 
         roots = _code_roots()
         _MODULES = Modules(CodeRoots(**{k: tuple(v) for k, v in roots.items()}))
@@ -299,7 +299,7 @@ def _run(req: CompileRequest | ReproRequest, out: TextIO, work: Callable[[], Mes
 
 
 def _compile(req: CompileRequest) -> CompileAnswer:
-    from compiler.options import CompileOptions
+    from fusionlens.options import CompileOptions
 
     nproc = _nproc(req)
     if nproc:  # a distributed target: its ranks, launched as `fusionlens compile` launches them
@@ -315,8 +315,8 @@ def _compile(req: CompileRequest) -> CompileAnswer:
 
 
 def _nproc(req: CompileRequest) -> int | None:
-    """The ranks `@compiler.example(nproc=N)` asks for (discovery reads it from the source)."""
-    from compiler.discovery import find_targets
+    """The ranks `@fusionlens.example(nproc=N)` asks for (discovery reads it from the source)."""
+    from fusionlens.report.discovery import find_targets
 
     try:
         text = req.source if req.source is not None else open(req.path, encoding="utf-8").read()
@@ -326,8 +326,9 @@ def _nproc(req: CompileRequest) -> int | None:
 
 
 def _launch(req: CompileRequest, nproc: int):
-    """A distributed target's merged report (compiler/launch.py), or why there is none."""
-    from compiler import launch, report as R
+    """A distributed target's merged report (fusionlens/driver/launch.py), or why there is none."""
+    from fusionlens.driver import launch
+    from fusionlens.report import schema as R
 
     where = R.Target(req.target, req.path, None, None)
     if req.source is not None:  # the ranks import the file from disk
@@ -345,9 +346,9 @@ def _launch(req: CompileRequest, nproc: int):
 
 
 def _repro(req: ReproRequest) -> ReproAnswer:
-    """A repro script of one region (compiler.repro), or why there is none."""
-    from compiler import repro
-    from compiler.options import CompileOptions
+    """A repro script of one region (fusionlens.driver.repro), or why there is none."""
+    from fusionlens.driver import repro
+    from fusionlens.options import CompileOptions
 
     try:
         r = repro.write_repro(req.path, req.target, req.region, options=CompileOptions.from_env(),
@@ -376,7 +377,7 @@ def _ready() -> Ready:
     stacks: the Ready message."""
     error = None
     try:
-        import compiler.targets  # noqa: F401
+        import fusionlens.driver.targets  # noqa: F401
         device, device_name = _device()
     except Exception as e:  # noqa: BLE001
         device, device_name, error = "cpu", "CPU", f"{type(e).__name__}: {e}"
@@ -404,7 +405,7 @@ def main() -> None:
             _run(req, proto_out, functools.partial(_repro, req))
         elif isinstance(req, PingRequest):
             _send(proto_out, PingAnswer(req.id, os.getpid(),
-                                        sorted(m for m in ("torch", "compiler") if m in sys.modules)))
+                                        sorted(m for m in ("torch", "fusionlens") if m in sys.modules)))
         elif isinstance(req, ExitRequest):
             break
 

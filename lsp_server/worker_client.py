@@ -20,7 +20,7 @@ import sys
 import tempfile
 from collections.abc import Callable
 
-from compiler.discovery import CodeRoots, is_model_code
+from fusionlens.report.discovery import CodeRoots, is_model_code
 from lsp_server.protocol import (Answer, CompileAnswer, CompileRequest, Failure, Message, PingAnswer, PingRequest,
                                  Ready, ReproAnswer, ReproRequest, Stacks, Started, UserFrame, Where, WhereEvent,
                                  decode, encode)
@@ -317,8 +317,8 @@ def parse_stack_dump(text: str, kind: str, main_thread: int | None, roots: CodeR
                      cwd: str | None = None) -> Where | None:
     """The innermost user frame of the last `faulthandler` dump of `kind` in `text`: in the
     thread that crashed (a fatal signal), else in the main thread. A frame is a user frame
-    when it is model code by `compiler.discovery.is_model_code` with the worker's `roots`
-    (the folders compiler.provenance classifies by); the Where's stack is the user frames."""
+    when it is model code by `fusionlens.report.discovery.is_model_code` with the worker's `roots`
+    (the folders fusionlens.ir.provenance classifies by); the Where's stack is the user frames."""
     starts = [m.start() for m in _DUMP_START.finditer(text)]
     dumps = [text[a:b] for a, b in zip(starts, starts[1:] + [len(text)])]
     for dump in reversed([d for d in dumps if d.startswith(kind)]):

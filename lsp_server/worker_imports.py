@@ -6,7 +6,7 @@ Each compile sees the workspace's modules as they are now, whatever was compiled
   worker started with (without its working folder), plus what user code added since modules
   were last dropped.
 - A *workspace module* is one whose file is neither the standard library, an installed
-  package, torch nor FusionLens (`compiler.discovery.CodeRoots`). They stay imported between
+  package, torch nor FusionLens (`fusionlens.report.discovery.CodeRoots`). They stay imported between
   compiles while nothing changed; before a compile all of them are dropped from sys.modules
   when any one is stale: its file changed, the open buffer it was loaded from changed, or its
   name now finds another file (a same-named module of another folder). All of them, since a
@@ -40,9 +40,9 @@ from typing import TYPE_CHECKING, Any
 from lsp_server.protocol import text_digest
 
 if TYPE_CHECKING:  # the worker imports the compiler once it is started (a broken one is reported)
-    from compiler.discovery import CodeRoots
+    from fusionlens.report.discovery import CodeRoots
 
-TARGET_PREFIX = "_fusionlens_user_"  # compiler.targets.load_module's names: one per compile
+TARGET_PREFIX = "_fusionlens_user_"  # fusionlens.driver.targets.load_module's names: one per compile
 
 
 @dataclasses.dataclass

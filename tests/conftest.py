@@ -1,6 +1,6 @@
 """Shared pytest setup for the compiler tests: fresh random inputs each run, seed printed.
 
-The verifier (compiler/verify.py) runs between the stages of every compile.
+The verifier (fusionlens/middle/verify.py) runs between the stages of every compile.
 Every test runs under a new random torch seed (FUSIONLENS_SEED=<n> reruns one); the seed
 is printed, so pytest shows it with the output of a failing test. torch is imported only
 when a test has already imported it (the language-server tests do not need it).
@@ -43,7 +43,7 @@ def _triton_for_the_interpreter() -> None:
 
 
 _triton_for_the_interpreter()
-# compiler/verify.py runs after every stage of every compile the suite makes (the entry points
+# fusionlens/middle/verify.py runs after every stage of every compile the suite makes (the entry points
 # read it into CompileOptions.verify; subprocesses, the CLI and the editor's worker, inherit it).
 os.environ.setdefault("FUSIONLENS_VERIFY", "1")
 
@@ -70,7 +70,7 @@ def triton(monkeypatch):
             import triton  # noqa: F401  (imported above for the interpreter)
         except ImportError as e:
             pytest.skip(f"no triton interpreter: {e}")
-        from compiler.executors.triton import support
+        from fusionlens.executors.triton import support
 
         if support._interpreter_problem():
             pytest.skip(support._interpreter_problem())
@@ -82,7 +82,7 @@ def triton(monkeypatch):
 def fuser():
     """tests/fusion_executor.py's TorchFusion, registered as the executor "testfuser" while the
     test runs: the partitioner and lowering tested without Triton."""
-    from compiler import executors
+    from fusionlens import executors
     from fusion_executor import TorchFusion
 
     ex = TorchFusion()

@@ -6,8 +6,8 @@ It is registered by name for the duration of a test and never used by the produc
 
 from __future__ import annotations
 
-from compiler.executors.base import FusionExecutor, Generated
-from compiler.interpret import ops_callable
+from fusionlens.executors.base import FusionExecutor, Generated
+from fusionlens.ir.interpret import ops_callable
 
 
 def run_group(group):

@@ -13,10 +13,11 @@ import math
 import torch
 from torch.utils import _pytree as pytree
 
-from compiler import frontend, passes
-from compiler.contract import FusionGroup, source_comments
-from compiler.executors import symbolic
-from compiler.ir import external_inputs, values_in
+from fusionlens.frontend import tracer as frontend
+from fusionlens.middle import passes
+from fusionlens.middle.contract import FusionGroup, source_comments
+from fusionlens.executors import symbolic
+from fusionlens.ir.trace import external_inputs, values_in
 
 
 def group_from_fn(fn, *args, gid: str = "R0") -> tuple:
@@ -63,7 +64,7 @@ def symbolic_group_from_fn(fn, *shapes, dtype: torch.dtype = torch.float32, size
     code combines them (a guard `s1 == s0`), as torch does."""
     from torch.fx.experimental.symbolic_shapes import DimDynamic, StatelessSymbolicContext
 
-    from compiler import symbols
+    from fusionlens.ir import symbols
 
     sizes = {"n": 5, "m": 6, **(sizes or {})}
     env = symbols.SymbolEnv()

@@ -15,13 +15,14 @@ import contextlib
 import pytest
 import torch
 
-from compiler import checking, executors
-from compiler.executors import nvfuser as nx
-from compiler.executors.nvfuser.backend import Backend, load_backend, version
-from compiler.executors.nvfuser.support import can_take
-from compiler.fusion import FusionGroup
-from compiler.ir import NameGen, TraceContext, Value, tracing
-from compiler.ops import prims
+from fusionlens.driver import checking
+from fusionlens import executors
+from fusionlens.executors import nvfuser as nx
+from fusionlens.executors.nvfuser.backend import Backend, load_backend, version
+from fusionlens.executors.nvfuser.support import can_take
+from fusionlens.middle.fusion import FusionGroup
+from fusionlens.ir.trace import NameGen, TraceContext, Value, tracing
+from fusionlens.ops import prims
 
 import nvfuser_reference as ref
 from fusion_groups import group_from_fn

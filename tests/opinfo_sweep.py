@@ -109,7 +109,7 @@ UNREPRODUCIBLE = {"empty", "empty_like", "empty_permuted", "empty_strided", "new
 def _eager_reproduces(op, args, kwargs) -> bool:
     """Whether eager gives the same values twice from different seeds (not so for random
     draws and torch.empty): only then do a compiled program's values have to match."""
-    from compiler import checking
+    from fusionlens.driver import checking
 
     if op.name in UNREPRODUCIBLE:
         return False
@@ -122,8 +122,8 @@ def _eager_reproduces(op, args, kwargs) -> bool:
 
 def _classify(c) -> Outcome:
     """native / library / declined / fallback from the decomposed trace of a Compiled."""
-    from compiler import passes
-    from compiler.ops import torch_ops
+    from fusionlens.middle import passes
+    from fusionlens.ops import torch_ops
 
     opaque = [(b.sym.name, b.note) for b in c.forward.traces["decomposed"].bound_symbols if b.sym.kind == "opaque"]
     if opaque:
@@ -138,8 +138,8 @@ def _classify(c) -> Outcome:
 
 def run_sample(op, args, kwargs) -> Outcome:
     """Compile `op` on one sample and classify it (eager must work on the sample)."""
-    from compiler import api
-    from compiler.options import CompileOptions
+    from fusionlens.driver import api
+    from fusionlens.options import CompileOptions
 
     fn = lambda *a, **k: op(*a, **k)  # noqa: E731
     torch.manual_seed(0)

@@ -45,7 +45,7 @@ sample("torch.add", "inplace_on_input", _inplace_input, t(3, 4), t(3, 4))
 # --- indexing, layout, special functions, scans, linear algebra, creation ------------------
 
 
-# One sample a symbol of compiler/ops/torch_ops/{indexing,layout,special,statistics,scans,
+# One sample a symbol of fusionlens/ops/torch_ops/{indexing,layout,special,statistics,scans,
 # linalg,spectral,creation}.py, calling each torch callable it maps (function and method).
 
 

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 import compiler
-from compiler import report as R
-from compiler.targets import compile_target
+from fusionlens.report import schema as R
+from fusionlens.driver.targets import compile_target
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURES = os.path.join(ROOT, "tests", "fixtures")
@@ -140,7 +140,7 @@ def test_unknown_target_name():
 
 
 def test_trace_that_never_ends_is_stopped(monkeypatch):
-    from compiler import frontend
+    from fusionlens.frontend import tracer as frontend
 
     monkeypatch.setattr(frontend, "MAX_OPS", 200)
 
@@ -155,10 +155,10 @@ def test_trace_that_never_ends_is_stopped(monkeypatch):
 
 
 def test_mismatch_is_reported_as_error(monkeypatch):
-    from compiler.ops import prims
+    from fusionlens.ops import prims
 
     monkeypatch.setattr(prims.ALL["exp"], "impl", lambda a: torch.exp(a) + 1)  # a broken prim
-    from compiler import executors
+    from fusionlens import executors
     from fusion_executor import TorchFusion
 
     executors.register(TorchFusion())
@@ -185,7 +185,7 @@ def test_versions_look_up_only_the_packages_they_report(tmp_path, monkeypatch):
 
     import importlib.util
 
-    from compiler import reporting
+    from fusionlens.driver import reporting
 
     if importlib.util.find_spec("nvfuser_direct") or importlib.util.find_spec("nvfuser"):
         pytest.skip("a real nvFuser is installed here")

@@ -1,4 +1,4 @@
-"""Gradient checks of the autograd rules (compiler/autograd/), through the whole pipeline.
+"""Gradient checks of the autograd rules (fusionlens/middle/autograd/), through the whole pipeline.
 
 Each case is a tiny user function compiled for training by `pipeline.compile_program` on
 float64 inputs that require grad, then checked:
@@ -30,11 +30,11 @@ import torch
 import torch.nn.functional as F
 from torch.utils import _pytree as pytree
 
-from compiler import pipeline
-from compiler.options import CompileOptions
-from compiler.autograd import composite_rules, prim_rules, runtime, torch_rules, transform
-from compiler.ir import NameGen, Trace, TraceContext, Value, tracing
-from compiler.ops import prims as P
+from fusionlens.driver import pipeline
+from fusionlens.options import CompileOptions
+from fusionlens.middle.autograd import composite_rules, prim_rules, runtime, torch_rules, transform
+from fusionlens.ir.trace import NameGen, Trace, TraceContext, Value, tracing
+from fusionlens.ops import prims as P
 
 F64 = torch.float64
 # gradcheck's fast mode compares one random projection of the Jacobian (u^T J v), not all of it;
@@ -689,7 +689,7 @@ def _triton_problem() -> Optional[str]:
                 os.environ.pop("TRITON_INTERPRET", None)
             else:
                 os.environ["TRITON_INTERPRET"] = old
-    from compiler.executors.triton import support
+    from fusionlens.executors.triton import support
     return support._interpreter_problem()
 
 

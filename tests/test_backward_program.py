@@ -14,7 +14,8 @@ import torch.nn as nn
 from torch.overrides import TorchFunctionMode
 
 import compiler
-from compiler import checking, frontend, pipeline
+from fusionlens.driver import checking, pipeline
+from fusionlens.frontend import tracer as frontend
 
 
 def grads_match_eager(fn, args, wrt):

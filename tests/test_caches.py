@@ -46,7 +46,7 @@ def _no_eager_calls(jfn) -> None:
 
 
 def _cache_tensors(cache) -> list[torch.Tensor]:
-    from compiler import objects
+    from fusionlens.frontend import objects
     return objects.state_tensors(cache)
 
 

@@ -1,4 +1,4 @@
-"""The Chrome Trace Event file of a report (compiler/chrome_trace.py): every slice has the
+"""The Chrome Trace Event file of a report (fusionlens/report/chrome_trace.py): every slice has the
 fields Perfetto and chrome://tracing read, one slice a region per program, in order."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import os
 import pytest
 import torch
 
-from compiler import chrome_trace
-from compiler.targets import compile_target
+from fusionlens.report import chrome_trace
+from fusionlens.driver.targets import compile_target
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -54,7 +54,7 @@ def test_an_unmeasured_region_lasts_its_roofline_estimate():
 
 
 def test_the_cli_writes_the_trace_beside_its_report(tmp_path, capsys):
-    from compiler import cli
+    from fusionlens import cli
 
     path = tmp_path / "mlp.json"
     code = cli.main(["compile", os.path.join(ROOT, "examples", "mlp.py"), "--target", "mlp_example",
@@ -65,7 +65,7 @@ def test_the_cli_writes_the_trace_beside_its_report(tmp_path, capsys):
 
 
 def test_profile_writes_the_torch_profiler_trace_of_the_same_runs_beside_it(tmp_path, capsys):
-    from compiler import cli
+    from fusionlens import cli
 
     path = tmp_path / "mlp.json"
     code = cli.main(["compile", os.path.join(ROOT, "examples", "mlp.py"), "--target", "mlp_example", "--repeats", "2",

@@ -1,4 +1,4 @@
-"""compiler/comm_model.py: collectives' costs on a named cluster, against hand counts.
+"""fusionlens/report/comm_model.py: collectives' costs on a named cluster, against hand counts.
 
 The hand arithmetic is written out beside each number; the figures it uses are the table's:
 H100 nodes, NVLink 4 450 GB/s each way and 1 us a step, InfiniBand NDR 50 GB/s and 5 us.
@@ -8,8 +8,8 @@ import random
 
 import pytest
 
-from compiler import comm_model as cm
-from compiler.comm_model import Compute, Issue, Wait, candidates, estimate, parse_cluster
+from fusionlens.report import comm_model as cm
+from fusionlens.report.comm_model import Compute, Issue, Wait, candidates, estimate, parse_cluster
 
 A_NV, B_NV = 1e-6, 450e9  # NVLink: latency a step, bytes a second each way
 A_IB, B_IB = 5e-6, 50e9  # InfiniBand NDR
@@ -256,7 +256,7 @@ def test_describe_with_the_exposed_part():
 def _region(rid: str, ms: float | None = None, nbytes: int | None = None, ops: tuple[str, ...] = ("torch.sin",)):
     """A region that ran on an H100 for `ms` (a measured time), or whose roofline only is known
     (`nbytes` read and written, no FLOPs: bytes / H100's 3350 GB/s)."""
-    from compiler import report as R
+    from fusionlens.report import schema as R
 
     timing = R.RegionTiming(ms) if ms is not None else None
     line = R.Roofline("H100", 3350, 67, "memory", 0.0, None, False) if ms is not None else None
@@ -265,7 +265,8 @@ def _region(rid: str, ms: float | None = None, nbytes: int | None = None, ops: t
 
 
 def test_the_report_says_what_of_each_estimate_is_exposed():
-    from compiler import report as R, reporting
+    from fusionlens.report import schema as R
+    from fusionlens.driver import reporting
 
     # the backward: B0 compute, B1 issues an async all_reduce, B2 and B3 run (0.2 + 0.3 ms on the
     # H100 it ran on), B4 waits (no compute), B5 issues a synchronous one; B6 only has a roofline:
@@ -296,7 +297,8 @@ def test_the_report_says_what_of_each_estimate_is_exposed():
 
 
 def test_roofline_times_hide_communication_where_the_program_ran_on_no_gpu_of_the_cluster():
-    from compiler import report as R, reporting
+    from fusionlens.report import schema as R
+    from fusionlens.driver import reporting
 
     # B1 has only its roofline on H100: 3.35 GB at 3350 GB/s = 1 ms of compute between issue and wait
     regions = [_region("B0", ops=("all_reduce",)), _region("B1", nbytes=3_350_000_000)]

@@ -13,7 +13,8 @@ import pytest
 import torch
 
 import compiler
-from compiler import jit_cache
+import fusionlens.frontend.dynamic
+from fusionlens.driver import jit_cache
 
 EXECUTORS = ["torch"]
 
@@ -69,7 +70,7 @@ def test_mark_dynamic_refuses_a_dim_that_is_not_there():
         compiler.mark_dynamic(torch.randn(3, 4), 2)
     with pytest.raises(IndexError):
         compiler.mark_dynamic(torch.tensor(1.0), 0)
-    assert compiler.dynamic.marked_dims(compiler.mark_dynamic(torch.randn(3, 4), -1)) == {1}
+    assert fusionlens.frontend.dynamic.marked_dims(compiler.mark_dynamic(torch.randn(3, 4), -1)) == {1}
 
 
 def test_dynamic_false_compiles_every_shape():

@@ -12,16 +12,19 @@ import pytest
 import torch
 
 import compiler
-from compiler import checking, discovery, frontend, passes, pipeline, targets
-from compiler.ir import SymbolKind
-from compiler.options import CompileOptions
-from compiler.provenance import is_user_file
+from fusionlens.driver import checking, pipeline, targets
+from fusionlens.report import discovery
+from fusionlens.frontend import tracer as frontend
+from fusionlens.middle import passes
+from fusionlens.ir.trace import SymbolKind
+from fusionlens.options import CompileOptions
+from fusionlens.ir.provenance import is_user_file
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples"
 FIXTURES = REPO / "tests" / "fixtures"
 TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
-COMPILER_DIR = str(REPO / "compiler")
+COMPILER_DIR = str(REPO / "fusionlens")
 
 
 @functools.lru_cache(maxsize=None)

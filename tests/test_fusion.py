@@ -9,11 +9,12 @@ import torch
 import torch.nn.functional as F
 
 import compiler
-from compiler import checking, executors
-from compiler.contract import BoundaryCode, Decline
-from compiler.options import CompileOptions
-from compiler.discovery import find_targets
-from compiler.targets import compile_target
+from fusionlens.driver import checking
+from fusionlens import executors
+from fusionlens.middle.contract import BoundaryCode, Decline
+from fusionlens.options import CompileOptions
+from fusionlens.report.discovery import find_targets
+from fusionlens.driver.targets import compile_target
 from fusion_executor import TorchFusion
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -167,7 +168,7 @@ def test_unavailable_executor_falls_back_and_says_why():
 
 def test_fused_region_eager_baseline_is_the_users_torch_calls(fuser):
     """A fused LayerNorm is timed against F.layer_norm, not against its prims one by one."""
-    from compiler import benchmark, pipeline
+    from fusionlens.driver import benchmark, pipeline
 
     ln = torch.nn.LayerNorm(32)
     c = pipeline.compile_program(lambda x: ln(x), (torch.randn(4, 32),), {}, CompileOptions(executors=("testfuser", "torch")))
@@ -180,7 +181,7 @@ def test_fused_region_eager_baseline_is_the_users_torch_calls(fuser):
 
 
 def test_each_fused_region_times_against_its_own_torch_ops(fuser):
-    from compiler import benchmark, pipeline
+    from fusionlens.driver import benchmark, pipeline
 
     def f(x):
         y = torch.exp(x)
@@ -193,11 +194,11 @@ def test_each_fused_region_times_against_its_own_torch_ops(fuser):
     assert [b.sym.name for b in benchmark._source_ops(opt, second)] == ["torch.mul"]
 
 
-# --- boundary codes (compiler/contract.py) and lowering's source-only mode ---------------------
+# --- boundary codes (fusionlens/middle/contract.py) and lowering's source-only mode ---------------------
 
 def _lowered(fn, *args, fusers=("testfuser",)):
     """The forward program's plan of `fn` with these fusion executors."""
-    from compiler import pipeline
+    from fusionlens.driver import pipeline
 
     options = CompileOptions(executors=tuple(fusers) + ("torch",))
     return pipeline.compile_program(fn, args, {}, options).forward.plan
@@ -283,8 +284,10 @@ class _SourceOnly(TorchFusion):
 
 
 def test_source_only_lowering_writes_the_code_of_the_regions_it_would_run(fuser):
-    from compiler import frontend, fusion, lowering, passes
-    from compiler.interpret import run_ops
+    from fusionlens.frontend import tracer as frontend
+    from fusionlens.middle import fusion, passes
+    from fusionlens.executors import lowering
+    from fusionlens.ir.interpret import run_ops
 
     def f(x, w):
         return F.linear(torch.relu(x), w).softmax(-1) * 2

@@ -175,7 +175,8 @@ def test_a_script_needs_torch_and_fusionlens_only_and_exits_0_when_right(tmp_pat
     tree = ast.parse(path.read_text())
     roots = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     roots |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.level == 0}
-    assert roots <= {"__future__", "os", "sys", "warnings", "collections", "dataclasses", "torch", "compiler"}, roots
+    assert roots <= {"__future__", "os", "sys", "warnings", "collections", "dataclasses", "torch", "compiler",
+                     "fusionlens"}, roots
     done = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=120, cwd=tmp_path,
                           env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
     assert (done.returncode, done.stdout.strip()) == (0, "pass"), done.stderr[-2000:]
@@ -183,7 +184,7 @@ def test_a_script_needs_torch_and_fusionlens_only_and_exits_0_when_right(tmp_pat
 
 def test_a_script_of_a_wrong_program_exits_1(tmp_path, monkeypatch):
     import compiler
-    from compiler.jit_cache import JitFunction
+    from fusionlens.driver.jit_cache import JitFunction
 
     class OffByOne(JitFunction):  # a compiled program one off eager: what the script must catch
         def __call__(self, *args, **kwargs):

@@ -17,10 +17,10 @@ import torch
 import torch.nn.functional as F
 
 import compiler
-from compiler import checking, pipeline
-from compiler.ops.torch_ops.fallbacks import ShapeChanged
-from compiler.options import CompileOptions
-from compiler.report import DiagnosticCode
+from fusionlens.driver import checking, pipeline
+from fusionlens.ops.torch_ops.fallbacks import ShapeChanged
+from fusionlens.options import CompileOptions
+from fusionlens.report.schema import DiagnosticCode
 
 CUDA = torch.cuda.is_available()
 DEVICE = torch.device("cuda" if CUDA else "cpu")

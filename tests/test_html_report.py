@@ -12,8 +12,8 @@ from html.parser import HTMLParser
 import pytest
 import torch
 
-from compiler import html_report
-from compiler.targets import compile_target
+from fusionlens.report import html as html_report
+from fusionlens.driver.targets import compile_target
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MLP = os.path.join(ROOT, "examples", "mlp.py")
@@ -160,7 +160,7 @@ def test_a_failed_compile_renders_its_error(tmp_path):
 
 def test_compile_to_html_and_the_cli_write_the_page(tmp_path, capsys):
     import compiler
-    from compiler import cli
+    from fusionlens import cli
 
     def f(x):
         return torch.relu(x) * 2
@@ -179,7 +179,7 @@ def test_compile_to_html_and_the_cli_write_the_page(tmp_path, capsys):
 def test_collectives_are_drawn_where_their_regions_start(mlp):
     import dataclasses
 
-    from compiler import report as R
+    from fusionlens.report import schema as R
 
     ids = [r.id for r in mlp.forward.regions]
     traced = R.Collective("all_reduce", "traced", 4096, 2, region=ids[1], file=MLP, line=21)
@@ -195,7 +195,7 @@ def test_collectives_are_drawn_where_their_regions_start(mlp):
 
 
 def _view(rid: str, ins: list[str], outs: list[str], ms: float):
-    from compiler.html_report.model import RegionView
+    from fusionlens.report.html.model import RegionView
 
     t = lambda n: {"name": n, "shape": [4], "dtype": "float32", "bytes": 16, "size": "16 B"}
     return RegionView(rid, "backward", "torch", ["torch.mul"], [], ms, "measured", None, None, 0, 16, "fp32",
@@ -206,8 +206,8 @@ def test_a_collective_spans_its_issue_to_its_wait_over_the_regions_that_overlap_
     """DDP's shape: B1 issues an all-reduce of what B0 made, B2 and B3 run while it is in flight,
     B4 waits for it. Its 3 ms from the issue: the 2 ms until the wait hidden, 1 ms exposed; a bucket
     the reducer's hook runs after the backward starts once the first is done (one stream)."""
-    from compiler import report as R
-    from compiler.html_report import model, timeline
+    from fusionlens.report import schema as R
+    from fusionlens.report.html import model, timeline
 
     regions = [_view("B0", ["g0"], ["g"], 1.0), _view("B1", ["g"], ["h"], 0.0), _view("B2", ["g0"], ["a"], 1.0),
                _view("B3", ["a"], ["b"], 1.0), _view("B4", ["h", "b"], ["out"], 0.0)]
@@ -230,7 +230,7 @@ def _examples() -> list[tuple[str, str]]:
     """Every single-process target of every example file."""
     import glob
 
-    from compiler.discovery import find_targets
+    from fusionlens.report.discovery import find_targets
 
     out = []
     for path in sorted(glob.glob(os.path.join(ROOT, "examples", "*.py"))):
@@ -293,7 +293,7 @@ def test_the_triton_preview_of_a_gpt_block_draws_its_linears_and_matmuls_between
 def test_a_region_that_ran_fused_wider_than_the_preview_hides_no_library_call():
     """On a GPU the plan that ran (Triton) may fuse P1 and P2 of the nvFuser preview into one
     region T: T is inside the preview, the linear L before it still runs between the kernels."""
-    from compiler.html_report import model
+    from fusionlens.report.html import model
 
     linear, fused = _view("R0", ["x"], ["a"], 1.0), _view("R1", ["a"], ["c"], 1.0)
     linear.bytes, linear.flops = 64, 128

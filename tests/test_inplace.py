@@ -4,7 +4,7 @@ the trace is functional and the program writes the updates back at its end."""
 import torch
 
 import compiler
-from compiler import checking
+from fusionlens.driver import checking
 
 EXECUTORS = ["torch"]
 

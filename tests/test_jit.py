@@ -14,7 +14,9 @@ import torch
 import torch.nn.functional as F
 
 import compiler
-from compiler import checking, frontend, ir, program_calls
+from fusionlens.driver import checking
+from fusionlens.frontend import tracer as frontend
+from fusionlens.ir import program_calls
 
 EXECUTORS = ["torch"]
 
@@ -301,7 +303,7 @@ import sys, torch, compiler
 from compiler import executors
 compiler.jit(lambda x: x * 2 + 1)(torch.ones(3))
 print(executors.default_executors(torch.device("cpu")))
-print(sorted(m for m in sys.modules if m.startswith(("compiler.executors.", "triton"))))
+print(sorted(m for m in sys.modules if m.startswith(("fusionlens.executors.", "triton"))))
 """
 
 
@@ -320,7 +322,9 @@ def test_first_call_imports_only_the_executors_it_can_use(interpret):
     assert proc.returncode == 0, proc.stderr
     chosen, imported = proc.stdout.strip().splitlines()[-2:]
     if interpret:
-        assert chosen == "['triton', 'torch']" and "'compiler.executors.triton'" in imported
+        assert chosen == "['triton', 'torch']" and "'fusionlens.executors.triton'" in imported
     else:
         assert chosen == "['torch']"
-        assert imported == "['compiler.executors.base', 'compiler.executors.torch_executor']"
+        # lowering and profiling are the executors package's own stages, not backends
+        assert imported == ("['fusionlens.executors.base', 'fusionlens.executors.lowering', "
+                            "'fusionlens.executors.profiling', 'fusionlens.executors.torch_executor']")

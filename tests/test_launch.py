@@ -15,8 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from compiler import cli, launch, report as R
-from compiler.discovery import find_targets
+from fusionlens import cli
+from fusionlens.driver import launch
+from fusionlens.report import schema as R
+from fusionlens.report.discovery import find_targets
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "ddp_train.py"
@@ -122,7 +124,7 @@ def test_discovery_reads_nproc():
 def _fusionlens(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore",
            "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)}
-    return subprocess.run([sys.executable, "-m", "compiler.cli", "compile", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "fusionlens.cli", "compile", *args], capture_output=True, text=True,
                           timeout=timeout, env=env, cwd=REPO)
 
 

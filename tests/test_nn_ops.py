@@ -7,9 +7,10 @@ import torch
 from torch import nn
 
 import compiler
-from compiler import frontend, passes
-from compiler.ir import SymbolKind
-from compiler.ops import prims
+from fusionlens.frontend import tracer as frontend
+from fusionlens.middle import passes
+from fusionlens.ir.trace import SymbolKind
+from fusionlens.ops import prims
 
 
 class _SqueezeExcite(nn.Module):

@@ -1,4 +1,4 @@
-"""Tests of the nvFuser executor (compiler/executors/nvfuser/): availability, what ran, runtime.
+"""Tests of the nvFuser executor (fusionlens/executors/nvfuser/): availability, what ran, runtime.
 
 Definitions run on tests/nvfuser_reference.py (a torch re-implementation of the nvFuser
 Python API subset the executor writes, given to the executor as a Backend that is not
@@ -28,11 +28,11 @@ import torch
 import torch.nn.functional as F
 
 import compiler
-from compiler.contract import Decline, Layout
-from compiler.executors import nvfuser as nx
-from compiler.executors.nvfuser import backend as nvb
-from compiler.executors.nvfuser import runtime, support
-from compiler.executors.nvfuser.backend import Backend
+from fusionlens.middle.contract import Decline, Layout
+from fusionlens.executors import nvfuser as nx
+from fusionlens.executors.nvfuser import backend as nvb
+from fusionlens.executors.nvfuser import runtime, support
+from fusionlens.executors.nvfuser.backend import Backend
 
 import nvfuser_reference as ref
 from nvfuser_testing import (  # noqa: F401 - runner is a fixture
@@ -282,7 +282,7 @@ def test_jit_reuses_the_region_and_its_definitions(runner):
 
 
 def test_source_for_layouts_is_the_definition_that_ran_for_them(runner):
-    # the executor contract's source_for: what compiler/repro.py writes, with no nvFuser internals
+    # the executor contract's source_for: what fusionlens/driver/repro.py writes, with no nvFuser internals
     group, tensors, _ = function_group(lambda x, w: torch.softmax(x, -1) * w, f32(32, 8).t(), f32(32))
     gen, _, _ = run_generated(runner, group, tensors)
     ((key, ran),) = gen.definitions.items()

@@ -1,4 +1,4 @@
-"""Tests of the nvFuser executor's definitions (compiler/executors/nvfuser/definition.py and
+"""Tests of the nvFuser executor's definitions (fusionlens/executors/nvfuser/definition.py and
 support.py): what it takes and the FusionDefinition it writes.
 
 Every generated FusionDefinition is built and executed: against tests/nvfuser_reference.py
@@ -29,9 +29,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from compiler.contract import Decline
-from compiler.executors.nvfuser import definition, support
-from compiler.ops import prims
+from fusionlens.middle.contract import Decline
+from fusionlens.executors.nvfuser import definition, support
+from fusionlens.ops import prims
 
 import nvfuser_reference as ref
 from nvfuser_testing import (  # noqa: F401 - runner is a fixture

@@ -14,11 +14,11 @@ import torch.nn.functional as F
 from torch.nn import init
 
 import compiler
-from compiler.autograd import composite_rules, prim_rules, rules, torch_rules
-from compiler.ir import OpTag, Symbol, SymbolKind
-from compiler.ops import prims as P
-from compiler.ops import torch_ops
-from compiler.ops.torch_ops import activations, registry
+from fusionlens.middle.autograd import composite_rules, prim_rules, rules, torch_rules
+from fusionlens.ir.trace import OpTag, Symbol, SymbolKind
+from fusionlens.ops import prims as P
+from fusionlens.ops import torch_ops
+from fusionlens.ops.torch_ops import activations, registry
 
 # --- the old inferences, the reference ---------------------------------------------------
 

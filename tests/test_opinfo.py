@@ -84,7 +84,7 @@ def test_most_of_the_slice_has_no_fallback():
     assert len(known) >= 0.75 * len(counted), [(r.name, r.kind) for r in counted if r not in known]
 
 
-# --- what the frontend does not do yet: each passes once compiler/frontend.py maps it ---------
+# --- what the frontend does not do yet: each passes once fusionlens/frontend/tracer.py maps it ---------
 
 def test_multihead_attention_without_weights():
     mha = torch.nn.MultiheadAttention(16, 4, batch_first=True).eval()

@@ -5,7 +5,7 @@ For each sample in op_samples.py and each dtype it supports:
 - trace it, decompose it, and run the printed traces on their own: the decomposed trace
   and its flattened form (the leaves of the decomposition: prims and library calls), which
   really runs the prims; each matches eager within the dtype's tolerance
-  (compiler.checking). An op with a decomposition is decomposed (no fallback note) unless
+  (fusionlens.driver.checking). An op with a decomposition is decomposed (no fallback note) unless
   the sample says it is not;
 - compile it with `compiler.compile` (no error diagnostics) and run it with `compiler.jit`.
 """
@@ -19,8 +19,10 @@ import torch
 from torch.utils import _pytree as pytree
 
 import compiler
-from compiler import checking, frontend, passes
-from compiler.ops import torch_ops
+from fusionlens.driver import checking
+from fusionlens.frontend import tracer as frontend
+from fusionlens.middle import passes
+from fusionlens.ops import torch_ops
 
 import op_samples
 from op_samples import F32, SAMPLES, clone_args
@@ -29,7 +31,7 @@ from op_samples import F32, SAMPLES, clone_args
 # by their own suites; here they would multiply the run time).
 EXECUTORS = os.environ.get("FUSIONLENS_OP_EXECUTORS", "torch").split(",")
 
-# Bugs in compiler/ found by these samples, reported with a repro and a suggested fix.
+# Bugs in fusionlens/ found by these samples, reported with a repro and a suggested fix.
 # Each marks the listed samples' tests xfail(strict=True): once fixed, delete the entry.
 BUGS: dict = {}  # sample name -> reason, for a known compiler bug (xfail strict)
 
@@ -207,7 +209,7 @@ def test_docs_ops_md_is_current():
     path = os.path.join(os.path.dirname(__file__), "..", "docs", "ops.md")
     with open(path) as f:
         committed = f.read()
-    from compiler.ops import prims
+    from fusionlens.ops import prims
 
     for name in torch_ops.SYMBOLS:
         assert f"| `{name}` |" in committed, f"docs/ops.md lacks {name}: regenerate it"
@@ -232,6 +234,6 @@ def test_flattened_decomposition_has_no_alias_ops():
 
 
 def ir_line(b):
-    from compiler.ir import format_call
+    from fusionlens.ir.trace import format_call
 
     return format_call(b)

@@ -13,8 +13,9 @@ import torch
 import torch.nn.functional as F
 
 import compiler
-from compiler import checking
-from compiler.ops import torch_ops
+from fusionlens.driver import checking
+from fusionlens.ops import torch_ops
+import fusionlens.ir.trace
 
 EXECUTORS = ["torch"]
 
@@ -148,7 +149,7 @@ def _table_case(inplace_fn):
 def test_functional_forms_write_what_the_inplace_op_writes(inplace_fn):
     sym, x, functional, written = _table_case(inplace_fn)
     assert functional is not x and functional.shape == written.shape and functional.dtype == written.dtype
-    if compiler.ir.OpTag.RANDOM in sym.tags:
+    if fusionlens.ir.trace.OpTag.RANDOM in sym.tags:
         return  # a draw: its values are the random stream's
     assert checking.mismatch(functional, written) is None
 
@@ -226,8 +227,9 @@ def test_trunc_division_of_low_precision_tensors_rounds_as_eager(dtype):
     # tensor by tensor, torch rounds the quotient to the dtype before truncating (a scalar
     # divisor is divided in float32): at a quotient just under an integer the two differ by 1.
     # The decomposition's prims are run one by one, as a fusion executor would run them.
-    from compiler import frontend, passes
-    from compiler.interpret import run_ops
+    from fusionlens.frontend import tracer as frontend
+    from fusionlens.middle import passes
+    from fusionlens.ir.interpret import run_ops
 
     def fn(a, b):
         return torch.div(a, b, rounding_mode="trunc"), a.div(-0.3, rounding_mode="trunc")

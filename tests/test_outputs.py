@@ -8,7 +8,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 import compiler
-from compiler import checking
+from fusionlens.driver import checking
 
 Pair = collections.namedtuple("Pair", "first second")
 

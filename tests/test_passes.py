@@ -9,9 +9,11 @@ import torch
 import torch.nn.functional as F
 
 import compiler
-from compiler import checking, frontend, passes
-from compiler.ir import SymbolKind
-from compiler.provenance import display_path
+from fusionlens.driver import checking
+from fusionlens.frontend import tracer as frontend
+from fusionlens.middle import passes
+from fusionlens.ir.trace import SymbolKind
+from fusionlens.ir.provenance import display_path
 
 
 def acquire(fn, *args, **kwargs):
@@ -239,7 +241,8 @@ def test_printer_special_values_round_trip():
 
 
 def test_cse_sees_through_keyword_spelling():
-    from compiler import frontend, passes
+    from fusionlens.frontend import tracer as frontend
+    from fusionlens.middle import passes
 
     def f(x):
         return torch.softmax(x, -1) + torch.softmax(x, dim=-1)

@@ -3,9 +3,10 @@
 import torch
 
 import compiler
-from compiler import executors, pipeline
-from compiler.options import CompileOptions
-from compiler.report import TRACE_STAGES
+from fusionlens import executors
+from fusionlens.driver import pipeline
+from fusionlens.options import CompileOptions
+from fusionlens.report.schema import TRACE_STAGES
 from fusion_executor import TorchFusion
 
 

@@ -1,14 +1,15 @@
 """CompileOptions.profile (FUSIONLENS_PROFILE=1, --profile): each region runs in a profiler
-range named after it and its first user line (compiler/profiling.py); without it the program
+range named after it and its first user line (fusionlens/executors/profiling.py); without it the program
 has no range in it at all."""
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from compiler import pipeline, profiling
-from compiler.options import CompileOptions
-from compiler.ir import PROFILE_RANGE
-from compiler.targets import load_module
+from fusionlens.driver import pipeline
+from fusionlens.executors import profiling
+from fusionlens.options import CompileOptions
+from fusionlens.ir.trace import PROFILE_RANGE
+from fusionlens.driver.targets import load_module
 
 MODEL = '''\
 import torch

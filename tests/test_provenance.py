@@ -8,14 +8,14 @@ import textwrap
 import torch
 
 import compiler
-from compiler.provenance import is_user_file
-from compiler.targets import compile_target
+from fusionlens.ir.provenance import is_user_file
+from fusionlens.driver.targets import compile_target
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def test_the_model_code_rule():
-    from compiler.discovery import CodeRoots, is_model_code
+    from fusionlens.report.discovery import CodeRoots, is_model_code
 
     roots = CodeRoots(never=("/py/lib/python3.11/site-packages/torch", "/repo/compiler"),
                       stdlib=("/py/lib/python3.11",), packages=("/py/lib/python3.11/site-packages",))
@@ -59,7 +59,7 @@ def test_model_code_in_an_installed_package_gets_its_own_lines(tmp_path, monkeyp
     monkeypatch.syspath_prepend(str(site))
     import importlib
 
-    import compiler.provenance as prov
+    import fusionlens.ir.provenance as prov
 
     prov.code_roots.cache_clear()  # the new site-packages folder is an installed-package root
     prov.is_user_file.cache_clear()

@@ -1,4 +1,4 @@
-"""Repro scripts (compiler/repro.py, `fusionlens repro`): written for the Triton regions of
+"""Repro scripts (fusionlens/driver/repro.py, `fusionlens repro`): written for the Triton regions of
 every example, each runs in a Python that cannot import FusionLens and says its kernel
 matches eager; a broken kernel makes it say it does not.
 
@@ -26,11 +26,11 @@ import torch
 CUDA = torch.cuda.is_available()
 # tests/conftest.py imported triton for the interpreter (where no GPU is) before any test module
 
-from compiler import repro  # noqa: E402
-from compiler.options import CompileOptions  # noqa: E402
-from compiler.discovery import find_targets  # noqa: E402
-from compiler.executors.triton import support  # noqa: E402
-from compiler.ops import prims  # noqa: E402
+from fusionlens.driver import repro  # noqa: E402
+from fusionlens.options import CompileOptions  # noqa: E402
+from fusionlens.report.discovery import find_targets  # noqa: E402
+from fusionlens.executors.triton import support  # noqa: E402
+from fusionlens.ops import prims  # noqa: E402
 
 pytest.importorskip("triton")
 if not CUDA:
@@ -48,7 +48,8 @@ MISMATCH = "MISMATCH: the kernel does not match eager"
 # import FusionLens; prints each one's exit status.
 DRIVER = """\
 import importlib.util, runpy, sys
-assert importlib.util.find_spec("compiler") is None, "FusionLens is importable here"
+assert importlib.util.find_spec("compiler") is None and importlib.util.find_spec("fusionlens") is None, \
+    "FusionLens is importable here"
 try:
     import compiler  # noqa: F401
 except ImportError:
@@ -109,7 +110,7 @@ def test_every_triton_region_of_each_example_matches_eager_without_fusionlens(ta
 
 @pytest.mark.parametrize("target,executors", [("train_gpt_small", ["triton", "torch"]), ("softmax_small", None)])
 def test_region_ids_are_the_reports(target, executors):
-    from compiler.targets import compile_target
+    from fusionlens.driver.targets import compile_target
 
     prepared = repro.prepare(str(FIXTURE), target, executors=executors)
     report = compile_target(str(FIXTURE), target, executors=executors, benchmark=False)
@@ -241,7 +242,7 @@ def test_torch_regions_and_unknown_ids_are_refused_with_the_ids_that_work():
         prepared.script(torch_region)
     with pytest.raises(repro.ReproError, match="no region R99"):
         prepared.script("R99")
-    with pytest.raises(repro.ReproError, match="no @compiler.example target named 'nope'"):
+    with pytest.raises(repro.ReproError, match="no @fusionlens.example target named 'nope'"):
         repro.prepare(str(FIXTURE), "nope")
 
 

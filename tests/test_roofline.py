@@ -1,4 +1,4 @@
-"""Cost and roofline of every region (compiler/cost.py, compiler/roofline.py; docs/roofline.md):
+"""Cost and roofline of every region (fusionlens/middle/cost.py, fusionlens/report/roofline.py; docs/roofline.md):
 the arithmetic against hand counts per region kind, the GPU table, and what a report on a
 CPU carries (estimates for the target GPU, previews with a Region's fields)."""
 
@@ -14,9 +14,9 @@ import torch
 import torch.nn.functional as F
 
 import compiler
-from compiler import roofline
-from compiler.options import CompileOptions
-from compiler.report import CompileReport
+from fusionlens.report import roofline
+from fusionlens.options import CompileOptions
+from fusionlens.report.schema import CompileReport
 
 REPO = Path(__file__).resolve().parents[1]
 F32 = 4
@@ -137,7 +137,7 @@ def test_the_table_has_the_datasheet_figures_the_docs_cite():
 
 
 def test_roofline_imports_no_torch_and_the_extension_offers_its_names():
-    code = "import sys, compiler.roofline; print('torch' in sys.modules)"
+    code = "import sys, fusionlens.report.roofline; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=60)
     assert out.stdout.strip() == "False", out.stderr
     pkg = json.loads((REPO / "vscode-extension" / "package.json").read_text())
@@ -175,7 +175,7 @@ def test_a_cpu_report_estimates_every_region_and_preview_for_the_target_gpu(monk
 
 
 def test_cli_names_the_gpu_and_refuses_an_unknown_one(capsys):
-    from compiler import cli
+    from fusionlens import cli
 
     path = str(REPO / "examples" / "softmax.py")
     assert cli.main(["compile", path, "--target", "softmax_example", "--no-benchmark", "--gpu", "l4"]) == 0

@@ -12,6 +12,6 @@ def test_the_triton_interpreter_tests_can_run_in_this_session():
     # test_triton.py and test_repro.py skip themselves when triton was imported without
     # TRITON_INTERPRET=1 (tests/conftest.py imports it first); in a whole-suite run that
     # skip once hid every Triton test, so it is an error here
-    from compiler.executors.triton import support
+    from fusionlens.executors.triton import support
 
     assert support._interpreter_problem() is None

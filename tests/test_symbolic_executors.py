@@ -1,4 +1,4 @@
-"""The fusion executors on a dynamic program's groups: shapes of symbols (compiler/symbols.py).
+"""The fusion executors on a dynamic program's groups: shapes of symbols (fusionlens/ir/symbols.py).
 
 Each group is traced once on fake tensors of a SymbolEnv (tests/fusion_groups.py's
 `symbolic_group_from_fn`), generated once, and run at several sizes against eager: through
@@ -14,8 +14,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from compiler.contract import Decline
-from compiler.executors import nvfuser as nx
+from fusionlens.middle.contract import Decline
+from fusionlens.executors import nvfuser as nx
 
 from fusion_groups import symbolic_group_from_fn
 from nvfuser_testing import reference_backend
@@ -60,7 +60,7 @@ def _eager(fn, before, args):
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_triton_serves_every_size_with_one_kernel(triton, case):
-    from compiler.executors.triton import generate
+    from fusionlens.executors.triton import generate
 
     fn, shapes, before = CASES[case]
     group, env, pick = symbolic_group_from_fn(fn, *shapes, before=before)
@@ -96,7 +96,7 @@ def test_nvfuser_reference_serves_every_size_with_one_definition(case):
 
 
 def test_triton_kernel_takes_sizes_as_arguments(triton):
-    from compiler.executors.triton import generate
+    from fusionlens.executors.triton import generate
 
     group, _, _ = symbolic_group_from_fn(lambda x, y: x * y + 1.0, (2, "n", 8), ("n", 1))
     src = generate(group).source
@@ -108,7 +108,7 @@ def test_triton_kernel_takes_sizes_as_arguments(triton):
 
 
 def test_triton_reduction_over_a_symbol_loops_with_the_length_as_an_argument(triton):
-    from compiler.executors.triton import generate
+    from fusionlens.executors.triton import generate
 
     group, _, _ = symbolic_group_from_fn(lambda x: torch.softmax(x, -1), (2, "n"))
     src = generate(group).source
@@ -117,7 +117,7 @@ def test_triton_reduction_over_a_symbol_loops_with_the_length_as_an_argument(tri
 
 
 def test_triton_strided_inputs_get_one_variant_for_every_size(triton):
-    from compiler.executors.triton import generate
+    from fusionlens.executors.triton import generate
 
     group, env, pick = symbolic_group_from_fn(lambda x: torch.exp(x) - x, ("n", 6))
     gen = generate(group)
@@ -130,7 +130,7 @@ def test_triton_strided_inputs_get_one_variant_for_every_size(triton):
 
 
 def test_triton_declines_a_symbol_no_input_carries_plainly(triton):
-    from compiler.executors.triton import generate
+    from fusionlens.executors.triton import generate
 
     group, _, _ = symbolic_group_from_fn(lambda y: y * 2.0, (3, "n"),
                                          before=lambda x: (torch.cat([x, x[:, :1]], 1),))
@@ -162,7 +162,7 @@ def test_nvfuser_serves_a_symbol_no_input_carries_plainly():
 
 def test_symbolic_kernels_compile_for_sm90(tmp_path):
     """The kernels above, compiled (not interpreted) for Hopper: their size arguments, and the
-    INDEX_64 switch both ways, in Triton's real code generator (compiler/executors/triton/aot.py)."""
+    INDEX_64 switch both ways, in Triton's real code generator (fusionlens/executors/triton/aot.py)."""
     import dataclasses
     import json
     import os
@@ -172,7 +172,7 @@ def test_symbolic_kernels_compile_for_sm90(tmp_path):
 
     pytest.importorskip("triton")
     import test_triton_hopper as hopper
-    from compiler.executors.triton import analysis, build_source
+    from fusionlens.executors.triton import analysis, build_source
 
     problem = hopper._ptxas_problem()
     if problem:
@@ -195,7 +195,7 @@ def test_symbolic_kernels_compile_for_sm90(tmp_path):
     repo = Path(__file__).resolve().parents[1]
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = str(repo) + os.pathsep + env.get("PYTHONPATH", "")
-    proc = subprocess.run([sys.executable, "-m", "compiler.executors.triton.aot", str(path), "--arch", "90"],
+    proc = subprocess.run([sys.executable, "-m", "fusionlens.executors.triton.aot", str(path), "--arch", "90"],
                           capture_output=True, text=True, env=env, cwd=repo, timeout=600)
     rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     assert len(rows) == len(cases), proc.stderr[-3000:]
@@ -204,10 +204,10 @@ def test_symbolic_kernels_compile_for_sm90(tmp_path):
 
 
 def test_source_for_layouts_of_any_size(triton):
-    """repro's question (compiler/executors/base.py source_for): the code for inputs of these
+    """repro's question (fusionlens/executors/base.py source_for): the code for inputs of these
     layouts; for a symbolic group any size of its symbols, with no guard recorded."""
-    from compiler.contract import Layout
-    from compiler.executors.triton import source_for
+    from fusionlens.middle.contract import Layout
+    from fusionlens.executors.triton import source_for
 
     group, env, _ = symbolic_group_from_fn(lambda x: torch.softmax(x, -1), (2, "n"))
     guards = len(env.guards)

@@ -1,6 +1,6 @@
 """compile_target on an editor's buffer: the text compiled is the buffer's, its imports come from disk."""
 
-from compiler.targets import compile_target
+from fusionlens.driver.targets import compile_target
 
 SAVED = '''import torch
 import compiler

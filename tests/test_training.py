@@ -19,10 +19,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import compiler
-from compiler import checking
-from compiler.autograd import prim_rules
-from compiler.ops import prims
-from compiler.targets import compile_target
+from fusionlens.driver import checking
+from fusionlens.middle.autograd import prim_rules
+from fusionlens.ops import prims
+from fusionlens.driver.targets import compile_target
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -338,7 +338,7 @@ def test_inference_targets_compile_without_a_backward():
 
 
 def _example_targets():
-    from compiler.discovery import find_targets
+    from fusionlens.report.discovery import find_targets
     for path in sorted(EXAMPLES.glob("*.py")):
         for t in find_targets(path.read_text(), str(path)):
             if not t.nproc:  # a distributed target runs on its ranks: tests/test_launch.py

@@ -1,4 +1,4 @@
-"""Differential tests of the Triton code generator (compiler/executors/triton/).
+"""Differential tests of the Triton code generator (fusionlens/executors/triton/).
 
 On a machine without CUDA the generated kernels run under Triton's interpreter, which
 needs TRITON_INTERPRET=1 at two moments: when triton is first imported (its @jit standard
@@ -15,7 +15,7 @@ On a GPU machine the same tests run the real kernels on the GPU (no interpreter)
 
 Each case is one function traced into one FusionGroup (tests/fusion_groups.py),
 generated, run on fresh random inputs and compared with eager PyTorch using the per-dtype
-tolerances of compiler/checking.py. Reductions also run in their looped form (rows longer
+tolerances of fusionlens/driver/checking.py. Reductions also run in their looped form (rows longer
 than the register block), by lowering the generator's block limits.
 """
 
@@ -31,11 +31,11 @@ CUDA = torch.cuda.is_available()
 # tests/conftest.py imported triton for the interpreter (where no GPU is) before any test module
 from torch.utils import _pytree as pytree
 
-from compiler import checking
+from fusionlens.driver import checking
 from fusion_groups import group_from_fn
-from compiler.contract import Decline, FusionGroup, Layout
-from compiler.executors import triton as tx
-from compiler.executors.triton import support, tuning
+from fusionlens.middle.contract import Decline, FusionGroup, Layout
+from fusionlens.executors import triton as tx
+from fusionlens.executors.triton import support, tuning
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import test_triton_cases as C  # noqa: E402
@@ -179,13 +179,13 @@ def test_large_domain_uses_64_bit_indexing():
     def f(x):
         return x * 2.0
 
-    from compiler.ir import Value
+    from fusionlens.ir.trace import Value
 
     x = Value("x", (1 << 16, 1 << 16), torch.float16, DEVICE, role="input")
     small, _ = group_from_fn(f, torch.randn(4, 4, device=DEVICE))
     b = small.bsyms[0]
     out = Value("t0", x.shape, torch.float16, DEVICE)
-    from compiler.ir import BoundSymbol
+    from fusionlens.ir.trace import BoundSymbol
 
     group = FusionGroup("big", [BoundSymbol(b.sym, (x, 2.0), {}, [out])], [x], [out], x.shape)
     src = tx.generate(group, DEVICE).source
@@ -215,8 +215,8 @@ def test_empty_outputs_need_no_kernel():
 
 
 def test_can_take_answers():
-    from compiler.ir import BoundSymbol, Value
-    from compiler.ops import prims
+    from fusionlens.ir.trace import BoundSymbol, Value
+    from fusionlens.ops import prims
 
     d = DEVICE
     f32 = Value("a", (4, 8), torch.float32, d)
@@ -238,7 +238,7 @@ def test_can_take_answers():
     assert "not generated for Triton" in take(BoundSymbol(prims.full, ((4,), 1.0), {"dtype": torch.float32, "device": d},
                                                           out(torch.float32, (4,))))
     assert "tensor exponent" in take(BoundSymbol(prims.pow, (f32, f32), {}, out(torch.float32)))
-    from compiler.ops import torch_ops
+    from fusionlens.ops import torch_ops
 
     mm = torch_ops.SYMBOLS.get("torch.matmul")
     if mm is not None:
@@ -342,7 +342,7 @@ def test_report_code_shows_the_variant_that_ran():
 
 
 def test_source_for_layouts_is_the_module_generate_runs_for_them():
-    # the executor contract's source_for: what compiler/repro.py writes, with no triton internals
+    # the executor contract's source_for: what fusionlens/driver/repro.py writes, with no triton internals
     case = C.by_name("softmax_transposed")
     x = torch.randn(53, 6, device=DEVICE).t()
     group, ins = group_from_fn(case.fn, x)
@@ -362,8 +362,8 @@ def test_source_for_layouts_is_the_module_generate_runs_for_them():
 
 
 def test_declines_mixed_devices():
-    from compiler.ir import BoundSymbol, Value
-    from compiler.ops import prims
+    from fusionlens.ir.trace import BoundSymbol, Value
+    from fusionlens.ops import prims
 
     x = Value("x", (4, 4), torch.float32, torch.device("cuda", 0))
     s = Value("s", (), torch.float32, torch.device("cpu"))

@@ -2,7 +2,7 @@
 
 No GPU is needed: the sources are generated here, then one subprocess (without
 TRITON_INTERPRET, which would replace @triton.jit by the interpreter) runs
-`python -m compiler.executors.triton.aot`, which calls
+`python -m fusionlens.executors.triton.aot`, which calls
 `triton.compile(ASTSource(kernel, signature, constexprs), target=GPUTarget("cuda", 90, 32))`
 down to a cubin with the ptxas bundled in the triton wheel. Nothing is launched.
 
@@ -25,8 +25,8 @@ import torch
 pytest.importorskip("triton")
 
 from fusion_groups import group_from_fn  # noqa: E402
-from compiler.executors import triton as tx  # noqa: E402
-from compiler.executors.triton import analysis, runtime, tuning  # noqa: E402
+from fusionlens.executors import triton as tx  # noqa: E402
+from fusionlens.executors.triton import analysis, runtime, tuning  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import test_triton_cases as C  # noqa: E402
@@ -81,7 +81,7 @@ def test_every_generated_kernel_compiles_for_sm90(monkeypatch, tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
     env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
-    proc = subprocess.run([sys.executable, "-m", "compiler.executors.triton.aot", str(path), "--arch", "90"],
+    proc = subprocess.run([sys.executable, "-m", "fusionlens.executors.triton.aot", str(path), "--arch", "90"],
                           capture_output=True, text=True, env=env, cwd=REPO, timeout=600)
     rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     failed = [r for r in rows if not r.get("ok")]
@@ -120,7 +120,7 @@ def test_full_size_rows_compile_without_spills(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
     env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
-    proc = subprocess.run([sys.executable, "-m", "compiler.executors.triton.aot", str(path)], capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "fusionlens.executors.triton.aot", str(path)], capture_output=True,
                           text=True, env=env, cwd=REPO, timeout=600)
     rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
     assert len(rows) == len(cases), proc.stderr[-3000:]

@@ -1,4 +1,4 @@
-"""compiler.verify: real programs keep every rule at every stage; a trace or FusionGroup
+"""fusionlens.middle.verify: real programs keep every rule at every stage; a trace or FusionGroup
 broken by hand, one rule at a time, is rejected with the op and its user line."""
 
 from __future__ import annotations
@@ -11,11 +11,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from compiler import fusion, pipeline
-from compiler.ir import SymbolKind
-from compiler.ir import BoundSymbol, Symbol, Trace, Value, format_call
-from compiler.ops import prims
-from compiler.verify import VerifyError, verify, verify_group
+from fusionlens.middle import fusion
+from fusionlens.driver import pipeline
+from fusionlens.ir.trace import SymbolKind
+from fusionlens.ir.trace import BoundSymbol, Symbol, Trace, Value, format_call
+from fusionlens.ops import prims
+from fusionlens.middle.verify import VerifyError, verify, verify_group
 from test_training import Block as _Block  # a pre-norm MLP block: norm, linears, GELU
 
 HERE = os.path.basename(__file__)
@@ -63,7 +64,7 @@ def _programs_to_compile():
 def _compile(fn, args, names: list[str], train: bool = False):
     """compile_program with these executors, through CompileOptions where the pipeline takes them."""
     try:
-        from compiler.options import CompileOptions
+        from fusionlens.options import CompileOptions
     except ImportError:
         options = names
     else:

@@ -1,4 +1,4 @@
-"""In-place updates through views are functionalised (compiler/views.py): the program computes
+"""In-place updates through views are functionalised (fusionlens/frontend/views.py): the program computes
 the update, writes it back into the base and makes every other view of that base again from
 it, natively, as eager's aliasing has it. Each view kind is run in inference (the base is the
 caller's input: its values afterwards are compared too) and in training (the base is computed
@@ -10,8 +10,8 @@ import torch
 import torch.nn.functional as F
 
 import compiler
-from compiler import checking
-from compiler.report import DiagnosticCode
+from fusionlens.driver import checking
+from fusionlens.report.schema import DiagnosticCode
 
 EXECUTORS = ["torch"]
 SHAPE = (4, 6)

@@ -38,7 +38,7 @@ import torch.nn.functional as F
 from torch.utils import _pytree as pytree
 
 import compiler
-from compiler import checking
+from fusionlens.driver import checking
 import grad_accuracy as acc
 import zoo
 from test_model_zoo import _param, assert_native

@@ -17,7 +17,7 @@ from typing import Callable, Optional
 
 import torch
 
-from compiler import checking
+from fusionlens.driver import checking
 from zoo_imports import timm, torchvision, transformers
 
 VOCAB = 128

@@ -76,7 +76,7 @@ step "python for the language server"
 PY="${FUSIONLENS_PYTHON:-python3}"
 # Resolve shims (pyenv) to the real interpreter: code-server runs with another HOME.
 PY="$("$PY" -c 'import sys; print(sys.executable)')"
-check_py() { (cd / && PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}" "$PY" -c 'import lsp_server.server, compiler.targets' 2>&1); }
+check_py() { (cd / && PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}" "$PY" -c 'import lsp_server.server, fusionlens.driver.targets' 2>&1); }
 if ! check_py >/dev/null; then
   if [[ -f "$REPO/pyproject.toml" ]]; then
     echo "installing the repo into $PY: pip install -e $REPO"

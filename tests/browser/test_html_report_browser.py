@@ -16,9 +16,9 @@ import shutil
 import pytest
 import torch
 
-from compiler import html_report
-from compiler.discovery import find_targets
-from compiler.targets import compile_target
+from fusionlens.report import html as html_report
+from fusionlens.report.discovery import find_targets
+from fusionlens.driver.targets import compile_target
 
 pytestmark = pytest.mark.browser
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -15,7 +15,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 import compiler  # noqa: E402
-import compiler.checking  # noqa: E402
+import fusionlens.driver.checking  # noqa: E402
 
 
 def _mlp():
@@ -27,7 +27,7 @@ def _close(a, b, what):
     torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=lambda m: f"rank {dist.get_rank()}: {what}: {m}")
 
 
-def _train_like_eager(wrap, steps: int = 3) -> compiler.jit_cache.JitFunction:
+def _train_like_eager(wrap, steps: int = 3) -> fusionlens.driver.jit_cache.JitFunction:
     """The same training steps, eager and compiled, under `wrap`: losses, gradients and the
     parameters after each optimizer step must match (each rank trains on its own batch)."""
     eager_model, compiled_model = wrap(_mlp()), wrap(_mlp())
@@ -67,7 +67,7 @@ def check_ddp():
     assert reduces and all((c.op, c.kind, c.group_size) == ("all_reduce", "traced", 2) and c.region
                            for c in reduces), reduces
     assert sum(c.bytes for c in reduces) == _param_bytes(), reduces
-    estimated = compiler.reporting.with_estimates(list(reduces), "64x8xH100")
+    estimated = fusionlens.driver.reporting.with_estimates(list(reduces), "64x8xH100")
     assert all(c.estimate.startswith("est ") and "on 64x8xH100" in c.estimate and c.estimate_ms > 0 for c in estimated)
     # compiler.compile of the wrapper: the same program, the same all-reduces in its report
     compiled = compiler.compile(DDP(_mlp()), torch.randn(5, 8))
@@ -147,16 +147,16 @@ def check_ddp_ranks_that_disagree_on_the_check_still_meet():
     so the signature runs eagerly on both, rank 1 saying why; each eager backward all-reduces the
     same buckets in the same order (not DDP's reducer's), so the ranks meet and train as eager DDP
     does (as they would if one ran the program: ddp_overlap.Synced.after_eager_backward)."""
-    real = compiler.checking.check_program
+    real = fusionlens.driver.checking.check_program
 
     def failing(*args, **kwargs):
-        return [compiler.report.Diagnostic("error", "made to fail on rank 0")] + real(*args, **kwargs)
+        return [fusionlens.report.schema.Diagnostic("error", "made to fail on rank 0")] + real(*args, **kwargs)
     if dist.get_rank() == 0:
-        compiler.checking.check_program = failing
+        fusionlens.driver.checking.check_program = failing
     try:
         jfn = _train_like_eager(lambda m: DDP(m, bucket_cap_mb=400 / 2**20))
     finally:
-        compiler.checking.check_program = real
+        fusionlens.driver.checking.check_program = real
     assert jfn.last.eager_fallback and jfn.last.synced is not None
     messages = [d.message for d in compiler.last_report(jfn).diagnostics]
     assert dist.get_rank() == 0 or any("another rank" in m for m in messages), messages
@@ -214,19 +214,19 @@ def check_user_collectives_agree_when_one_rank_fails():
     eagerly (a rank running the program and one running eager both meet in the same all_reduce
     here, but need not in general), the others saying another rank failed; the results stay
     eager's, and the next call is a cache hit, eager."""
-    real = compiler.checking.check_program
+    real = fusionlens.driver.checking.check_program
 
     def failing(*args, **kwargs):
-        return real(*args, **kwargs) + [compiler.report.Diagnostic("error", "made to fail on rank 1")]
+        return real(*args, **kwargs) + [fusionlens.report.schema.Diagnostic("error", "made to fail on rank 1")]
     jfn = compiler.jit(_reduced)
     if dist.get_rank() == 1:
-        compiler.checking.check_program = failing
+        fusionlens.driver.checking.check_program = failing
     try:
         for step in range(2):
             x = torch.full((4,), float(dist.get_rank() + 1 + step))
             _close(jfn(x), _reduced(x), f"the result at call {step}")
     finally:
-        compiler.checking.check_program = real
+        fusionlens.driver.checking.check_program = real
     assert [e.eager_fallback for e in jfn.cache.values()] == [True] and jfn.compiles == 1, jfn.cache_info()
     messages = [d.message for d in compiler.last_report(jfn).diagnostics]
     assert dist.get_rank() == 1 or any("another rank" in m and "eagerly on every rank" in m for m in messages), \

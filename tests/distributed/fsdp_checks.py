@@ -17,7 +17,7 @@ from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 import compiler  # noqa: E402
-import compiler.checking  # noqa: E402  (patched by the checks that make one rank's check fail)
+import fusionlens.driver.checking  # noqa: E402  (patched by the checks that make one rank's check fail)
 
 TOLERANCE = {torch.float32: (1e-5, 1e-6), torch.int64: (0, 0)}
 
@@ -74,7 +74,7 @@ def _same_grads(compiled: Net, eager: Net, when: str) -> None:
 
 
 def train_like_eager(wrap: Callable[[Net], Net],
-                     batches: tuple[int, ...] = (5, 5, 5)) -> compiler.jit_cache.JitFunction:
+                     batches: tuple[int, ...] = (5, 5, 5)) -> fusionlens.driver.jit_cache.JitFunction:
     """The same training steps, eager FSDP2 and compiled: losses, gradients (DTensors) and the
     parameters after each SGD step must match (each rank trains on its own batch, of the
     step's size)."""
@@ -127,7 +127,7 @@ def check_per_block_training():
     assert sorted(c.line for c in scatters) == sorted(lines), scatters
     assert all(c.program == "backward" and c.kind == "traced" for c in scatters), scatters
     assert {c.bytes for c in scatters} == {dist.get_world_size() * c.bytes for c in gathers}, (scatters, gathers)
-    estimated = compiler.reporting.with_estimates(gathers + scatters, "64x8xH100")
+    estimated = fusionlens.driver.reporting.with_estimates(gathers + scatters, "64x8xH100")
     assert all(c.estimate.startswith("est ") and c.estimate_ms > 0 for c in estimated), estimated
     trace = compiler.last_compiled(jfn).forward.plan.trace.python()
     assert "fsdp_all_gather_into_tensor(" in trace and "fsdp_wait_tensor(" in trace, trace
@@ -300,7 +300,7 @@ def check_reshard_after_forward_gathers_again_in_the_backward():
     resharded, kept = train_like_eager(per_block), train_like_eager(kept_wrap)
     for jfn in (resharded, kept):
         _compiled_natively(jfn)
-    shards = set(compiler.fsdp.Sharded(per_block(_net())).names)
+    shards = set(fusionlens.distributed.fsdp.Sharded(per_block(_net())).names)
     # the backward reads fc2's and the head's weights (fc1's only for x's gradient: none)
     gathered = 4 * (16 * 16 + 3 * 16)
     saved = {jfn: compiler.last_report(jfn).training.saved for jfn in (resharded, kept)}
@@ -324,11 +324,11 @@ def check_reshard_after_forward_gathers_again_in_the_backward():
 
 
 def _failing(name: str, rank: int):
-    """compiler.checking's `name` (check_program or check_gradients) made to fail on `rank`, after it ran."""
-    real = getattr(compiler.checking, name)
+    """fusionlens.driver.checking's `name` (check_program or check_gradients) made to fail on `rank`, after it ran."""
+    real = getattr(fusionlens.driver.checking, name)
 
     def failing(*args, **kwargs):
-        return real(*args, **kwargs) + [compiler.report.Diagnostic("error", f"made to fail on rank {rank}")]
+        return real(*args, **kwargs) + [fusionlens.report.schema.Diagnostic("error", f"made to fail on rank {rank}")]
     return real, failing
 
 
@@ -340,11 +340,11 @@ def check_one_rank_failing_its_check_runs_every_rank_eagerly():
     for name, rank in (("check_program", 0), ("check_gradients", 1)):
         real, failing = _failing(name, rank)
         if dist.get_rank() == rank:
-            setattr(compiler.checking, name, failing)
+            setattr(fusionlens.driver.checking, name, failing)
         try:
             jfn = train_like_eager(per_block, batches=(5, 5))
         finally:
-            setattr(compiler.checking, name, real)
+            setattr(fusionlens.driver.checking, name, real)
         assert jfn.cache and all(e.eager_fallback for e in jfn.cache.values()), (name, jfn.cache_info())
         messages = [d.message for d in compiler.last_report(jfn).diagnostics]
         assert dist.get_rank() == rank or any("another rank" in m for m in messages), (name, messages)

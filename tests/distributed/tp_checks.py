@@ -19,7 +19,7 @@ from torch.distributed.tensor.parallel import (ColwiseParallel, PrepareModuleInp
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 import compiler  # noqa: E402
-import compiler.checking  # noqa: E402  (patched by the checks that make one rank's check fail)
+import fusionlens.driver.checking  # noqa: E402  (patched by the checks that make one rank's check fail)
 
 
 class MLP(torch.nn.Module):
@@ -216,16 +216,16 @@ def check_one_rank_failing_its_check_runs_every_rank_eagerly():
     others say why."""
     eager, model = _pair(MLP, MLP_PLAN)
     jfn = compiler.jit(model)
-    real = compiler.checking.check_gradients
+    real = fusionlens.driver.checking.check_gradients
     if dist.get_rank() == 1:
-        compiler.checking.check_gradients = lambda *a, **k: real(*a, **k) + [compiler.report.Diagnostic(
+        fusionlens.driver.checking.check_gradients = lambda *a, **k: real(*a, **k) + [fusionlens.report.schema.Diagnostic(
             "error", "forced mismatch")]
     try:
         for call in range(2):
             x = torch.randn(4, 8)
             _close(jfn(x), eager(x), f"the output at call {call}")
     finally:
-        compiler.checking.check_gradients = real
+        fusionlens.driver.checking.check_gradients = real
     assert [e.eager_fallback for e in jfn.cache.values()] == [True], jfn.cache_info()
     if dist.get_rank() != 1:
         messages = [d.message for d in compiler.last_report(jfn).diagnostics]
@@ -236,14 +236,14 @@ def check_a_forward_check_failing_on_one_rank_skips_every_rank_s_gradient_check(
     """Rank 0's forward check fails (forced): rank 1 would go on to the gradient check, whose
     backward all-reduces (the colwise input's) rank 0 never joins. The ranks agree after the
     forward check: none checks gradients, all run eagerly, and train as eager TP does."""
-    real = compiler.checking.check_program
+    real = fusionlens.driver.checking.check_program
     if dist.get_rank() == 0:
-        compiler.checking.check_program = lambda *a, **k: real(*a, **k) + [compiler.report.Diagnostic(
+        fusionlens.driver.checking.check_program = lambda *a, **k: real(*a, **k) + [fusionlens.report.schema.Diagnostic(
             "error", "forced mismatch")]
     try:
         jfn, _ = _train_like_eager(MLP, MLP_PLAN, (4, 8), input_grad=True, steps=2, natively=False)
     finally:
-        compiler.checking.check_program = real
+        fusionlens.driver.checking.check_program = real
     assert [e.eager_fallback for e in jfn.cache.values()] == [True], jfn.cache_info()
     messages = [d.message for d in compiler.last_report(jfn).diagnostics]
     assert dist.get_rank() == 0 or any("another rank" in m for m in messages), messages
@@ -253,15 +253,15 @@ def check_a_float64_rejudge_on_one_rank_runs_on_every_rank():
     """Rank 1's gradients differ from eager's (made to), so it judges them against a float64 run of
     the call, which communicates: every rank runs that float64 call with it (or rank 1's would
     wait for the others), and as the gradients are as close to it as eager's, all compile."""
-    real = compiler.checking.grad_mismatch
+    real = fusionlens.driver.checking.grad_mismatch
     if dist.get_rank() == 1:
-        compiler.checking.grad_mismatch = lambda *a, **k: "made to differ"
+        fusionlens.driver.checking.grad_mismatch = lambda *a, **k: "made to differ"
     try:
         jfn, _ = _train_like_eager(MLP, MLP_PLAN, (4, 8), input_grad=True, steps=1)
     finally:
-        compiler.checking.grad_mismatch = real
+        fusionlens.driver.checking.grad_mismatch = real
     codes = [d.code for d in compiler.last_report(jfn).diagnostics]
-    assert (compiler.report.DiagnosticCode.ILL_CONDITIONED in codes) == (dist.get_rank() == 1), codes
+    assert (fusionlens.report.schema.DiagnosticCode.ILL_CONDITIONED in codes) == (dist.get_rank() == 1), codes
 
 
 CHECKS = [check_mlp_training, check_mlp_inference, check_a_dtensor_argument_runs_eagerly, check_attention_block_training,

@@ -4,7 +4,7 @@ This module needs torch and FusionLens only: the fuzzer's standalone scripts car
 verbatim (tests/fuzz/script.py), so a script judges exactly as the fuzzer did.
 
 The rule: each call's results, the inputs it updated in place and (training) the gradients
-of the inputs that require grad must match eager's within compiler/checking.py's tolerance
+of the inputs that require grad must match eager's within fusionlens/driver/checking.py's tolerance
 of their dtype; a floating result that does not passes when it is as close to a float64 run
 of the same call as eager's own result is (`checking.as_accurate_as_eager`, dynamo's rule).
 A discrete result (integers, booleans) that differs from eager passes where it equals the
@@ -23,8 +23,8 @@ from dataclasses import dataclass
 import torch
 
 import compiler
-from compiler import checking
-from compiler.options import CompileOptions
+from fusionlens.driver import checking
+from fusionlens.options import CompileOptions
 
 PASS, SKIP, FAIL = "pass", "skip", "fail"
 RAISES = "raises"  # FusionLens raised where eager does not

@@ -1,4 +1,4 @@
-"""A stand-in for compiler.targets.compile_target that never runs user code.
+"""A stand-in for fusionlens.driver.targets.compile_target that never runs user code.
 
 Used through FUSIONLENS_WORKER_COMPILE=lsp_fake_compile:compile_target (with tests/lsp on
 PYTHONPATH) by the latency benchmark and by tests of the worker machinery that must not
@@ -11,7 +11,7 @@ from __future__ import annotations
 import ast
 import os
 
-from compiler.report import (Boundary, CompileReport, Diagnostic, OpRecord, ProgramReport, ProgramTimings, Region,
+from fusionlens.report.schema import (Boundary, CompileReport, Diagnostic, OpRecord, ProgramReport, ProgramTimings, Region,
                              RegionTiming, SourceLine, Target, Timing)
 
 

@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from compiler.report import Collective, RankSpread
+from fusionlens.report.schema import Collective, RankSpread
 from lsp_helpers import EXAMPLES, hover_text, line_of
 
 pytestmark = pytest.mark.asyncio

@@ -232,14 +232,14 @@ def test_a_line_map_moves_lines_past_an_edit_and_drops_the_edited():
 
 
 def test_tiny_estimates_read_as_less_than_a_tenth_of_a_microsecond():
-    from compiler.report import format_ms  # the editor's and the CLI's times alike
+    from fusionlens.report.schema import format_ms  # the editor's and the CLI's times alike
 
     assert format_ms(0.0000012) == "< 0.1 µs" and format_ms(0.0) == "< 0.1 µs"
     assert format_ms(0.0032) == "3.2 µs" and format_ms(None) == "?"
 
 
 def test_a_tooltip_of_a_line_in_many_regions_lists_a_few():
-    from compiler.report import CompileReport, OpRecord, ProgramReport, Region, SourceLine, Target
+    from fusionlens.report.schema import CompileReport, OpRecord, ProgramReport, Region, SourceLine, Target
     from lsp_server.annotations import LineNote, Result
     from lsp_server.views import TOOLTIP_REGIONS, hint_tooltip
 
@@ -258,7 +258,7 @@ def test_an_unsaved_buffers_lines_are_pythons(tmp_path):
     """What provenance reads for an op's line (its column, its text) of an editor's buffer."""
     import linecache
 
-    from compiler.targets import _use_source
+    from fusionlens.driver.targets import _use_source
 
     path = str(tmp_path / "buffer.py")
     _use_source(path, SOURCE)

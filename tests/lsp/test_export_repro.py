@@ -1,5 +1,5 @@
 """The "Export repro script" code action: the real server asks its worker for a standalone
-script of the region on the line (compiler/repro.py), saves it under the cache folder and
+script of the region on the line (fusionlens/driver/repro.py), saves it under the cache folder and
 asks the client to show it; the script runs in a Python without FusionLens."""
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ def without_fusionlens(script: Path, cwd: Path) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "TRITON_INTERPRET")}
     env["PYTHONPATH"] = os.pathsep.join(site.getsitepackages())
     code = "import importlib.util, runpy, sys; assert importlib.util.find_spec('compiler') is None; " \
+           "assert importlib.util.find_spec('fusionlens') is None; " \
            "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')"
     return subprocess.run([sys.executable, "-S", "-s", "-c", code, str(script), "--no-benchmark"], cwd=cwd,
                           env=env, capture_output=True, text=True, timeout=300)

@@ -59,7 +59,7 @@ async def test_refused_requests_say_why(start_server, tmp_path):
     uri = s.open(path)
     result = await s.compile(uri, "no_such_target")
     assert result["ok"] is False and "no_such_target" in result["message"]
-    assert any("no @compiler.example target named no_such_target" in m
+    assert any("no @fusionlens.example target named no_such_target" in m
                for m in _messages(s, T.MessageType.Warning))
 
     # a syntax error below the target: the lens and a message say so, nothing runs

@@ -1,7 +1,7 @@
 """Rooflines in the editor (lsp_server/views.py, commands.py): "est." on a CPU, the preview
 region a line would join, % of peak where measured on a GPU, regions by what can be won."""
 
-from compiler.report import (CompileReport, Cost, DevicePeaks, OpRecord, Preview, ProgramReport, ProgramTimings, Region,
+from fusionlens.report.schema import (CompileReport, Cost, DevicePeaks, OpRecord, Preview, ProgramReport, ProgramTimings, Region,
                              RegionTiming, Roofline, SourceLine, Target, Timing)
 from lsp_server.annotations import Result, build_annotations, norm_path
 from lsp_server.commands import _by_what_can_be_won, _roofline_fields

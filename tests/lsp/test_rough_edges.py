@@ -43,7 +43,7 @@ DEF_LINE = 10  # 0-based: def model_example
 
 def failing_compile_target(path, target_name, *args, **kwargs):
     """A compile that fails in `forward` (the error is on FAIL_LINE, not on the target's def)."""
-    from compiler.report import CompileReport, Diagnostic, Target
+    from fusionlens.report.schema import CompileReport, Diagnostic, Target
 
     path = os.path.abspath(path)
     return CompileReport(Target(target_name, path, DEF_LINE + 1, DEF_LINE + 2), status="error",

@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from compiler.report import Collective, RankSpread
+from fusionlens.report.schema import Collective, RankSpread
 from lsp_helpers import EXAMPLES, FAKE, line_of
 
 pytestmark = pytest.mark.asyncio
@@ -141,7 +141,7 @@ async def test_report_html_lists_the_targets_and_their_result_versions(start_ser
 
 @pytest.mark.parametrize("profile", ["visual-studio-code"])
 async def test_report_html_renders_the_shown_report_in_the_server(start_server, tmp_path):
-    pytest.importorskip("compiler.html_report")
+    pytest.importorskip("fusionlens.report.html")
     path = tmp_path / "model.py"
     path.write_text(SOURCE)
     s = await start_server({"compileTrigger": "manual"}, root=tmp_path, env=WITH_COLLECTIVES)

@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from compiler.report import (Boundary, CompileReport, DiagnosticCode, OpRecord, ProgramReport, ProgramTimings, Region,
+from fusionlens.report.schema import (Boundary, CompileReport, DiagnosticCode, OpRecord, ProgramReport, ProgramTimings, Region,
                              RegionTiming, SourceLine, Target, Timing)
 from lsp_server.linemap import LineMap
 from lsp_server.protocol import (CompileAnswer, CompileRequest, Failure, Ready, ReproAnswer, ReproScript, Stacks, Started,
@@ -87,7 +87,7 @@ def test_protocol_messages_round_trip_and_strangers_are_refused():
 
 
 def test_boundaries_fallbacks_and_errors_land_on_user_lines():
-    from compiler.report import Diagnostic, Fallback
+    from fusionlens.report.schema import Diagnostic, Fallback
     from lsp_server.annotations import build_annotations
     from lsp_server.views import boundary_label, hover_markdown
 
@@ -128,7 +128,7 @@ def test_settings_take_valid_values_and_refuse_the_rest():
 def test_hover_shows_what_triton_would_fuse_on_a_cpu():
     """On a machine without a GPU the torch executor runs every line; hover still shows the
     Triton kernel the line would become (report.previews)."""
-    from compiler.targets import compile_target
+    from fusionlens.driver.targets import compile_target
     from lsp_server.annotations import build_annotations
     from lsp_server.views import preview_section
 
@@ -142,7 +142,7 @@ def test_hover_shows_what_triton_would_fuse_on_a_cpu():
 
 
 def test_stack_dump_parses_to_the_innermost_user_frame():
-    from compiler.discovery import CodeRoots
+    from fusionlens.report.discovery import CodeRoots
     from lsp_server.worker_client import parse_stack_dump
 
     dump = ('Timeout (0:00:03)!\n'
@@ -188,7 +188,7 @@ def test_a_timeout_points_at_the_users_line_in_another_file():
 
 
 def test_a_target_that_returned_no_tensor_says_so_in_its_lens():
-    from compiler.report import Diagnostic
+    from fusionlens.report.schema import Diagnostic
 
     rep = CompileReport(Target("sizes", "/x/m.py", 3, 4), diagnostics=[Diagnostic(
         "warning", "sizes returned int and no tensor: there is nothing to compile",
@@ -200,7 +200,7 @@ def test_a_target_that_returned_no_tensor_says_so_in_its_lens():
 
 
 def test_model_code_in_a_library_file_annotates_it_and_the_users_call_line():
-    from compiler.report import Frame
+    from fusionlens.report.schema import Frame
     from lsp_server.annotations import build_annotations
 
     lib, user = "/site/transformers/modeling_tiny.py", "/x/run.py"

@@ -1,0 +1,3 @@
+from fusionlens.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,8 @@
+"""Runs the pipeline and everything around it: `pipeline` (the stages in order), `api`
+(compile), `jit_cache` (jit), `targets` (a file's targets), `checking` and `benchmark` (against
+eager), `timing`, `reporting` (the report assembled), `repro` (one region as a script),
+`launch` (N ranks of a target).
+
+Invariant: the only package that runs user code and the stages together; the CLI and the
+language server's worker are its only callers.
+"""

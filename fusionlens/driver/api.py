@@ -1,0 +1,184 @@
+"""The headless API: compile a callable once into a report.
+
+    report = fusionlens.compile(model, x, executors=["triton", "torch"], benchmark=True)
+
+`fusionlens.jit` (fusionlens/driver/jit_cache.py) builds on the same compile-check-report path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import gc
+from collections.abc import Sequence
+from typing import Any
+
+from fusionlens.driver import benchmark as bench, checking, pipeline, reporting
+from fusionlens.distributed import collectives
+from fusionlens.frontend import dynamic, tracer as frontend
+from fusionlens.report import schema as R
+from fusionlens.options import CompileOptions
+
+__all__ = ["compile", "CompileError", "CompileOptions", "Report"]
+
+
+class Report(R.CompileReport):
+    """What `compile` returns: the CompileReport, and its page (`to_html`)."""
+
+    def to_html(self, path: str | None = None, *, sources: dict[str, str] | None = None,
+                nonce: str | None = None) -> str:
+        """The report as one self-contained HTML page (fusionlens/report/html), written to `path`
+        when given; `sources` maps a file of the report to its text (by default read)."""
+        from fusionlens.report import html as html_report
+
+        page = html_report.render(self, sources, nonce=nonce)
+        if path is not None:
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(page)
+        return page
+
+    def __eq__(self, other: object) -> bool:
+        """Equal to a CompileReport of the same fields (what from_json reads back)."""
+        if not isinstance(other, R.CompileReport):
+            return NotImplemented
+        return all(getattr(self, f.name) == getattr(other, f.name) for f in dataclasses.fields(R.CompileReport))
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, as the dataclass it extends
+
+
+class CompileError(Exception):
+    """Compiling failed in the user's code or input; `.report` says where (report.error)."""
+
+    def __init__(self, report: R.CompileReport):
+        e = report.error
+        where = f"{e.file}:{e.line}: " if e and e.file and e.line else ""
+        super().__init__(f"{where}{e.message if e else 'compile failed'}")
+        self.report = report
+
+
+def compile(fn, *args, executors: list[str] | None = None, benchmark: bool = False, repeats: int = 20,
+            warmup: int = 3, torch_compile: bool = False, name: str | None = None,
+            options: CompileOptions | None = None, **kwargs) -> Report:
+    """Trace `fn(*args, **kwargs)`, compile it, check it against eager, and report.
+    `options` default to what the environment sets (options.ENVIRONMENT); `executors`, when
+    given, replaces theirs.
+
+    Raises CompileError (with `.report`) when the user's code fails while tracing.
+    """
+    options = (options or CompileOptions.from_env()).replace(previews=True)
+    if executors is not None:
+        options = options.replace(executors=executors)
+    report = compile_wrapped(fn, args, kwargs, options, name or frontend.target_name(fn), benchmark=benchmark,
+                             repeats=repeats, warmup=warmup, torch_compile=torch_compile)[1]
+    return Report(**{f.name: getattr(report, f.name) for f in dataclasses.fields(report)})
+
+
+def compile_wrapped(fn, args, kwargs, options: CompileOptions, name: str,
+                    **run) -> tuple[pipeline.Compiled, R.CompileReport, bool]:
+    """compile_checked of `fn` as fusionlens.jit compiles it under whatever wraps it (compile and
+    compile_target share it): DDP's module, its training report listing the backward's gradient
+    all-reduces (ddp_overlap: issued as buckets fill, or the reducer's buckets where that
+    backward does not mirror DDP); an FSDP2 module as an fsdp.Sharded taking this rank's local
+    shards by keyword; a tensor-parallel one on its local shards, each parallel Linear's
+    collectives traced (tensor_parallel.compiling); the ranks agreeing on the check on the
+    groups the wrapping communicates on."""
+    from fusionlens.distributed import collectives, ddp, ddp_overlap, fsdp, tensor_parallel
+
+    wrapper = fn if ddp.is_ddp(fn) else None
+    fn = wrapper.module if wrapper is not None else fn
+    sharded = fsdp.Sharded.of(fn)
+    if sharded is not None:
+        fn, kwargs = sharded, {**kwargs, **sharded.shards()}
+    groups = collectives.wrapping_groups(fn, wrapper)  # before `compiling` hides the DTensors
+    plan = None if collectives.dtensor_arguments(args, kwargs) else tensor_parallel.find(fn)  # DTensors: eager
+    with tensor_parallel.compiling(plan) as tp:
+        c, report, failed = compile_checked(fn, args, kwargs, options, name, groups=groups, **run)
+        failed = tp.settle(c, report, failed)
+    if wrapper is not None and c.program("backward") is not None:  # the backward's all-reduces
+        synced = None if failed else ddp_overlap.synchronise(c, wrapper)
+        if synced is not None:
+            ddp_overlap.report(c, report, synced)
+        else:
+            report.collectives += reporting.with_estimates(ddp.buckets(wrapper), options.cluster)
+            report.diagnostics += [d for d in [ddp_overlap.reducer_note(wrapper)] if d is not None]
+    return c, report, failed
+
+
+@contextlib.contextmanager
+def _no_full_collections():
+    """The garbage collector off while a program compiles: a compile makes objects by the
+    hundred thousand and frees them at the end, and each full collection it would trigger walks
+    every object torch and the model hold (~280 ms each here; 1/3 of a 10,000-op training
+    compile, benchmarks/RESULTS.md). Collection resumes, as it was, when compiling ends."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def compile_checked(fn, args, kwargs, options: CompileOptions, name: str, *, benchmark: bool,
+                    repeats: int = 0, warmup: int = 0, torch_compile: bool = False,
+                    target: R.Target | None = None,
+                    eager_on_failure: bool = False,
+                    dims: tuple[frozenset[int], ...] | None = None,
+                    ints: frozenset[int] = frozenset(),
+                    groups: Sequence[str] = ()) -> tuple[pipeline.Compiled, R.CompileReport, bool]:
+    """Compile, check against eager, benchmark if asked, then report: what compile, jit and
+    compile_target share. Returns (Compiled, report, whether the check failed).
+
+    `target`: the report's target (compile_target's example); by default where `fn` is
+    defined, which is also where the check's diagnostics point. `eager_on_failure`: the
+    caller (jit) runs a signature that failed its check eagerly, and the report says so.
+    `dims`: per user tensor, the dims compiled symbolic; by default those marked dynamic.
+    `ints`: the int arguments compiled symbolic (positions among the flat leaves of the call).
+    `groups`: the process groups the call's wrapping communicates on (collectives.wrapping_groups);
+    with those of the collectives it calls itself, the ranks of each agree on the check (`_check`).
+    """
+    defined = reporting.target_of(fn, name)
+    target = target or defined
+    if dims is None:  # the dims the example's tensors were marked with (fusionlens.mark_dynamic)
+        dims = tuple(dynamic.marked_dims(t) for t in frontend.user_tensors(fn, args, kwargs))
+    try:
+        with _no_full_collections():
+            c = pipeline.compile_program(fn, args, kwargs, options, name, dims, ints)
+    except frontend.TraceError as e:
+        raise CompileError(reporting.error_report(e, target, options.executors)) from e
+    inputs = frontend.user_tensors(fn, args, kwargs) + c.constants
+    talking = list(dict.fromkeys([*groups, *collectives.trace_groups(c.acquired)]))
+    checked, failed, extra = _check(c, (fn, args, kwargs), inputs, defined, options.check, talking)
+    measured = bench.measure_program(c, fn, args, kwargs, inputs, repeats=repeats, warmup=warmup,
+                                     torch_compile=torch_compile) if benchmark else None
+    if failed and eager_on_failure and not extra:
+        extra = [R.Diagnostic("warning", "this signature runs eagerly: see the "
+                              f"{'error' if c.eager_only is None else 'warning'} above",
+                              code=R.DiagnosticCode.EAGER_FALLBACK)]
+    return c, reporting.assemble(c, target, checked, measured, extra), failed
+
+
+def _check(c: pipeline.Compiled, call: tuple[Any, tuple[Any, ...], dict[str, Any]], inputs: list[Any],
+           defined: R.Target, check: bool, groups: list[str]) -> tuple[list[R.Diagnostic], bool, list[R.Diagnostic]]:
+    """(the check's diagnostics, whether the signature runs eagerly, a warning where only another
+    rank failed). A call that communicates (`groups`) is checked alike on every rank: a step that
+    may differ between ranks (the float64 re-judge, the gradient check after a forward that failed)
+    runs on all of them once any needs it, and they agree on the outcome (one all-reduce of a flag
+    per group, collectives.any_rank), so that none runs the program while another runs eagerly
+    (their collectives would not match)."""
+    any_rank = functools.partial(collectives.any_rank, groups=groups) if groups else bool
+    erred = lambda ds: any(d.severity == "error" for d in ds)  # noqa: E731
+    check = check and c.eager_only is None  # a signature that runs eagerly: no program runs
+    checked = checking.check_program(c, inputs, defined, call, any_rank) if check else []
+    if check and not any_rank(erred(checked)):
+        fn, args, kwargs = call
+        checked += checking.check_gradients(c, fn, args, kwargs, inputs, defined, any_rank)
+    own = erred(checked) or c.eager_only is not None
+    failed = any_rank(own)
+    if failed and not own:
+        return checked, True, [R.Diagnostic(
+            "warning", "another rank's compile of this signature failed its check: it runs eagerly on every "
+            "rank, so that all of them communicate alike", defined.file, defined.line,
+            code=R.DiagnosticCode.EAGER_FALLBACK)]
+    return checked, failed, []

@@ -1,0 +1,279 @@
+"""The pipeline: every stage of a compile, in order, in one place.
+
+    stage        made by                  holds
+    acquired     frontend.trace           the torch ops as the user's code called them
+    decomposed   passes.decompose         each op with its prims nested beneath it
+    optimised    passes.optimise          after common-subexpression and dead-code elimination
+    joint        autograd.differentiate   (training) the forward-backward trace, split into
+    forward                               its forward half (results, then saved values) and
+    backward                              its backward half: a program of its own
+    fusion       fusion.prepare           fusible ops flattened into prims, broadcasts sunk
+    execution    lowering.lower           region kernels and torch calls (Trace -> Plan)
+
+A compile makes one `Program` per kind (report.PROGRAM_KINDS): the forward, and for training
+the backward. Each program goes through fusion and lowering by the same code; an executor
+that cannot run here previews its code through the same lowering, in its source-only mode.
+
+`CompileOptions.debug` (FUSIONLENS_DEBUG) 1 prints a line per stage to stderr as it is
+produced (ops, time); 2 also prints each trace; 3 prints decompositions nested and each
+region's generated code. `CompileOptions.verifying` runs fusionlens.middle.verify after every stage.
+`Compiled.stage_ms` holds each stage's milliseconds (STAGE_TIMES; the verifier's apart), the
+forward's and the backward's added (benchmarks/compile_time.py prints them per op).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from fusionlens.frontend import dynamic, tracer as frontend
+from fusionlens import executors as executor_registry
+from fusionlens.middle import fusion, passes
+from fusionlens.executors import lowering
+from fusionlens.middle.autograd import runtime as autograd_runtime, transform as autograd
+from fusionlens.executors.base import FusionExecutor
+from fusionlens.ir.trace import Trace, output_builder
+from fusionlens.options import CompileOptions
+from fusionlens.report.schema import PROGRAM_STAGES, DiagnosticCode
+
+
+@dataclass
+class PreviewPlan:
+    """The code a fusion executor that cannot run here would run for a program."""
+
+    executor: str
+    reason: str
+    plan: lowering.Plan
+
+
+@dataclass
+class Program:
+    """One program of a compile (a forward or a backward): its traces from its first stage to
+    its execution trace, the regions that run, the previews, and its Python function."""
+
+    kind: str  # a report.PROGRAM_KINDS entry
+    traces: dict[str, Trace]  # the PROGRAM_STAGES[kind] that ran -> Trace, in order
+    plan: lowering.Plan
+    fn: Callable  # the execution trace compiled: the forward takes user tensors then constants
+    previews: list[PreviewPlan] = field(default_factory=list)
+
+    @property
+    def source(self) -> Trace:
+        """The trace fusion started from: what each region's ops compute, op by op."""
+        stages = list(self.traces)
+        return self.traces[stages[stages.index("fusion") - 1]]
+
+
+@dataclass
+class Compiled:
+    name: str
+    programs: list[Program]  # in report.PROGRAM_KINDS order
+    fn: Callable  # the call: user tensors then constants -> the user's result (joined to autograd)
+    constants: list[torch.Tensor]  # tensors appended to the user's tensors at each call
+    n_user_inputs: int
+    traced: frontend.TraceResult
+    compile_ms: float
+    device: torch.device
+    executors: list[str]  # resolved, in priority order
+    options: CompileOptions
+    notes: list[frontend.Note] = field(default_factory=list)  # the frontend's, then the pipeline's
+    eager_only: str | None = None  # why this signature runs eagerly, if it must
+    differentiated: autograd.Differentiated | None = None  # compiled for training
+    stage_ms: dict[str, float] = field(default_factory=dict)  # STAGE_TIMES (and "verify") -> ms, all programs
+    guards: dynamic.Guards | None = None  # a dynamic program's: what its sizes must satisfy at each call
+
+    def program(self, kind: str) -> Program | None:
+        return next((p for p in self.programs if p.kind == kind), None)
+
+    @property
+    def forward(self) -> Program:
+        return self.programs[0]
+
+    @property
+    def acquired(self) -> Trace:
+        return self.forward.traces["acquired"]
+
+
+# The stages `Compiled.stage_ms` times, in pipeline order (the verifier's time, when it runs,
+# is kept apart under "verify"), and the stage each recorded trace's time is charged to.
+STAGE_TIMES = ("trace", "decompose", "optimise", "autograd", "fusion", "lowering", "previews")
+stage_clock: Callable[[], float] = time.perf_counter  # benchmarks/compile_time.py may time CPU instead
+_TIMED_AS = {"acquired": "trace", "decomposed": "decompose", "optimised": "optimise", "joint": "autograd",
+             "forward": "autograd", "backward": "autograd", "fusion": "fusion", "execution": "lowering"}
+
+
+class _StageLog:
+    """Records one program's traces; prints each as it is produced under `debug`, verifies it
+    when the options say so, and adds the time since the last one to its stage in `times`."""
+
+    def __init__(self, name: str, kind: str, options: CompileOptions, times: dict[str, float],
+                 since: float | None = None):
+        self.name, self.kind, self.options, self.times = name, kind, options, times
+        self.traces: dict[str, Trace] = {}
+        self.last = stage_clock() if since is None else since
+
+    def charge(self, stage: str) -> None:
+        """Add the time since the last trace (or charge) to `stage`."""
+        now = stage_clock()
+        self.times[stage] = self.times.get(stage, 0.0) + (now - self.last) * 1e3
+        self.last = now
+
+    def __call__(self, trace: Trace, plan: lowering.Plan | None = None,
+                 fusers: list[FusionExecutor] | None = None) -> Trace:
+        """Record `trace`; `fusers`: the fusion executors its stage was prepared for (the
+        verifier checks that no op left whole holds a prim one of them takes)."""
+        assert trace.stage in PROGRAM_STAGES[self.kind] and trace.stage not in self.traces, trace.stage
+        self.traces[trace.stage] = trace
+        started = self.last
+        self.charge(_TIMED_AS[trace.stage])
+        elapsed_ms = (self.last - started) * 1e3
+        if self.options.verifying:
+            from fusionlens.middle import verify  # only when asked: it walks every op
+
+            verify.verify(trace, trace.stage, fusers)
+            self.charge("verify")
+        level = self.options.debug
+        if level >= 1:
+            extra = f", {len(plan.regions)} regions" if plan is not None else ""
+            print(f"[fusionlens] {self.name} · {trace.stage}: {len(trace.bound_symbols)} ops{extra} "
+                  f"({elapsed_ms:.1f} ms)", file=sys.stderr)
+        if level >= 2:
+            print(trace.python(nested=level >= 3 and trace.stage == "decomposed"), file=sys.stderr)
+        if level >= 3 and plan is not None:
+            for r in plan.regions:
+                if r.generated is not None:
+                    print(f"# --- {r.id} ({r.executor}) ---\n{r.generated.source}", file=sys.stderr)
+        self.last = stage_clock()  # printing is no stage's time
+        return trace
+
+
+def _device_of(tensors) -> torch.device:
+    for t in tensors:
+        if t.device.type != "cpu":
+            return t.device
+    return torch.device("cpu")
+
+
+def requires_grad(tensors) -> bool:
+    """Whether a call on these tensors is compiled for training (as eager would record it)."""
+    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+
+
+def compile_program(fn, args, kwargs, options: CompileOptions | None = None,
+                    name: str | None = None, dims: dynamic.DynamicDims = (),
+                    ints: frozenset[int] = frozenset()) -> Compiled:
+    """Trace `fn(*args, **kwargs)` and run every stage. `options.previews`: with the default
+    executors, also write the code of the fusion executors that cannot run here (reports want
+    it; jit does not). Where grad is enabled and an input, parameter or buffer requires grad,
+    the call is compiled for training: a forward and a backward program joined by autograd.
+    `dims`: per user tensor, the dims the program serves every size of (fusionlens/frontend/dynamic.py);
+    `ints`: the int arguments (positions among the call's flat leaves) it serves every value of."""
+    options = options or CompileOptions()
+    start, stage_ms, since = time.perf_counter(), dict.fromkeys(STAGE_TIMES, 0.0), stage_clock()
+    traced = frontend.trace(fn, args, kwargs, name)
+    notes, eager_only = list(traced.notes), traced.eager_only
+    traced, guards, why_static = _symbolic(fn, args, kwargs, name, dims, ints, traced)
+    if why_static:
+        notes.append(frontend.Note("information", why_static, None, DiagnosticCode.DYNAMIC_SHAPES))
+    forward = _StageLog(traced.trace.name, "forward", options, stage_ms, since=since)
+    acquired = forward(traced.trace)
+    optimised = forward(passes.optimise(forward(passes.decompose(acquired))))
+    user_tensors = frontend.user_tensors(fn, args, kwargs)
+    device = _device_of(user_tensors + list(traced.constants.values()))
+    names = executor_registry.resolve(list(options.executors) if options.executors else None, device)
+    chosen = executor_registry.select(names, device, preview_all=options.previews and options.executors is None)
+    notes += [frontend.Note(severity, message, where, DiagnosticCode.EXECUTOR)
+              for severity, message, where in chosen.notes]
+    forward.charge("fusion")  # choosing the executors
+    constants = [traced.constants[v.name] for v in acquired.inputs if v.role != "input"]
+    differentiated, why = _differentiate(optimised, user_tensors + constants)
+    if why is not None:
+        notes.append(why)
+        eager_only = eager_only or why.message
+    if differentiated is not None:
+        forward(differentiated.joint)
+        forward(differentiated.forward)
+    programs = [_lower(forward, differentiated.forward if differentiated else optimised, chosen, device, "R", "P")]
+    call = programs[0].fn
+    if differentiated is not None:
+        backward = _StageLog(f"{acquired.name} backward", "backward", options, stage_ms)
+        programs.append(_lower(backward, backward(differentiated.backward), chosen, device, "B", "PB"))
+        call = training_program(programs[0].fn, programs[1].fn, differentiated, len(acquired.inputs), acquired.output)
+    n_user = sum(v.role == "input" for v in acquired.inputs)
+    if guards is not None:
+        guards.finish()
+    return Compiled(acquired.name, programs, call, constants, n_user, traced, (time.perf_counter() - start) * 1e3,
+                    device, names, options, notes, eager_only, differentiated, stage_ms, guards)
+
+
+def _symbolic(fn, args, kwargs, name, dims: dynamic.DynamicDims, ints: frozenset[int],
+              traced: frontend.TraceResult):
+    """(the trace to compile, its guards, why it is not symbolic): the real trace unless
+    `dims` (or `ints`) asks for symbolic sizes and the call can be traced with them."""
+    if not any(dims) and not ints or traced.eager_only is not None:
+        return traced, None, ""
+    if ints and requires_grad(frontend.user_tensors(fn, args, kwargs) + list(traced.constants.values())):
+        ints = frozenset()  # a backward runs after later calls have set the int symbols: sizes only
+        if not any(dims):
+            return traced, None, ""
+    try:
+        symbolic, guards = dynamic.trace(fn, args, kwargs, name or traced.trace.name, dims, traced, ints)
+    except dynamic.Unsupported as e:
+        return traced, None, f"this signature compiles for its static shapes: {e}"
+    return symbolic, guards, ""
+
+
+def _lower(stage: _StageLog, trace: Trace, chosen, device, prefix: str, preview_prefix: str) -> Program:
+    """A program from the trace fusion starts at: fused, lowered, compiled to a function; and
+    the same lowering in source-only mode for each executor that can only preview."""
+    flat = stage(fusion.prepare(trace, chosen.fusers), fusers=chosen.fusers)
+    options = stage.options
+    plan = lowering.lower(flat, chosen.fusers, device, prefix, profile=options.profile, verify=options.verifying)
+    stage(plan.trace, plan)
+    fn = plan.trace.python_callable()
+    stage.charge("lowering")  # the execution trace's exec
+    previews = [PreviewPlan(ex.name, why, _preview_plan(trace, ex, device, preview_prefix, options))
+                for ex, why in chosen.previews]
+    stage.charge("previews")  # their fusion and lowering, source only
+    return Program(stage.kind, stage.traces, plan, fn, previews)
+
+
+def _preview_plan(trace: Trace, ex, device, prefix: str, options: CompileOptions) -> lowering.Plan:
+    """`ex`'s regions of `trace` and their code, by lowering in its source-only mode."""
+    return lowering.lower(fusion.prepare(trace, [ex]), [ex], device, prefix, source_only=True,
+                          verify=options.verifying)
+
+
+def _differentiate(optimised: Trace,
+                   tensors: list[torch.Tensor]) -> tuple[autograd.Differentiated | None, frontend.Note | None]:
+    """(the forward and backward traces where the call records autograd, else None; a note
+    when it cannot be differentiated). An op the transform cannot differentiate makes the
+    signature run eagerly (said at its line)."""
+    if not requires_grad(tensors):
+        return None, None
+    try:
+        return autograd.differentiate(optimised, [t.requires_grad for t in tensors]), None
+    except autograd.Unsupported as e:
+        why = f"training runs eagerly: {e.message}"
+        return None, frontend.Note("warning", why, e.where, DiagnosticCode.TRAINING_EAGER)
+
+
+def training_program(forward_fn, backward_fn, d: autograd.Differentiated, n_inputs: int, output) -> Any:
+    """The forward and backward programs joined in a torch.autograd.Function."""
+    return autograd_runtime.training_program(forward_fn, backward_fn, n_inputs, d.n_results,
+                                             d.differentiable, d.grad_inputs, output_builder(output), d.written)
+
+
+def lower_again(c: Compiled, trace: Trace) -> Program:
+    """`c`'s backward program made again from `trace`, a transform of its backward trace
+    (fusionlens/distributed/ddp_overlap.py: DDP's gradient all-reduces in it), by the same fusion and
+    lowering, with `c`'s executors; no previews."""
+    assert trace.stage == "backward", trace.stage
+    chosen = executor_registry.select(list(c.executors), c.device)
+    stage = _StageLog(f"{c.name} backward", "backward", c.options, c.stage_ms)
+    return _lower(stage, stage(trace), chosen, c.device, "B", "PB")

@@ -1,0 +1,351 @@
+"""The CompileReport of a compiled program, built once, after it was checked and timed.
+
+Everything a consumer sees of a compile comes from here: the traces as Python source, the
+regions with their code, the ops with their user lines, fallbacks, diagnostics, timings.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import importlib.util
+import inspect
+import os
+import pathlib
+import platform
+from collections.abc import Callable, Sequence
+
+import torch
+
+from fusionlens.distributed import collectives
+from fusionlens.report import comm_model, schema as R, roofline
+from fusionlens.middle import cost, passes
+from fusionlens.driver import timing
+from fusionlens.driver.benchmark import Measurements
+from fusionlens.ir.trace import OpTag, distinct_lines, format_call
+from fusionlens.ir.sizes import dim_text, hint
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _nvfuser_version() -> str | None:
+    """nvFuser's wheels are named per CUDA and torch version (nvfuser-cu130-torch210), so its
+    distribution is looked for only where a module nvfuser_direct or nvfuser is found: first
+    in the folder that holds the module, then (an unusual install) among every distribution."""
+    folders = set()
+    for module in ("nvfuser_direct", "nvfuser"):
+        try:
+            spec = importlib.util.find_spec(module)
+        except (ImportError, ValueError):
+            continue
+        if spec is not None and spec.submodule_search_locations:  # a package
+            folders |= {os.path.dirname(p) for p in spec.submodule_search_locations}
+        elif spec is not None and spec.origin:  # a single-file (extension) module
+            folders.add(os.path.dirname(spec.origin))
+        elif spec is not None:
+            folders.add("")
+    if not folders:
+        return None
+    beside = [importlib.metadata.PathDistribution(pathlib.Path(d, e)) for d in sorted(folders) if d
+              for e in _listdir(d) if e.lower().startswith("nvfuser") and e.endswith((".dist-info", ".egg-info"))]
+    return _last_nvfuser(beside) or _last_nvfuser(importlib.metadata.distributions())
+
+
+def _last_nvfuser(dists) -> str | None:
+    version = None
+    for dist in dists:
+        if (dist.metadata["Name"] or "").lower().startswith("nvfuser"):
+            version = dist.version
+    return version
+
+
+def _listdir(path: str) -> list[str]:
+    try:
+        return sorted(os.listdir(path))
+    except OSError:
+        return []
+
+
+@functools.lru_cache(maxsize=1)
+def versions() -> dict[str, str]:
+    """python, torch, and fusionlens, triton, nvfuser where installed. Only these packages
+    are looked up (scanning every installed distribution costs tens of ms a process)."""
+    out = {"python": platform.python_version(), "torch": torch.__version__}
+    for name, version in (("fusionlens", _version("fusionlens")), ("triton", _version("triton")),
+                          ("nvfuser", _nvfuser_version())):
+        if version is not None:
+            out[name] = version
+    return dict(out)
+
+
+def target_of(fn, name: str) -> R.Target:
+    """Where the compiled callable is defined (a module's `forward`)."""
+    target = fn.forward if isinstance(fn, torch.nn.Module) else fn
+    if not inspect.isroutine(target):  # a callable object standing for one (fsdp.Sharded: its module's forward)
+        target = getattr(target, "__wrapped__", target)
+    try:
+        lines, start = inspect.getsourcelines(target)
+        return R.Target(name, inspect.getsourcefile(target), start, start + len(lines) - 1)
+    except (OSError, TypeError):
+        return R.Target(name, None, None, None)
+
+
+def error_report(e: Exception, target: R.Target, executors) -> R.CompileReport:
+    file, line = getattr(e, "file", None), getattr(e, "line", None)
+    message = getattr(e, "message", None) or f"{type(e).__name__}: {e}"
+    return R.CompileReport(target=target, status="error", executors=list(executors or []),
+                           error=R.Diagnostic("error", message, file, line), versions=versions())
+
+
+def _collectives(c) -> list[R.Collective]:
+    """The collectives each program's regions run (OpTag.COLLECTIVE), with their user lines; a
+    funcol wait (`wait_tensor`) is no collective of its own: it ends the one it waits for."""
+    out = []
+    for p in c.programs:
+        overlapped = _overlapped(p.plan.regions)
+        for r in p.plan.regions:
+            for b in r.bsyms:
+                if OpTag.COLLECTIVE in b.sym.tags and collectives.op_name(b.sym.name) != "wait_tensor":
+                    sent = collectives.sent(b.sym.name, b.args, b.kwargs)
+                    nbytes = int(hint(sent.numel())) * sent.dtype.itemsize if sent is not None else 0
+                    where = b.provenance
+                    out.append(R.Collective(collectives.op_name(b.sym.name), "traced", nbytes,
+                                            collectives.group_size(b.args, b.kwargs), p.kind, r.id,
+                                            where.file if where else None, where.line if where else None,
+                                            overlapped_by=overlapped(b)))
+    return out
+
+
+def _overlapped(regions) -> Callable:
+    """`overlapped(b)`: the ids of the regions that run between collective `b`'s issue and the
+    `wait_tensor` of its result, in program order, those that only communicate left out (none
+    without a wait: it ran synchronously)."""
+    at = {id(b): i for i, r in enumerate(regions) for b in r.bsyms}
+    waited = {v.name: i for i, r in enumerate(regions) for b in r.bsyms
+              if collectives.op_name(b.sym.name) == "wait_tensor" for v in b.inputs()}
+    talking = {i for i, r in enumerate(regions) if all(OpTag.COLLECTIVE in b.sym.tags for b in r.bsyms)}
+
+    def overlapped(b) -> list[str]:
+        wait = min((waited[o.name] for o in b.outputs if o.name in waited), default=None)
+        if wait is None:
+            return []
+        return [regions[i].id for i in range(at[id(b)] + 1, wait) if i not in talking]
+    return overlapped
+
+
+def with_estimates(found: list[R.Collective], cluster: str | None,
+                   programs: Sequence[R.ProgramReport] = ()) -> list[R.Collective]:
+    """Each collective estimated on `cluster` (fusionlens/report/comm_model.py), over its whole world: what
+    the communication of this program would cost there, by the algorithm NCCL would pick, and
+    how much of it is exposed: not hidden by the regions of `programs` that run between its
+    issue and its wait (`overlapped_by`; none without `programs`: all of it is exposed)."""
+    if not cluster or not found:
+        return found
+    target = comm_model.parse_cluster(cluster)
+    estimates: dict[int, comm_model.Estimate] = {}
+    for i, c in enumerate(found):
+        try:
+            estimates[i] = comm_model.estimate(c.op, c.bytes, target.world, target)
+        except ValueError:  # no cost model for it (wait_tensor: it waits, it sends nothing)
+            continue
+        c.estimate_ms = round(estimates[i].ms, 6)
+    exposed = _exposed_s(found, target, programs)
+    for i, e in estimates.items():
+        c = found[i]
+        c.exposed_ms = round(exposed.get(i, e.seconds) * 1e3, 6)
+        c.estimate = comm_model.describe(e, target, c.exposed_ms / 1e3)
+    return found
+
+
+def _compute_s(r: R.Region, gpu: roofline.Gpu | None) -> float:
+    """A region's time on the cluster's GPU: as measured where it ran on that GPU, else its
+    roofline there (a laptop's CPU time says nothing of an H100), else as measured."""
+    timed = r.timing.median_ms if r.timing is not None else None
+    ran_there = r.roofline is not None and not r.roofline.estimate and gpu is not None and r.roofline.device == gpu.name
+    if timed is not None and ran_there:
+        return timed / 1e3
+    if r.cost is not None and gpu is not None:
+        return roofline.roofline(r.cost.bytes, r.cost.flops, r.cost.math, gpu, True).min_ms / 1e3
+    return (timed or 0.0) / 1e3
+
+
+def _exposed_s(found: list[R.Collective], cluster: comm_model.Cluster,
+               programs: Sequence[R.ProgramReport]) -> dict[int, float]:
+    """Per collective (by index in `found`) with an estimate, its exposed seconds from its
+    program's own order (comm_model.schedule): the program's regions as compute, each
+    collective issued at its region and waited after the last region that overlaps it (at
+    once where none does). The regions that run collectives (and funcol waits) are no compute."""
+    gpu = roofline.find(cluster.gpu)
+    out: dict[int, float] = {}
+    for p in programs:
+        ids = {r.id for r in p.regions}
+        mine = [(i, c) for i, c in enumerate(found) if c.program == p.kind and c.region in ids
+                and c.estimate_ms is not None]
+        comm = {c.region for c in found if c.program == p.kind and c.region}
+        issued: dict[str, list[int]] = {}
+        waits: dict[str, list[int]] = {}
+        for i, c in mine:
+            issued.setdefault(c.region, []).append(i)
+            waits.setdefault(c.overlapped_by[-1] if c.overlapped_by else c.region, []).append(i)
+        events: list[comm_model.Event] = []
+        for r in p.regions:
+            events += [comm_model.Issue(str(i), (found[i].estimate_ms or 0.0) / 1e3) for i in issued.get(r.id, [])]
+            if r.id not in comm and not any("wait_tensor" in op for op in r.ops):
+                events.append(comm_model.Compute(r.id, _compute_s(r, gpu)))
+            events += [comm_model.Wait(str(i)) for i in waits.get(r.id, [])]
+        out.update({int(s.id): s.exposed_s for s in comm_model.schedule(events).collectives})
+    return out
+
+
+def _guards(c) -> list[str]:
+    if c.guards is None:
+        return []
+    return c.guards.describe([v.name for v in c.acquired.inputs if v.role == "input"])
+
+
+def _tensor_info(v) -> R.TensorInfo:
+    return R.TensorInfo(v.name, [dim_text(d) for d in v.shape], str(v.dtype).removeprefix("torch."), str(v.device))
+
+
+def _diag(note) -> R.Diagnostic:
+    where = note.where
+    if where is None:
+        return R.Diagnostic(note.severity, note.message, code=note.code)
+    return R.Diagnostic(note.severity, note.message, where.file, where.line, where.col, where.end_line, where.end_col,
+                        code=note.code)
+
+
+def _region(r, timed: R.RegionTiming | None, gpu, estimate: bool) -> R.Region:
+    """A lowering Region as the report shows it; a fusion region as its executor says now
+    (nvFuser knows its CUDA only once it has run). Its roofline is on `gpu`."""
+    g = r.generated
+    code = g.report_code() if g is not None else format_call(r.bound)
+    c = cost.region_cost(r.bsyms, r.inputs, r.outputs)
+    line = roofline.roofline(c.bytes, c.flops, c.math, gpu, estimate, timed.median_ms if timed else None)
+    return R.Region(r.id, r.executor, [b.sym.name for b in r.bsyms],
+                    [R.SourceLine(p.file, p.line) for p in distinct_lines(r.bsyms)], code,
+                    [_tensor_info(v) for v in r.inputs], [_tensor_info(v) for v in r.outputs],
+                    timed, r.boundary, g.kernels if g is not None else 1, g.status() if g is not None else r.note,
+                    c, line)
+
+
+def _roofline_gpu(device, target: str | None) -> tuple[roofline.Gpu, bool, str | None]:
+    """(the GPU the rooflines are for, whether they are estimates, a note or None): the GPU
+    the program ran on when the table knows it, else the target GPU (roofline.target_name)."""
+    why = None
+    if device.type == "cuda":
+        name = timing.device_name(device)
+        gpu = roofline.find(name)
+        if gpu is not None:
+            return gpu, False, None
+        why = f"{name} is not in the roofline table (docs/roofline.md)"
+    target = roofline.target_name(target)
+    gpu = roofline.find(target)
+    if gpu is None:
+        gpu = roofline.find(roofline.DEFAULT_TARGET)
+        assert gpu is not None  # the table has its default target
+        return gpu, True, (f"unknown target GPU {target!r} (known: {', '.join(roofline.names())}): "
+                           f"rooflines are estimates for {gpu.name}")
+    return gpu, True, why and f"{why}: rooflines are estimates for {gpu.name}"
+
+
+def _peaks(gpu, estimate: bool, device, measured) -> R.DevicePeaks:
+    copy = measured.copy_gbs if measured is not None else None
+    return R.DevicePeaks(gpu.name, gpu.hbm_gbs, gpu.fp32_tflops, gpu.tf32_tflops, gpu.bf16_tflops, estimate,
+                         copy, str(device) if copy is not None else None)
+
+
+def _program(p, measured, gpu, estimate: bool) -> R.ProgramReport:
+    """A pipeline.Program as the report shows it: its traces, regions and previews, by one
+    function for every kind of program (nothing in a preview ran: its rooflines are estimates)."""
+    timed = measured.regions.get(p.kind, {}) if measured is not None else {}
+    previews = [R.Preview(v.executor, v.reason, [_region(r, None, gpu, True) for r in v.plan.regions])
+                for v in p.previews]
+    return R.ProgramReport(
+        p.kind, {s: t.python(nested=s == "decomposed") for s, t in p.traces.items()},
+        [_region(r, timed.get(r.id), gpu, estimate) for r in p.plan.regions], previews,
+        measured.program if measured is not None and p.kind == "forward" else None)
+
+
+def _training(c, measured) -> R.Training | None:
+    """What a training compile adds: what the forward saves, recomputes, differentiates."""
+    d = c.differentiated
+    if d is None:
+        return None
+    made = {o.name: f for f in d.forward.bound_symbols for o in f.outputs}
+    roles = {v.name: v.role for v in d.forward.inputs}
+    saved: list[R.SavedTensor] = []
+    for v in d.saved:
+        where = made[v.name].provenance if v.name in made else None
+        role = roles.get(v.name) or "input"
+        kind = "activation" if v.name in made else {"param": "parameter"}.get(role, role)
+        saved.append(R.SavedTensor(v.name, [dim_text(d) for d in v.shape], str(v.dtype).removeprefix("torch."),
+                                   v.numel() * v.dtype.itemsize, kind, where.file if where else None,
+                                   where.line if where else None))
+    return R.Training(saved, sum(s.bytes for s in saved if s.kind == "activation"), list(d.recomputed),
+                      [c.acquired.inputs[i].name for i in d.grad_inputs],
+                      measured.training if measured is not None else None)
+
+
+def _ops(c) -> list[R.OpRecord]:
+    traces = c.forward.traces
+    region_of = {o.name: r.id for r in c.forward.plan.regions for b in r.bsyms for o in b.outputs}
+    decomposed_by_output = {o.name: b for b in traces["decomposed"].bound_symbols for o in b.outputs}
+    optimised_by_output = {o.name: b for b in traces["optimised"].bound_symbols for o in b.outputs}
+    ops: list[R.OpRecord] = []
+    for i, b in enumerate(traces["acquired"].bound_symbols):
+        p = b.provenance
+        region = next((region_of[o.name] for o in b.outputs if o.name in region_of), None)
+        dec = next((decomposed_by_output[o.name] for o in b.outputs if o.name in decomposed_by_output), None)
+        prims = [s.sym.name for s in passes.flatten([dec])] if dec is not None and dec.subsymbols else []
+        # its line as it runs: the optimised op (inputs renamed by CSE and aliases) if it survived
+        shown = next((optimised_by_output[o.name] for o in b.outputs if o.name in optimised_by_output), b)
+        ops.append(R.OpRecord(i, b.sym.name, region, p.file if p else "", p.line if p else 0,
+                              p.end_line if p else 0, p.col if p else 0, p.end_col if p else 0,
+                              list(p.stack) if p else [], format_call(shown), prims))
+    return ops
+
+
+def assemble(c, target: R.Target, checked: list[R.Diagnostic], measured=None,
+             extra: list[R.Diagnostic] | None = None) -> R.CompileReport:
+    """The report of `c` (a pipeline.Compiled): `checked` are the diagnostics of its check
+    against eager, `measured` its benchmark.Measurements (None when not timed), `extra`
+    diagnostics of the caller (jit's eager fallback)."""
+    fallbacks = [R.Fallback(b.sym.name, b.note, b.provenance.file if b.provenance else None,
+                            b.provenance.line if b.provenance else None)
+                 for b in c.forward.traces["decomposed"].bound_symbols if b.note]
+    diagnostics = [_diag(n) for n in c.notes]
+    diagnostics += checked + (measured.diagnostics if measured else []) + (extra or [])
+    gpu, estimate, why = _roofline_gpu(c.device, c.options.gpu)
+    if why:
+        diagnostics.append(R.Diagnostic("information", why, code=R.DiagnosticCode.ROOFLINE))
+    programs = [_program(p, measured, gpu, estimate) for p in c.programs]
+    return R.CompileReport(
+        target=target, executors=c.executors, programs=programs,
+        training=_training(c, measured), ops=_ops(c), fallbacks=fallbacks, diagnostics=diagnostics,
+        signature=list(c.traced.trace.signature), guards=_guards(c),
+        collectives=with_estimates(_collectives(c), c.options.cluster, programs),
+        device=str(c.device),
+        device_name=timing.device_name(c.device),
+        versions=versions(), compile_ms=round(c.compile_ms, 3), peaks=_peaks(gpu, estimate, c.device, measured),
+        stage_ms={stage: round(ms, 3) for stage, ms in c.stage_ms.items()})
+
+
+def replace_program(report: R.CompileReport, c, program) -> None:
+    """`report`'s entry for `program`'s kind made from `program` (a pipeline.Program of `c`
+    transformed after the report was assembled: fusionlens/distributed/ddp_overlap.py's backward), and its
+    collectives found again from `c`'s programs. A region that runs the same ops on the same
+    values as one of the entry it replaces keeps that one's timing (what it adds is untimed)."""
+    timed = {(tuple(r.ops), tuple(v.name for v in r.outputs)): r.timing for p in report.programs
+             if p.kind == program.kind for r in p.regions if r.timing is not None}
+    kept = {r.id: timing for r in program.plan.regions
+            if (timing := timed.get((tuple(b.sym.name for b in r.bsyms), tuple(v.name for v in r.outputs))))}
+    gpu, estimate, _ = _roofline_gpu(c.device, c.options.gpu)
+    new = _program(program, Measurements(regions={program.kind: kept}), gpu, estimate)
+    report.programs = [new if p.kind == program.kind else p for p in report.programs]
+    report.collectives = with_estimates(_collectives(c), c.options.cluster, report.programs)

@@ -1,0 +1,10 @@
+"""From a Python call to the acquired trace.
+
+`tracer` (the call run under a TorchFunctionMode, each torch op recorded at its user line),
+`arguments` (what the program takes), `objects` (objects in a result that are no pytree node),
+`views` (in-place updates through views, functionalised), `dynamic` (the call again on
+symbolic sizes).
+
+Invariant: the frontend records what the call did and decides nothing about how it runs; it
+imports the IR and the ops, never a later stage.
+"""

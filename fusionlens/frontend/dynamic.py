@@ -1,0 +1,178 @@
+"""Dynamic shapes: the call traced again on fake tensors whose dynamic dims are symbols.
+
+The frontend's real trace (frontend.trace) gives eager's result and what the call updates;
+a dynamic compile then traces the same call on fake tensors of a `symbols.SymbolEnv`, the
+dims asked for made symbolic (`s0`, `s1`, ...), and the pipeline compiles that trace: one
+program for every size. What the program assumes about the symbols (a decision the user's
+code, a decomposition or an executor made on a size) is a guard of the ShapeEnv; `Guards`
+checks them before each call, and a call that fails them is compiled anew.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch.utils import _pytree as pytree
+
+from fusionlens.frontend import tracer as frontend
+from fusionlens.ir.sizes import SIZES
+
+if TYPE_CHECKING:  # sympy's import takes a second: only a dynamic compile pays it
+    from fusionlens.ir import symbols
+
+# per user tensor (in frontend.user_tensors order): the dims that are symbolic
+DynamicDims = tuple[frozenset[int], ...]
+
+
+def marked_dims(x: torch.Tensor) -> frozenset[int]:
+    """Dims the user declared dynamic: `fusionlens.mark_dynamic(x, dim)` (or torch's own
+    `torch._dynamo.mark_dynamic`, so code written for torch.compile keeps its marks)."""
+    ours = getattr(x, "_fusionlens_dynamic", ())
+    theirs = getattr(x, "_dynamo_dynamic_indices", ())
+    return frozenset(d % max(x.ndim, 1) for d in (*ours, *theirs))
+
+
+def mark_dynamic(x: torch.Tensor, dims: int | Sequence[int]) -> torch.Tensor:
+    """Declare dims of `x` dynamic up front: a jit compiles a program for every size of them
+    from the first call, rather than after a size has changed once. Returns `x`."""
+    dims = (dims,) if isinstance(dims, int) else tuple(dims)
+    for d in dims:
+        if not -x.ndim <= d < max(x.ndim, 1):
+            raise IndexError(f"dim {d} is out of range for a tensor of {x.ndim} dims")
+    if x.ndim == 0:
+        raise IndexError("a 0-d tensor has no dim to make dynamic")
+    marks = tuple(sorted({*getattr(x, "_fusionlens_dynamic", ()), *(d % x.ndim for d in dims)}))
+    x._fusionlens_dynamic = marks  # type: ignore[attr-defined]  # read by marked_dims
+    return x
+
+
+class Unsupported(Exception):
+    """The call cannot be traced with symbolic sizes; it compiles for its static shapes."""
+
+
+@dataclass
+class Guards:
+    """What a dynamic program assumes of its user tensors' sizes (and strides), as torch's
+    ShapeEnv wrote it; `check(tensors)` before each call."""
+
+    env: symbols.SymbolEnv
+    fakes: list[torch.Tensor]  # the fake user tensors the trace ran on
+    ints: dict[int, torch.SymInt] = field(default_factory=dict)  # leaf position -> the int argument's symbol
+    values: dict[str, int] = field(default_factory=dict)  # the program's SIZES: each int symbol's value now
+    int_names: list[str] = field(default_factory=list)  # the int arguments' names, as `ints`
+    source: str = ""
+    _check: Callable[[dict], bool] | None = None
+
+    def finish(self) -> None:
+        """Read the guards once every stage has run (each may add some)."""
+        placeholders: list[Any] = [*self.fakes, *self.ints.values()]
+        self.source = self.env.produce_guards_expression(placeholders, ignore_static=False) or "True"
+        code = compile(f"lambda L: {self.source}", "<fusionlens guards>", "eval")
+        self._check = eval(code, {})  # noqa: S307 - the ShapeEnv's own expression over tensor sizes
+        self.env.freeze()  # a later decision on a size would be a guard nobody checks
+
+    def check(self, tensors: Sequence[torch.Tensor], leaves: Sequence = ()) -> bool:
+        """Whether the program serves a call of these user tensors and flat argument leaves."""
+        assert self._check is not None, "Guards.finish() first"
+        named = {f"t{i}": t for i, t in enumerate(tensors)}
+        for k, position in enumerate(self.ints):
+            if position >= len(leaves) or type(leaves[position]) is not int:
+                return False
+            named[f"t{len(tensors) + k}"] = leaves[position]
+        return bool(self._check(named))
+
+    def bind(self, leaves: Sequence) -> None:
+        """Give the program this call's int arguments (it reads them from SIZES)."""
+        for position, sym in self.ints.items():
+            self.values[str(sym.node.expr)] = leaves[position]
+
+    def describe(self, names: Sequence[str] = ()) -> list[str]:
+        """The guards as users read them (`2 <= x.shape[1]`), the tensors by `names` (the
+        program's user inputs, in order), the int arguments by their own."""
+        if self.source == "True":
+            return []
+        names = [*names, *self.int_names] if len(names) == len(self.fakes) else names
+        name = lambda m: names[int(m.group(1))] if int(m.group(1)) < len(names) else f"t{m.group(1)}"  # noqa: E731
+        text = re.sub(r"L\['t(\d+)'\]\.size\(\)\[(\d+)\]", lambda m: f"{name(m)}.shape[{m.group(2)}]", self.source)
+        text = re.sub(r"L\['t(\d+)'\]\.stride\(\)\[(\d+)\]", lambda m: f"{name(m)}.stride({m.group(2)})", text)
+        text = re.sub(r"L\['t(\d+)'\]\.", lambda m: f"{name(m)}.", text)
+        text = re.sub(r"L\['t(\d+)'\]", name, text)  # an int argument
+        return [g.strip() for g in text.split(" and ")]
+
+
+def trace(fn, args, kwargs, name: str, dims: DynamicDims, real: frontend.TraceResult,
+          ints: frozenset[int] = frozenset()) -> tuple[frontend.TraceResult, Guards]:
+    """`fn` traced on fake tensors with `dims` symbolic, and the int arguments at `ints`
+    (positions among the flat leaves of (args, kwargs)) symbols too; `real` (its real trace)
+    lends eager's result, the notes and the updates it found. Raises Unsupported where the
+    symbolic trace cannot stand for the real one."""
+    from torch._dynamo.source import LocalSource
+    from torch.fx.experimental.symbolic_shapes import DimDynamic, StatelessSymbolicContext
+
+    from fusionlens.ir import symbols
+    env = symbols.SymbolEnv()
+    fakes: list[torch.Tensor] = []
+    by_id: dict[int, torch.Tensor] = {}
+
+    def fake(x):
+        if not isinstance(x, torch.Tensor):
+            return x
+        if id(x) not in by_id:
+            symbolic = dims[len(fakes)] if len(fakes) < len(dims) else frozenset()
+            context: StatelessSymbolicContext = StatelessSymbolicContext(dynamic_sizes=[
+                DimDynamic.DYNAMIC if i in symbolic else DimDynamic.STATIC for i in range(x.ndim)])
+            by_id[id(x)] = env.fake.from_tensor(x, symbolic_context=context)
+            fakes.append(by_id[id(x)])
+        return by_id[id(x)]
+    user = frontend.user_tensors(fn, args, kwargs)
+    for x in user:  # in the order the program takes them, so dims[i] is the i-th's
+        fake(x)
+    leaves, spec = pytree.tree_flatten((tuple(args), dict(kwargs)))
+    symbols_of = {}
+    for k, position in enumerate(sorted(ints)):
+        n = env.create_unspecified_symint_and_symbol(leaves[position], LocalSource(f"t{len(user) + k}"),
+                                                     DimDynamic.DYNAMIC)
+        if isinstance(n, torch.SymInt):  # 0 and 1 stay ints, as sizes do
+            leaves[position] = symbols_of[position] = n
+    args, kwargs = pytree.tree_unflatten(leaves, spec)
+    try:
+        with env.fake:
+            symbolic = frontend.trace(fn, args, kwargs, name, clone=fake)
+    except frontend.TraceError as e:
+        raise Unsupported(e.message) from e
+    except Exception as e:  # the fake run met what needs data (a .item(), a data-dependent shape)
+        raise Unsupported(f"{type(e).__name__}: {e}") from e
+    _same_program(real.trace, symbolic.trace)
+    guards = Guards(env, [by_id[id(x)] for x in user], symbols_of, int_names=_leaf_names(fn, args, kwargs, symbols_of))
+    guards.bind([symbols_of[i].node.hint if i in symbols_of else leaf for i, leaf in enumerate(leaves)])
+    symbolic.trace.extra_globals[SIZES] = guards.values  # the program reads its int symbols from it
+    result = frontend.TraceResult(symbolic.trace, real.eager_output, real.constants, real.notes,
+                                  real.eager_only, real.mutated, real.originals, real.copies, real.states, real.passed)
+    return result, guards
+
+
+def _leaf_names(fn, args, kwargs, positions) -> list[str]:
+    """The parameter names of the int arguments at `positions` among the flat leaves."""
+    params = [name for name, _ in frontend.signature_names(fn, args, kwargs)]
+    paths = [path for path, _ in pytree.tree_flatten_with_path((tuple(args), dict(kwargs)))[0]]
+    names = []
+    for position in positions:
+        path = paths[position]
+        first, second = path[0].idx, path[1] if len(path) > 1 else None
+        key = getattr(second, "key", None) if first == 1 else getattr(second, "idx", None)
+        names.append(key if isinstance(key, str) else params[key] if isinstance(key, int) and key < len(params)
+                     else f"arg{position}")
+    return names
+
+
+def _same_program(real, symbolic) -> None:
+    """The symbolic trace stands for the real one only if the call took the same path."""
+    ops = lambda t: [(b.sym.name, len(b.outputs)) for b in t.bound_symbols]  # noqa: E731
+    if ops(real) != ops(symbolic):
+        raise Unsupported("with symbolic sizes the call ran other ops than on the example")
+    if [(d.name, s.name) for d, s in real.writeback] != [(d.name, s.name) for d, s in symbolic.writeback]:
+        raise Unsupported("with symbolic sizes the call updated other tensors than on the example")

@@ -1,0 +1,598 @@
+"""Frontend: trace a real call into a torch-level Trace, every op with its user provenance.
+
+The callable runs for real on the example inputs under a TorchFunctionMode that records
+each tensor operation it sees (torch functions, Tensor methods and operators,
+torch.nn.functional), mapping tensor objects to SSA Values. Python control flow therefore
+specialises on the example inputs; the trace's signature says what it assumed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import sys
+from types import CodeType
+from typing import Any
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensor
+from torch.overrides import TorchFunctionMode
+from torch.utils import _pytree as pytree
+
+from fusionlens.distributed import collectives, tensor_parallel
+from fusionlens.frontend import objects, views
+from fusionlens.ir import provenance
+# the call's arguments (fusionlens/frontend/arguments.py); target_name and user_tensors are used through frontend too
+from fusionlens.frontend.arguments import describe_input, parameter_names, sanitize as _sanitize, signature_names, \
+    target_name, user_tensors  # noqa: F401
+from fusionlens.ir.trace import (OUTPUT_BUILDER, BoundSymbol, NameGen, OpTag, Symbol, SymbolKind, Trace, Value,
+                                 dtype_name, printable)
+from fusionlens.ops import torch_ops
+from fusionlens.ops.torch_ops.fallbacks import DynamicShapes, shape_checked, shapes_text, static_shapes
+from fusionlens.report.schema import DiagnosticCode
+
+MAX_OPS = 100_000  # a trace this long almost surely comes from a loop that never ends
+
+# Tensor -> python value: the trace keeps the value it saw and says so.
+_DATA_DEPENDENT = {"__bool__", "item", "tolist", "__int__", "__float__", "__index__", "__complex__",
+                   "numpy", "equal", "allclose", "is_nonzero"}
+
+
+class TraceError(Exception):
+    """Tracing failed; `file`/`line` point at the user's source."""
+
+    def __init__(self, message: str, file: str | None = None, line: int | None = None):
+        super().__init__(message)
+        self.message, self.file, self.line = message, file, line
+
+
+class Note:
+    """A diagnostic noticed while tracing: (severity, message, provenance)."""
+
+    def __init__(self, severity: str, message: str, where: provenance.Provenance | None, code: str = ""):
+        self.severity, self.message, self.where, self.code = severity, message, where, code
+
+
+class _Recorder(TorchFunctionMode):
+    def __init__(self, tracer: Tracer):
+        super().__init__()
+        self.tracer = tracer
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if self.tracer.inside_collective or not self.tracer.recording:  # torch.distributed's own code
+            return func(*args, **kwargs)
+        seen = self.tracer.dynamic.count
+        self.tracer.views.before(self.tracer, func, args, kwargs)
+        out = func(*args, **kwargs)
+        if getattr(func, "__name__", "") == "__setitem__":  # mutates args[0], returns None
+            self.tracer.record(func, args, kwargs, args[0])
+        elif any(isinstance(leaf, torch.Tensor) for leaf in pytree.tree_leaves(out)):
+            self.tracer.record(func, args, kwargs, out, dynamic=self.tracer.dynamic.count != seen)
+        else:
+            name = getattr(func, "__name__", "")
+            if name in _DATA_DEPENDENT:
+                self.tracer.note_data_dependent(name, args, out)
+        return out
+
+
+class Tracer:
+    def __init__(self, name: str):
+        self.name = name
+        self.names = NameGen("t")
+        self.values: dict[int, Value] = {}  # id(tensor) -> Value
+        self.alive: list[torch.Tensor] = []  # keeps traced tensors alive so their ids stay unique
+        self.inputs: list[Value] = []
+        self.inputs_by_id: dict[int, Value] = {}  # id(tensor) -> its input Value (values[] moves on when it is updated)
+        self.known: dict[int, tuple[str, str]] = {}  # id(tensor) -> (role, name) for parameters and buffers
+        self.constants: dict[str, torch.Tensor] = {}  # input name -> tensor, for parameters/buffers/captured
+        self.bound_symbols: list[BoundSymbol] = []
+        self.notes: list[Note] = []
+        self.extra_globals: dict[str, Any] = {}
+        self.named: set[int] = set()  # ids of the argument objects named in extra_globals
+        # the program's own globals
+        self.taken: set[str] = {"torch", "prims", "operator", "math", "inf", "nan", OUTPUT_BUILDER, "setitem"}
+        self.eager_only: str | None = None  # why calls of this signature must run eagerly
+        self.updated_at: dict[int, provenance.Provenance | None] = {}  # id(tensor) -> where it was first updated
+        self.stop: CodeType | None = None  # the code object of `trace`: frames beyond it are not the traced call's
+        self.call: provenance.Provenance | None = None  # the user's call of what is traced
+        self.frozen: set[str] = set()  # names of op outputs eager's autograd does not track (Trace.frozen)
+        self.grad = torch.is_grad_enabled()  # the caller's grad mode, which the call is traced in
+        self.dynamic = DynamicShapes()  # counts the aten ops with a data-dependent output shape
+        self.layout_noted = False  # whether a note says that sparse tensors' ops run whole
+        self.shape_checked_names: list[str] = []  # the values whose shape the program checks at each call
+        self.views = views.Views()  # how traced views were made, to follow in-place updates through them
+        self.inside_collective = False  # a torch.distributed collective runs (collectives.recording)
+        self.recording = True  # False: the call runs eagerly (a wrapping FusionLens cannot compile)
+
+    def where(self) -> provenance.Provenance | None:
+        """The provenance of the op being recorded now."""
+        return provenance.capture(sys._getframe(1), self.stop, self.call)
+
+    # --- values ---------------------------------------------------------------------------
+
+    def _unique(self, base: str) -> str:
+        name, i = base, 1
+        while name in self.taken:
+            name, i = f"{base}_{i}", i + 1
+        self.taken.add(name)
+        self.names.taken.add(name)
+        return name
+
+    def bind_input(self, tensor: torch.Tensor, name: str, role: str) -> Value:
+        v = Value(self._unique(name), tensor.shape, tensor.dtype, tensor.device, role)
+        self.values[id(tensor)] = v
+        self.inputs_by_id[id(tensor)] = v
+        self.alive.append(tensor)
+        self.inputs.append(v)
+        if role != "input":
+            self.constants[v.name] = tensor
+        return v
+
+    def to_value(self, x):
+        if not isinstance(x, torch.Tensor):
+            return x
+        v = self.values.get(id(x)) if id(x) not in self.views.links else self.views.current(self, x)
+        if v is not None:
+            return v
+        role, name = self.known.get(id(x), ("const", "c"))
+        if role == "const":
+            name = f"c{sum(1 for i in self.inputs if i.role == 'const')}"
+            kind = Value('', x.shape, x.dtype, x.device).type_str()
+            self.notes.append(Note("information",
+                                   f"captured tensor constant {name} ({kind}): "
+                                   "it is an input of the compiled program, not specialised",
+                                   self.where(), DiagnosticCode.CAPTURED_CONSTANT))
+        return self.bind_input(x, name, role)
+
+    def argument(self, x):
+        """An op's argument in the trace: a tensor's Value; an object the printer cannot write
+        (a loss's distance module) named as a program global; anything else as it is."""
+        if isinstance(x, torch.Tensor):
+            return self.to_value(x)
+        if not printable(x) and id(x) not in self.named:
+            self.named.add(id(x))
+            self.extra_globals[self._unique(f"k_{_sanitize(type(x).__name__).lower()}")] = x
+        return x
+
+    def new_output(self, t: torch.Tensor) -> Value:
+        v = Value(self.names.next(), t.shape, t.dtype, t.device)
+        self.values[id(t)] = v  # rebinding: an op that returns (or mutates) a tensor names it anew
+        self.alive.append(t)
+        return v
+
+    # --- recording ------------------------------------------------------------------------
+
+    def record(self, func, args, kwargs, out, dynamic: bool = False):
+        if len(self.bound_symbols) >= MAX_OPS:
+            where = self.where()
+            raise TraceError(f"the trace passed {MAX_OPS} ops: does this code loop forever?",
+                             where.file if where else None, where.line if where else None)
+        where = self.where()
+        sym, args2, kwargs2, note = self.symbol_for(func, args, kwargs, where)
+        flat, whole = pytree.tree_flatten(out)
+        layouts = {x.layout for x in pytree.tree_leaves((args, kwargs, flat)) if isinstance(x, torch.Tensor)}
+        if layouts - {torch.strided}:  # sparse: torch's kernels only, so the program has its torch call
+            sym, note = self.whole(sym, min(str(x).removeprefix("torch.") for x in layouts - {torch.strided}), where)
+        vargs, vkwargs = pytree.tree_map(self.argument, (args2, kwargs2))
+        spec: pytree.TreeSpec | None = whole
+        outs = [self.new_output(t) for t in flat if isinstance(t, torch.Tensor)]
+        single = isinstance(out, torch.Tensor)
+        if not single and len(outs) != len(flat):  # (attn_output, None): call it for its tensors only
+            sym = self.tensors_only(sym)
+            spec = None if len(outs) == 1 else pytree.tree_flatten(tuple(outs))[1]
+            single = len(outs) == 1
+        if dynamic and (torch_ops.lookup(func) is None  # a user's function is not run again on meta tensors
+                        or static_shapes(func, args, kwargs) != [tuple(v.shape) for v in outs]):
+            sym, note = self.shape_checked(sym, outs, where, note)
+        leaves = pytree.tree_leaves((args, kwargs))
+        if self.grad and any(isinstance(a, torch.Tensor) and a.requires_grad for a in leaves):
+            # where eager's autograd stops though an input requires grad (detach, no_grad blocks)
+            self.frozen.update(v.name for v, t in zip(outs, (t for t in flat if isinstance(t, torch.Tensor)))
+                               if not t.requires_grad and _differentiable(t))
+        self.bound_symbols.append(BoundSymbol(sym, vargs, vkwargs, outs, None if single else spec, where,
+                                              note=note))
+        self.views.recorded(self, func, args, kwargs, flat)
+
+    def shape_checked(self, sym: Symbol, outs: list[Value], where, note: str) -> tuple[Symbol, str]:
+        """`sym` for an op whose results' shapes depend on the data (fallbacks.shape_checked), and
+        its note: a decomposition's own reason why it does not decompose, where it has one."""
+        shapes, names = [tuple(v.shape) for v in outs], ", ".join(v.name for v in outs)
+        self.shape_checked_names += [v.name for v in outs]
+        self.notes.append(Note("information", f"the shape of {names} depends on the data ({shapes_text(shapes)} "
+                               "here): the compiled program checks it at each call, and a call where it "
+                               "differs runs eagerly", where, DiagnosticCode.DATA_DEPENDENT))
+        printed = self._unique(f"{_sanitize(sym.name.rsplit('.', 1)[-1])}_shape_checked")
+        checked = shape_checked(sym, printed, shapes, names, where)
+        self.extra_globals[printed] = checked.impl
+        why = "its shape depends on the data: it runs as one torch call, its shape checked on every call"
+        return checked, note or ("" if sym.decomposition else why)
+
+    def whole(self, sym: Symbol, layout: str, where) -> tuple[Symbol, str]:
+        """`sym` as one torch call, never decomposed (prims and fusion executors take strided
+        tensors only), and its note; the first such op is also a diagnostic at its line."""
+        if not self.layout_noted:
+            self.layout_noted = True
+            self.notes.append(Note("information", f"an operand has the {layout} layout: ops on tensors of other "
+                                   "layouts than strided run as torch calls, never fused", where,
+                                   DiagnosticCode.EXECUTOR))
+        if sym.decomposition is None and sym.kind is not SymbolKind.OPAQUE:  # a library call runs whole anyway
+            return sym, ""
+        return (Symbol(sym.name, sym.impl, kind=sym.kind, tags=sym.tags),
+                f"an operand has the {layout} layout; it runs as one torch call")
+
+    def symbol_for(self, func, args, kwargs, where):
+        """The Symbol for a torch call, with its arguments in that symbol's convention."""
+        name = getattr(func, "__name__", "")
+        if name == "__get__":  # a property such as Tensor.T or Tensor.mT
+            prop = getattr(getattr(func, "__self__", None), "__name__", "")
+            getter = _PROPERTIES.get(prop)
+            if getter is not None:
+                return getter[0], getter[1](args), {}, ""
+            return self.opaque(lambda x, _p=prop: getattr(x, _p), f"Tensor.{prop}", args, kwargs, where)
+        if name == "__setitem__":
+            if args and isinstance(args[0], torch.Tensor):
+                self.view_mutation(args[0], name, where, args)
+            sym = torch_ops.SYMBOLS["setitem"]  # x[key] = value: the functional setitem, a new value
+            self.extra_globals[sym.name] = sym.impl
+            return sym, args, kwargs, ""
+        if func is torch.Tensor.view and len(args) == 2 and isinstance(args[1], torch.dtype):
+            return self.opaque(func, name, args, kwargs, where, "a view as another dtype is not decomposed")
+        entry = torch_ops.lookup(func)
+        if entry is None and (functional := views.functional_name(name)):
+            owner = torch.Tensor if hasattr(torch.Tensor, name) else torch
+            fn = getattr(owner, functional, None)
+            # x.uniform_(), x.zero_(), x.resize_(n): no functional method, a registered functional form
+            entry = torch_ops.lookup_inplace(func) or (torch_ops.lookup(fn) if fn is not None else None)
+            if args and isinstance(args[0], torch.Tensor):
+                self.view_mutation(args[0], name, where)
+            if entry is None and not hasattr(torch.Tensor, name):  # a function such as nn.init.constant_
+                return self.opaque(views.inplace_function_wrapper(func), name, args, kwargs, where, called=func)
+            if entry is None:
+                return self.opaque(views.inplace_wrapper(name), f"Tensor.{name}", args, kwargs, where, called=func)
+        if entry is None:
+            return self.opaque(func, name, args, kwargs, where)
+        sym, adapter = entry
+        if views.functional_name(name) and (target := torch_ops.kept_dtype(args, kwargs)) is not None:
+            # t.add_(u) with u wider: eager computes in the promoted dtype, then casts back into t
+            sym = torch_ops.cast_result(sym, target, self._unique(f"{_sanitize(name)}_as_{dtype_name(target)}"))
+            self.extra_globals[sym.name] = sym.impl
+        if adapter is not None:
+            args, kwargs = adapter(args, kwargs)
+        if kwargs.get("inplace") is True and args and isinstance(args[0], torch.Tensor):  # F.relu(x, inplace=True)
+            self.view_mutation(args[0], name, where)
+            kwargs = {**kwargs, "inplace": False}  # recorded as the functional op it stands for
+        return sym, args, _drop_defaults(sym, kwargs), ""
+
+    def view_mutation(self, target: torch.Tensor, name: str, where, args: tuple = ()) -> None:
+        """The call being recorded updates `target` in place: views.py functionalises it, through
+        the views it was made from, once it is recorded (and raises eager's error where eager
+        refuses it)."""
+        self.updated_at.setdefault(id(target), where)
+        self.views.mutating(self, target, name, where, args)
+
+    def tensors_only(self, sym: Symbol) -> Symbol:
+        """`sym` as a call that returns only the tensors of its result, in order (one alone):
+        what the trace binds when the result also holds None or other non-tensors."""
+        def only(result):
+            leaves = [x for x in pytree.tree_leaves(result) if isinstance(x, (torch.Tensor, Value))]
+            return leaves[0] if len(leaves) == 1 else tuple(leaves)
+
+        @functools.wraps(sym.impl)  # its signature is the op's (torch_rules.draws_dropout reads it)
+        def impl(*args, **kwargs):
+            return only(sym.impl(*args, **kwargs))
+        printed = self._unique(f"{_sanitize(sym.name.rsplit('.', 1)[-1])}_tensors")
+        self.extra_globals[printed] = impl
+        decomposition, decompose = None, sym.decomposition
+        if decompose is not None:
+            decomposition = functools.wraps(decompose)(lambda *a, **k: only(decompose(*a, **k)))
+        return Symbol(printed, impl, kind=sym.kind, decomposition=decomposition, tags=sym.tags, flops=sym.flops)
+
+    def collective(self, name: str, impl, kwargs: dict, written: torch.Tensor) -> None:
+        """A torch.distributed collective the call ran: its functional form (collectives.py),
+        the tensor it wrote given a new Value, as an in-place update is."""
+        where = self.where()
+        if written._base is not None:
+            return self.refuse_collective(name, "on a view")
+        printed = self._unique(impl.__name__)
+        self.extra_globals[printed] = impl
+        sym = Symbol(printed, impl, kind=SymbolKind.OPAQUE,
+                     tags=frozenset({OpTag.LIBRARY_CALL, OpTag.COLLECTIVE, OpTag.NON_DIFFERENTIABLE}))
+        self.updated_at.setdefault(id(written), where)
+        vkwargs = pytree.tree_map(self.argument, kwargs)
+        # no note: a collective is no fallback (fusion ends its regions at it: BoundaryCode.COLLECTIVE)
+        self.bound_symbols.append(BoundSymbol(sym, (), vkwargs, [self.new_output(written)], None, where))
+
+    def record_symbol(self, sym: Symbol, args: tuple, out: torch.Tensor) -> None:
+        """`out = sym(*args)`, run by a wrapping that records it itself (tensor_parallel), at the user's line."""
+        self.taken.add(sym.name)
+        self.extra_globals[sym.name] = sym.impl
+        self.bound_symbols.append(BoundSymbol(sym, tuple(map(self.argument, args)), {}, [self.new_output(out)], None,
+                                              self.where()))
+
+    def refuse_collective(self, name: str, how: str = "") -> None:
+        if self.eager_only is None:
+            self.eager_only = (f"torch.distributed.{name}{' ' + how if how else ''} is not traced: calls with this "
+                               "signature run eagerly")
+            self.notes.append(Note("warning", self.eager_only, self.where(), DiagnosticCode.COLLECTIVE))
+
+    def opaque(self, func, label, args, kwargs, where, why=None, called=None):
+        """A call with no FusionLens symbol, run as one torch call; `called` is the torch
+        callable the user called when `func` wraps it (an in-place method's functional form):
+        what its tags (random or not) are declared for."""
+        printed = torch_ops.qualified_name(func)
+        if printed is None:
+            printed = self._unique(f"op_{_sanitize(label)}")
+            self.extra_globals[printed] = func
+        sym = Symbol(printed, func, kind=SymbolKind.OPAQUE, tags=torch_ops.fallback_tags(called or func))
+        reason = f"{why or f'FusionLens has no symbol for {printed}'}; it runs as one torch call"
+        return sym, args, kwargs, reason
+
+    def note_data_dependent(self, name, args, out):
+        where = self.where()
+        src = args[0] if args and isinstance(args[0], torch.Tensor) else None
+        v = self.values.get(id(src)) if src is not None else None
+        self.notes.append(Note("warning", f"Python control flow read a tensor's value ({v.name if v else 'a tensor'}"
+                               f".{name}() -> {out!r}); the trace is specialised to it and may be wrong "
+                               "for other input values", where, DiagnosticCode.DATA_DEPENDENT))
+
+
+def _is_default(value, default) -> bool:
+    plain = (bool, int, float, str)
+    return value is default or (type(value) in plain and type(value) is type(default) and value == default)
+
+
+def _drop_defaults(sym, kwargs: dict) -> dict:
+    """Keyword arguments the caller left at their defaults (torch.nn.functional passes them
+    all on) only clutter the trace."""
+    if sym.decomposition is None or not kwargs:
+        return kwargs
+    params = sym.decomposition_signature.parameters
+    dropped = {k for k, v in kwargs.items() if k in params and _is_default(v, params[k].default)}
+    # a None stays beside kept keywords: torch.sum(x, dim=None, keepdim=True) has no form without dim
+    kept_any = len(dropped) < len(kwargs)
+    return {k: v for k, v in kwargs.items() if k not in dropped or (v is None and kept_any)}
+
+
+_PROPERTIES = {
+    "T": (torch_ops.SYMBOLS["torch.permute"], lambda a: (a[0], tuple(reversed(range(a[0].ndim))))),
+    "mT": (torch_ops.SYMBOLS["torch.transpose"], lambda a: (a[0], -2, -1) if a[0].ndim else (a[0], 0, 0)),
+    "data": (torch_ops.SYMBOLS["torch.Tensor.detach"], lambda a: (a[0],)),
+    "mH": (torch_ops.SYMBOLS["torch.adjoint"], lambda a: (a[0],)),  # the conjugate transpose
+    "H": (torch_ops.SYMBOLS["torch.adjoint"], lambda a: (a[0],)),  # (of a matrix: x.H is only for 2-d)
+}
+
+
+class TraceResult:
+    def __init__(self, trace: Trace, eager_output: Any, constants: dict, notes: list,
+                 eager_only: str | None = None, mutated: dict | None = None,
+                 originals: dict | None = None, copies: tuple = (), states: list | None = None,
+                 passed: list | None = None):
+        self.trace = trace
+        self.eager_output = eager_output
+        self.constants = constants  # input name -> tensor (params, buffers, captured constants)
+        self.notes = notes
+        self.eager_only = eager_only  # why this signature cannot be compiled faithfully (jit runs eagerly)
+        self.mutated = mutated or {}  # input name -> its value after the eager call (updated in place)
+        self.originals = originals or {}  # id(copy traced on) -> the caller's tensor or the module's buffer
+        self.copies = copies  # the copies themselves (their ids stay theirs while they live)
+        # objects passed in holding tensors (a cache): the program returns (result, their changes)
+        self.states = states or []
+        self.passed = passed or []  # every object passed in (the program's result refers to them: PassedRef)
+        self.objects_passed = len(self.passed)  # kept by release()
+
+    def release(self) -> None:
+        """Drop what only compiling and the first call need (eager's result, the copies traced
+        on, the caller's objects and tensors): a jit entry must not keep the first call's
+        tensors alive for as long as it lives (a KV cache, a batch)."""
+        self.eager_output, self.originals, self.copies = None, {}, ()
+        self.mutated = dict.fromkeys(self.mutated)  # the names stay: they say what the call updates
+        self.states, self.passed = [object()] * len(self.states), []  # how many, not which
+
+    def as_the_call(self):
+        """The traced run as the caller's own call: the copies' updates written into the real
+        tensors and buffers, the result with each copy replaced by its original."""
+        by_id = {}
+        for copy_ in self.copies:
+            original = self.originals[id(copy_)]
+            if not _same_values(copy_, original):
+                leaf = original.is_leaf and original.requires_grad  # updated under no_grad in the call
+                with torch.no_grad() if leaf else contextlib.nullcontext():
+                    original.copy_(copy_)
+            by_id[id(copy_)] = original
+        result = pytree.tree_map(lambda x: by_id.get(id(x), x) if isinstance(x, torch.Tensor) else x,
+                                 self.eager_output)
+        if self.states:
+            result, changes = result
+            objects.apply_all(self.states, changes)
+        return result
+
+
+def trace(fn, args=(), kwargs=None, name: str | None = None, clone=None) -> TraceResult:
+    """Run `fn(*args, **kwargs)` once, recording it. Errors in user code raise TraceError.
+    `clone`: what the call runs on in place of each of the caller's tensors (a copy, by default;
+    fusionlens/frontend/dynamic.py's fake tensors with symbolic sizes)."""
+    kwargs = kwargs or {}
+    tracer = Tracer(_sanitize(name) if name else target_name(fn))  # the program's def: an identifier
+    tracer.stop = sys._getframe(0).f_code
+    tracer.call = provenance.caller(sys._getframe(1))
+    # Trace on copies of the caller's tensors and of the module's buffers: an in-place update
+    # in `fn` must not change them (the program writes it back when it runs; eager's final
+    # values are what its check compares with).
+    why = collectives.dtensor_arguments(args, kwargs) or collectives.unsupported_wrapping(fn)
+    if why is not None:  # records nothing: eager calls only
+        tracer.eager_only, tracer.recording = why, False
+        tracer.notes.append(Note("warning", why, tracer.call, DiagnosticCode.COLLECTIVE))
+    with _buffer_copies(fn) as originals:
+        tracer.known = parameter_names(fn)
+        return _trace(tracer, fn, args, kwargs, originals, clone or _clone)
+
+
+def _trace(tracer: Tracer, fn, args, kwargs, originals: dict, clone) -> TraceResult:
+    copies: dict = {}
+    def copy(x):
+        if not isinstance(x, torch.Tensor):
+            return x
+        if id(x) not in copies:
+            copies[id(x)] = clone(x)
+            originals[id(copies[id(x)])] = x
+        return copies[id(x)]
+    args, kwargs = pytree.tree_map(copy, (tuple(args), dict(kwargs)))
+    states = objects.PassedStates((args, kwargs), copy)  # a cache passed in: its tensors are inputs too
+    signature = []
+    for pname, value in signature_names(fn, args, kwargs):
+        leaves = pytree.tree_leaves(value)
+        for i, leaf in enumerate(leaves):
+            label = pname if len(leaves) == 1 and leaf is value else f"{pname}_{i}"
+            if isinstance(leaf, torch.Tensor):
+                tracer.bind_input(leaf, _sanitize(label), "input")
+            signature.append(describe_input(label, leaf))
+    for label, tensor in states.tensors():
+        if id(tensor) not in tracer.inputs_by_id:
+            tracer.bind_input(tensor, _sanitize(label), "input")
+            signature.append(describe_input(label, tensor))
+    user_inputs = list(tracer.inputs)
+    module = fn if isinstance(fn, torch.nn.Module) else getattr(fn, "__self__", None)
+    state = list(module.parameters()) + list(module.buffers()) if isinstance(module, torch.nn.Module) else []
+    versions = {id(t): t._version for t in tracer.alive + state}
+    try:
+        # in the caller's grad mode, as eager runs it: user code that asks torch.is_grad_enabled()
+        # or x.requires_grad sees what eager sees, and what autograd would not track is known
+        with _Recorder(tracer), tracer.dynamic, collectives.recording(tracer), tensor_parallel.recording(tracer):
+            out = fn(*args, **kwargs)
+    except TraceError:
+        raise
+    except Exception as e:
+        file, line = provenance.user_location(e)
+        raise TraceError(f"{type(e).__name__}: {e}", file, line) from e
+    output = pytree.tree_map(tracer.to_value, out)
+    # objects (no pytree node) holding tensors the call computed: taken apart to be rebuilt,
+    # unless the caller passed them in (the call updated the caller's object: eager only)
+    passed = {id(x) for x in pytree.tree_leaves((args, kwargs)) if not isinstance(x, torch.Tensor)}
+    computed = lambda t: id(t) in tracer.values and tracer.values[id(t)].role == ""  # noqa: E731
+    output = pytree.tree_map(lambda leaf: leaf if isinstance(leaf, Value) else objects.template(
+        leaf, tracer.to_value, computed, passed), output)
+    output = objects.refer_to_passed(output, states.objects)  # the call's own object, at each call
+    changes = states.changes(lambda x: tracer.to_value(x) if isinstance(x, torch.Tensor) else
+                             objects.template(x, tracer.to_value, lambda t: True, set()))
+    if any(changes):  # what the call left in objects passed in is part of the result, the program's and eager's
+        output, out = (output, changes), (out, states.changes(lambda x: x))
+    states.restore()
+    if not any(isinstance(leaf, Value) for leaf in pytree.tree_leaves(output)):
+        tracer.notes.append(Note("warning", f"{tracer.name} returned {type(out).__name__} and no tensor: "
+                                 "there is nothing to compile", None, DiagnosticCode.NOTHING_TO_COMPILE))
+    # what is left holding computed tensors could not be templated (passed in, or no attributes)
+    hidden = [type(leaf).__name__ for leaf in pytree.tree_leaves(output) if not isinstance(leaf, Value)
+              and objects.template(leaf, lambda t: None, computed, set()) is not leaf]
+    if hidden:
+        tracer.notes.append(Note("warning", f"the result holds computed tensors inside {', '.join(hidden)}, "
+                                 "which FusionLens cannot rebuild (an object the caller passed in, or one "
+                                 "without attributes to set): compiled calls with this signature run eagerly",
+                                 None, DiagnosticCode.HIDDEN_TENSORS))
+    for v in tracer.inputs:
+        if v not in user_inputs:
+            signature.append(describe_input(v.name, tracer.constants[v.name]))
+    writeback, mutated = _mutations(tracer, versions, originals)
+    inside = sorted(set(mutated) - {v.name for v, _ in writeback})  # updated by a library call, as it runs
+    if tracer.shape_checked_names and inside and tracer.eager_only is None:
+        tracer.eager_only = (f"{inside[0]} is updated in place inside a torch call, and a shape the program checks "
+                             "depends on the data: a call where it differs could not rerun eagerly without "
+                             "updating it twice, so calls with this signature run eagerly")
+        tracer.notes.append(Note("warning", tracer.eager_only, None, DiagnosticCode.DATA_DEPENDENT))
+    t = Trace(tracer.name, tracer.inputs, tracer.bound_symbols, output, "acquired", signature,
+              tracer.extra_globals, writeback, frozen=frozenset(tracer.frozen))
+    eager_only = tracer.eager_only or (
+        "the result holds tensors FusionLens cannot take apart" if hidden else None)
+    constants = {k: originals.get(id(x), x) for k, x in tracer.constants.items()}  # the module's own buffers
+    alive_copies = tuple(x for x in tracer.alive if id(x) in originals)
+    return TraceResult(t, out, constants, tracer.notes, eager_only=eager_only, mutated=mutated,
+                       originals=originals, copies=tuple({id(x): x for x in alive_copies}.values()),
+                       states=states.objects if any(changes) else [], passed=states.objects)
+
+
+def _mutations(tracer: Tracer, versions: dict, originals: dict) -> tuple:
+    """(write-back pairs (input Value, its final Value), {input name: eager's final value}) of
+    the trace inputs the call updated in place. An update the trace recorded (x.add_(y),
+    x[i] = v, through views: views.py) is written back by the program; one inside a library call
+    (batch_norm's running statistics) happens again when the program runs that call on the real
+    tensor. Inputs and buffers were copies: a copy that differs from its original was updated
+    (library kernels write without bumping the version counter); a parameter was updated if its
+    version moved, and is put back as it was (views.Views.restore) or the call runs eagerly."""
+    writeback, mutated, where, params = [], {}, {}, []
+    for t in {id(t): t for t in tracer.alive}.values():
+        v = tracer.inputs_by_id.get(id(t))
+        if v is None or id(t) not in versions:
+            continue
+        original = originals.get(id(t))
+        if id(t) not in tracer.views.updated and versions[id(t)] == t._version and (
+                original is None or _same_values(t, original)):
+            continue
+        final = tracer.values.get(id(t))
+        if final is not None and final is not v:
+            writeback.append((v, final))
+            where[v.name] = tracer.updated_at.get(id(t))
+        mutated[v.name] = _clone(t.detach())
+        params += [(v, t)] if v.role == "param" else []
+    if (why := tracer.views.eager_because(originals)) is not None and tracer.eager_only is None:
+        tracer.eager_only, at = why
+        tracer.notes.append(Note("warning", tracer.eager_only, at, DiagnosticCode.INPLACE_VIEW))
+    if params and not tracer.views.restore(tracer, [t for _, t in params], originals) and tracer.eager_only is None:
+        tracer.eager_only = (f"the call updates the parameter {params[0][0].name} in place: calls with this "
+                             "signature run eagerly")
+        tracer.notes.append(Note("warning", tracer.eager_only, None, DiagnosticCode.INPLACE_PARAMETER))
+    for v, final in writeback:
+        tracer.notes.append(Note("information", f"{v.name} is updated in place: the compiled program writes "
+                                 f"{final.name} back into it, as eager does", where[v.name], DiagnosticCode.WRITEBACK))
+    return writeback, mutated
+
+
+def _differentiable(t: torch.Tensor) -> bool:
+    return t.dtype.is_floating_point or t.dtype.is_complex
+
+
+def _clone(x: torch.Tensor) -> torch.Tensor:
+    """A copy with the caller's strides, exactly (torch's overlap checks read them: a slice
+    cloned dense made `x[None].addcmul_(x, x)` raise where eager's call did not); an expanded
+    tensor (stride 0) and other layouts as clone makes them."""
+    if x.layout != torch.strided:
+        return x.clone()
+    if type(x) not in (torch.Tensor, torch.nn.Parameter) or x.is_contiguous() or any(
+            st == 0 and n > 1 for n, st in zip(x.shape, x.stride())):
+        return x.clone(memory_format=torch.preserve_format)
+    return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device).copy_(x)  # autograd: as clone
+
+
+def _same_values(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if isinstance(a, FakeTensor) or isinstance(b, FakeTensor):
+        return True  # no values (a dynamic trace, fusionlens/frontend/dynamic.py): version counters tell updates
+    if a.shape != b.shape or a.dtype != b.dtype or a.layout != b.layout:
+        return False
+    if a.layout != torch.strided:
+        a, b = a.to_dense(), b.to_dense()
+    same = a == b
+    if a.dtype.is_floating_point or a.dtype.is_complex:
+        same |= a.isnan() & b.isnan()
+    return bool(same.all())
+
+
+@contextlib.contextmanager
+def _buffer_copies(fn):
+    """While tracing, a module's buffers are copies (running statistics updated in place must
+    not change the real ones); yields {id(copy): the real buffer}."""
+    module = fn if isinstance(fn, torch.nn.Module) else getattr(fn, "__self__", None)
+    originals: dict = {}
+    swapped = []
+    if isinstance(module, torch.nn.Module):
+        copies: dict = {}
+        for m in module.modules():
+            for key, b in list(m._buffers.items()):
+                if b is not None:
+                    c = copies.setdefault(id(b), _clone(b))
+                    originals[id(c)] = b
+                    swapped.append((m, key, b))
+                    m._buffers[key] = c
+    try:
+        yield originals
+    finally:
+        for m, key, b in swapped:
+            m._buffers[key] = b

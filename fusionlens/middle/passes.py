@@ -1,0 +1,167 @@
+"""Trace-to-trace passes: decomposition into prims, flattening, DCE and CSE."""
+
+from __future__ import annotations
+
+import re
+
+from torch.utils import _pytree as pytree
+
+from fusionlens.ir.trace import BoundSymbol, NameGen, OpTag, SymbolKind, Trace, TraceContext, Value, format_arg, tracing
+from fusionlens.ops.torch_ops import NoDecomposition
+from fusionlens.ir.sizes import same_shape
+
+
+def max_index(trace: Trace) -> int:
+    """The largest n of the trace's `t<n>` names: new names start after it."""
+    best = -1
+    for b in iter_all(trace.bound_symbols):
+        for v in b.outputs:
+            m = re.fullmatch(r"t(\d+)", v.name)
+            if m:
+                best = max(best, int(m.group(1)))
+    return best
+
+
+def iter_all(bsyms):
+    for b in bsyms:
+        yield b
+        yield from iter_all(b.subsymbols)
+
+
+def decompose(trace: Trace) -> Trace:
+    """Attach to each torch-level op its decomposition into prims (as subsymbols).
+
+    The decomposition's results take the recorded names, so the trace keeps its SSA names.
+    An op whose decomposition returns one of its inputs (contiguous, eval dropout) is an
+    alias: it is dropped and its uses read the input, unless the program hands its result out
+    and the input may share memory with the caller's tensors: then it runs as its torch call,
+    aliasing as eager's does. Ops that cannot be decomposed keep `note` saying why: they fall
+    back to running as one torch call.
+    """
+    names = NameGen("t", max_index(trace) + 1, {v.name for v in trace.inputs})
+    alias: dict = {}
+    handed = {v.name for v in trace.results()}
+    exposed = handed | {v.name for v in trace.inputs}  # what may share memory with those (_expose)
+    out: list[BoundSymbol] = []
+    checked = 0  # out[:checked] are in `exposed`
+    for b in trace.bound_symbols:
+        b = b.replace(alias)
+        if b.sym.decomposition is None:
+            out.append(b)
+            continue
+        ctx = TraceContext(names, b.provenance)
+        try:
+            with tracing(ctx):
+                result = b.sym.decomposition(*b.args, **b.kwargs)
+        except NoDecomposition as e:
+            out.append(_with_note(b, f"{b.sym.name} is not decomposed ({e}); it runs as one torch call"))
+            continue
+        except Exception as e:  # a gap in our decomposition must not lose the op
+            out.append(_with_note(b, f"{b.sym.name}: decomposition failed ({type(e).__name__}: {e}); "
+                                     "it runs as one torch call"))
+            continue
+        flat = [v for v in pytree.tree_leaves(result) if isinstance(v, Value)]
+        mismatch = len(flat) != len(b.outputs) or any(
+            not same_shape(n.shape, o.shape) or n.dtype != o.dtype for n, o in zip(flat, b.outputs))
+        if mismatch:
+            out.append(_with_note(b, f"{b.sym.name}: decomposition does not match torch's result "
+                                     "for these arguments; it runs as one torch call"))
+            continue
+        produced = {v.name for s in ctx.bound_symbols for v in s.outputs}
+        if all(v.name not in produced for v in flat):  # pure alias
+            if any(o.name in trace.frozen and n.name not in trace.frozen for n, o in zip(flat, b.outputs)):
+                out.append(b)  # detach(): the alias where eager's gradient stops is kept, whole
+                continue
+            _expose(exposed, out[checked:])
+            checked = len(out)
+            if (any(o.name in handed and n.name in exposed for n, o in zip(flat, b.outputs))
+                    and OpTag.RANDOM not in b.sym.tags):
+                # handed out, the alias would be a tensor the caller has (or sees updated) too:
+                # the torch call makes eager's, the input itself, a view or a copy (round of an
+                # integer tensor is a new one); dropout not training is the input itself in eager
+                out.append(_with_note(b, f"{b.sym.name} is its input here, and the program hands it out: "
+                                         "it runs as one torch call, which makes eager's tensor"))
+                continue
+            alias.update({o.name: n for n, o in zip(flat, b.outputs)})
+            exposed.update(n.name for n, o in zip(flat, b.outputs) if o.name in handed)
+            continue
+        if any(v.name not in produced for v in flat):  # partly aliasing: keep the op whole
+            out.append(b)
+            continue
+        mapping = {n.name: o for n, o in zip(flat, b.outputs)}
+        out.append(BoundSymbol(b.sym, b.args, b.kwargs, b.outputs, b.out_spec, b.provenance,
+                               [s.replace(mapping) for s in ctx.bound_symbols], b.note))
+    return trace.with_("decomposed", out, rename=alias)
+
+
+def _expose(exposed: set[str], done: list[BoundSymbol]) -> None:
+    """Add to `exposed` the outputs in `done` that may share memory with a value in it (an
+    input's, or one the program hands out): a view's (shape prims only) or a torch call's."""
+    for b in done:
+        view = not b.subsymbols or all(OpTag.SHAPE in s.sym.tags for s in flatten([b]))
+        if view and any(v.name in exposed for v in b.inputs()):
+            exposed.update(o.name for o in b.outputs)
+
+
+def _with_note(b: BoundSymbol, note: str) -> BoundSymbol:
+    return BoundSymbol(b.sym, b.args, b.kwargs, b.outputs, b.out_spec, b.provenance, [], b.note or note)
+
+
+def flatten(bsyms) -> list:
+    """Leaves of the decomposition tree: prims and ops that have no decomposition."""
+    out = []
+    for b in bsyms:
+        if b.subsymbols:
+            out.extend(flatten(b.subsymbols))
+        else:
+            out.append(b)
+    return out
+
+
+def dce(trace: Trace) -> Trace:
+    """Drop ops none of whose outputs reach the trace's output."""
+    needed = {v.name for v in trace.results()}
+    kept = []
+    for b in reversed(trace.bound_symbols):
+        if any(o.name in needed for o in b.outputs):
+            kept.append(b)
+            needed.update(v.name for v in b.inputs())
+    return trace.with_(trace.stage, list(reversed(kept)))
+
+
+def _cse_key(b: BoundSymbol):
+    if b.sym.kind is SymbolKind.OPAQUE or OpTag.RANDOM in b.sym.tags:
+        return None
+    args, kwargs = b.args, b.kwargs
+    if b.sym.decomposition is not None:  # softmax(x, -1) and softmax(x, dim=-1) are one op
+        try:
+            bound = b.sym.decomposition_signature.bind(*args, **kwargs)
+            bound.apply_defaults()
+            args, kwargs = tuple(bound.arguments.items()), {}
+        except TypeError:
+            pass
+    return (b.sym.name, format_arg(args), format_arg(kwargs))
+
+
+def cse(trace: Trace) -> Trace:
+    """Replace an op identical to an earlier one (same symbol, same arguments) by its result."""
+    seen: dict = {}
+    alias: dict = {}
+    out = []
+    for b in trace.bound_symbols:
+        b = b.replace(alias)
+        key = _cse_key(b)
+        first = seen.get(key) if key is not None else None
+        if first is not None and len(first.outputs) == len(b.outputs):
+            alias.update({o.name: f for o, f in zip(b.outputs, first.outputs)})
+            continue
+        if key is not None:
+            seen[key] = b
+        out.append(b)
+    return trace.with_(trace.stage, out, rename=alias)
+
+
+def optimise(trace: Trace) -> Trace:
+    t = dce(cse(trace))
+    t.stage = "optimised"
+    return t

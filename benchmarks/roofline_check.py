@@ -102,6 +102,9 @@ def main(argv=None) -> int:
             if args.target and t.name not in args.target:
                 continue
             label = f"{os.path.basename(path)}:{t.name}"
+            if t.nproc is not None:  # its ranks need a launch: `fusionlens compile --nproc`, not this process
+                print(f"-- {label}: skipped (a distributed target, nproc={t.nproc})", flush=True)
+                continue
             try:
                 rep = compile_target(path, t.name, options=options, benchmark=True,
                                      repeats=3 if args.dry_run else args.repeats, device=str(device))
@@ -109,7 +112,10 @@ def main(argv=None) -> int:
                     print(f"!! {label}: {rep.error.message}")
                     status = 1
                     continue
-                rows += region_rows(label, rep)
+                these = region_rows(label, rep)
+                rows += these
+                for row in these:  # each as it is measured: a timeout loses nothing already printed
+                    print("  ".join(map(str, row)), flush=True)
                 ranges, recorded = profiled_names(path, t.name, device)
                 missing += [f"{label}: {n}" for n in sorted(ranges - recorded)]
             except Exception as e:  # a failing target is reported; the others still run

@@ -229,8 +229,9 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--trace", metavar="OUT.json", default=None,
                    help="also write the regions as a Chrome Trace Event file (Perfetto, chrome://tracing)")
     c.add_argument("--html", metavar="OUT.html", default=None,
-                   help="also write each target's report as one self-contained HTML page: the source shaded by "
-                        "time, the fusion graph, a roofline chart, a timeline (docs/pictures.md)")
+                   help="also write OUT.html: one self-contained page of every target (a menu switches; --target "
+                        "for one): the source shaded by time, the fusion graph, a roofline chart, a timeline "
+                        "(docs/pictures.md)")
     c.add_argument("--executors", nargs="+", help="executor priority, e.g. triton torch")
     c.add_argument("--benchmark", action=argparse.BooleanOptionalAction, default=True,
                    help="measure compiled vs eager timings (default: on)")
@@ -246,6 +247,10 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--gpu", type=_gpu, default=None, metavar="NAME",
                    help="the GPU rooflines are estimated for where none runs (default: $FUSIONLENS_GPU or "
                         f"{roofline.DEFAULT_TARGET}; known: {', '.join(roofline.names())})")
+    c.add_argument("--static", action="store_true",
+                   help="compile every Triton kernel for the target GPU here (nothing runs) and report its loads, "
+                        "registers, spills, occupancy and waves (docs/kernels.md); implied by --gpu, as "
+                        "FUSIONLENS_STATIC=1 does")
     c.add_argument("--cluster", type=_cluster, default=None, metavar="SPEC",
                    help="estimate each collective on this cluster (8xH100, 64x8xH100; docs/comm_model.md), "
                         "as FUSIONLENS_CLUSTER does")
@@ -256,6 +261,11 @@ def _parser() -> argparse.ArgumentParser:
                    help="which trace of each program to print (default: execution); FUSIONLENS_DEBUG=1..3 "
                         "prints each stage as it is produced")
     sub.add_parser("list", help="list the targets of a file").add_argument("file")
+    from fusionlens.plan import command as plan_command
+
+    plan_command.add_arguments(sub.add_parser(
+        "plan", help="what a training step of a target costs on a cluster: time, MFU, memory a GPU, per line "
+                     "(docs/plan.md)"))
     r = sub.add_parser("repro", help="write a standalone script (torch and triton only) that checks and times "
                                      "one region's kernel against eager, for a bug report")
     r.add_argument("file")
@@ -287,6 +297,11 @@ def main(argv=None) -> int:
         for t in targets:
             print(f"{args.file}:{t.line}: {t.name}" + (f" ({t.nproc} ranks)" if t.nproc else ""))
         return 0
+    if args.command == "plan":
+        from fusionlens.plan import command as plan_command
+
+        sys.path.insert(0, os.getcwd())
+        return plan_command.run(args, targets)
     options = CompileOptions.from_env(executors=args.executors)
     if args.command == "repro":
         from fusionlens.driver import repro
@@ -310,7 +325,8 @@ def _compile(args, targets: list[TargetInfo], options: CompileOptions) -> int:
         return 2
     sys.path.insert(0, os.getcwd())
     options = options.replace(profile=args.profile or options.profile, gpu=args.gpu or options.gpu,
-                              cluster=args.cluster or options.cluster)
+                              cluster=args.cluster or options.cluster,
+                              static_kernels=args.static or args.gpu is not None or options.static_kernels)
     nprocs = {t.name: args.nproc or t.nproc for t in targets}
     groups: dict[int, list[str]] = {}
     for n in names:
@@ -348,14 +364,12 @@ def _compile(args, targets: list[TargetInfo], options: CompileOptions) -> int:
 
 
 def _write_html(reports: list[CompileReport], path: str) -> None:
-    """OUT.html for one target; OUT_<target>.html each where the file has several."""
+    """Exactly OUT.html: one page of every target compiled (a menu switches between them)."""
     from fusionlens.report import html as html_report
 
-    root, ext = os.path.splitext(path)
-    for r in reports:
-        out = path if len(reports) == 1 else f"{root}_{r.target.name}{ext or '.html'}"
-        html_report.write(r, out)
-        print(f"fusionlens: wrote {out} (open it in a browser; it needs no network)", file=sys.stderr)
+    html_report.write_all(reports, path)
+    what = f"{len(reports)} targets, a menu switches" if len(reports) > 1 else reports[0].target.name
+    print(f"fusionlens: wrote {path} ({what}; open it in a browser: it needs no network)", file=sys.stderr)
 
 
 def _settings(args) -> launch.Settings:

@@ -34,6 +34,7 @@ ENVIRONMENT: dict[str, tuple[str, Callable[[str], Any]]] = {
     "FUSIONLENS_GPU": ("gpu", str.strip),
     "FUSIONLENS_VERIFY": ("verify", _flag),
     "FUSIONLENS_CLUSTER": ("cluster", str.strip),
+    "FUSIONLENS_STATIC": ("static_kernels", _flag),
 }
 
 
@@ -47,6 +48,12 @@ class CompileOptions:
     check: bool = True  # compare the compiled program with eager on the example inputs
     verify: bool = False  # run fusionlens.middle.verify after every stage (debug >= 1 implies it)
     cluster: str | None = None  # the cluster collectives are estimated on (comm_model: 8xH100, 64x8xH100)
+    # compile every Triton kernel for the target GPU (`gpu`) and read its PTX and cubin into the
+    # report (Region.static, docs/kernels.md): about a second a kernel the first time, then cached
+    static_kernels: bool = False
+    # capture a static-shape forward program in a CUDA graph and replay it (docs/kernels.md);
+    # None: where the program is launch-bound (its regions' rooflines are below the launches' cost)
+    cuda_graphs: bool | None = None
 
     @property
     def verifying(self) -> bool:

@@ -17,7 +17,7 @@ import pathlib
 from typing import Any, NamedTuple
 
 from fusionlens.report.schema import (Boundary, Collective, CompileReport, Diagnostic, OpRecord, Preview, ProgramReport,
-                             Region, SavedTensor)
+                                      Region, SavedTensor)
 from lsp_server.linemap import split_lines
 from lsp_server.protocol import Where
 from lsp_server.settings import CompileSettings

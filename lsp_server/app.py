@@ -3,6 +3,8 @@
 Run `fusionlens-lsp` (stdio; `--stdio` is accepted), `fusionlens-lsp --socket PATH` (a unix
 socket only this user can open) or `fusionlens-lsp --tcp HOST:PORT` (any local user can
 connect: docs/lsp.md). Over a socket the server serves one client and exits when it leaves.
+`python -P -m lsp_server` is the same server (-P: see lsp_server/__main__.py). SIGTERM and
+SIGHUP end it as `exit` does: the worker's processes killed, a socket removed.
 The contract with clients is docs/lsp.md.
 """
 
@@ -10,11 +12,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import ipaddress
 import logging
 import os
-import stat
+import signal
 import sys
 from typing import Any
 
@@ -22,6 +23,8 @@ from lsp_server import __version__
 from lsp_server.commands import register_commands
 from lsp_server.features import register_features
 from lsp_server.server import FusionLensServer
+from lsp_server.sockets import SocketPath
+from lsp_server.transport import INITIALIZE_TIMEOUT_S, serve_one_client, serve_stdio
 
 
 def build_server() -> FusionLensServer:
@@ -34,42 +37,27 @@ def build_server() -> FusionLensServer:
 
 # --- sockets ------------------------------------------------------------------------------
 
-def _socket_path(path: str) -> str:
-    """The unix socket's path, in a folder only this user can use (created 0700 where missing);
-    a stale socket of ours there is removed. Exits with a message otherwise."""
-    path = os.path.abspath(path)
-    folder = os.path.dirname(path)
-    os.makedirs(folder, 0o700, exist_ok=True)
-    st = os.stat(folder)
-    if st.st_uid != os.getuid() or stat.S_IMODE(st.st_mode) & 0o077:
-        sys.exit(f"fusionlens-lsp: --socket {path}: {folder} must be a folder only you can use "
-                 f"(yours, mode 0700; it is uid {st.st_uid}, mode {stat.S_IMODE(st.st_mode):o})")
-    with contextlib.suppress(FileNotFoundError):
-        old = os.lstat(path)
-        if not stat.S_ISSOCK(old.st_mode) or old.st_uid != os.getuid():
-            sys.exit(f"fusionlens-lsp: --socket {path}: something else is there; not replacing it")
-        os.unlink(path)  # a socket of ours left by a server that is gone
-    return path
-
-
-def serve_unix(server: FusionLensServer, path: str) -> None:
-    path = _socket_path(path)
+def serve_unix(server: FusionLensServer, path: str, init_timeout: float = INITIALIZE_TIMEOUT_S) -> None:
+    claimed = SocketPath(path)
+    path = claimed.claim()
+    server.cleanups.append(claimed.release)
 
     async def listen(on_connect: Any) -> asyncio.Server:
         old = os.umask(0o177)  # the socket is created 0600: only this user can connect
         try:
-            return await asyncio.start_unix_server(on_connect, path=path)
+            listener = await asyncio.start_unix_server(on_connect, path=path)
         finally:
             os.umask(old)
+        claimed.bound()
+        return listener
 
     try:
-        server.serve_one_client(listen, path)
+        serve_one_client(server, listen, path, init_timeout)
     finally:
-        with contextlib.suppress(OSError):
-            os.unlink(path)
+        claimed.release()
 
 
-def serve_tcp(server: FusionLensServer, host: str, port: int) -> None:
+def serve_tcp(server: FusionLensServer, host: str, port: int, init_timeout: float = INITIALIZE_TIMEOUT_S) -> None:
     try:
         loopback = ipaddress.ip_address(host).is_loopback
     except ValueError:
@@ -81,7 +69,19 @@ def serve_tcp(server: FusionLensServer, host: str, port: int) -> None:
     async def listen(on_connect: Any) -> asyncio.Server:
         return await asyncio.start_server(on_connect, host, port)
 
-    server.serve_one_client(listen, f"{host}:{port}")
+    serve_one_client(server, listen, f"{host}:{port}", init_timeout)
+
+
+def _end_on_signals(server: FusionLensServer) -> None:
+    """SIGTERM (an editor stopping the server) and SIGHUP: clean up as `exit` does, at once."""
+    def end(signum: int, frame: Any) -> None:
+        server.run_cleanups()
+        logging.shutdown()
+        os._exit(128 + signum)
+
+    for name in ("SIGTERM", "SIGHUP"):
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), end)
 
 
 # --- entry point --------------------------------------------------------------------------
@@ -93,6 +93,9 @@ def main(argv: list[str] | None = None) -> None:
                         "only you can use) for one client, instead of stdio")
     parser.add_argument("--tcp", metavar="HOST:PORT", help="listen on TCP for one client, instead of stdio: "
                         "any local user can connect first; prefer stdio or --socket")
+    parser.add_argument("--initialize-timeout", type=float, default=INITIALIZE_TIMEOUT_S, metavar="SECONDS",
+                        help="--socket/--tcp: a connection that sends no initialize within this long is "
+                        f"dropped and the server listens again (default {INITIALIZE_TIMEOUT_S:g})")
     parser.add_argument("--log-level", default="WARNING", help="log level for stderr (default WARNING)")
     parser.add_argument("--log-file", help="log to this file instead of stderr")
     parser.add_argument("--version", action="version", version=f"fusionlens-lsp {__version__}")
@@ -101,13 +104,14 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=getattr(logging, str(args.log_level).upper(), logging.WARNING),
                         format="%(asctime)s %(name)s %(levelname)s %(message)s", **target)
     server = build_server()
+    _end_on_signals(server)
     if args.socket:
-        serve_unix(server, args.socket)
+        serve_unix(server, args.socket, args.initialize_timeout)
     elif args.tcp:
         host, _, port = args.tcp.rpartition(":")
-        serve_tcp(server, host.strip("[]") or "127.0.0.1", int(port))
+        serve_tcp(server, host.strip("[]") or "127.0.0.1", int(port), args.initialize_timeout)
     else:
-        server.start_io()
+        serve_stdio(server)
 
 
 if __name__ == "__main__":

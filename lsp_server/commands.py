@@ -22,6 +22,7 @@ from lsp_server.annotations import Result, norm_path
 from lsp_server.documents import DocState, View
 from lsp_server.jobs import existing_cwd
 from lsp_server.protocol import Failure, ReproAnswer, ReproRequest
+from lsp_server.reading import read_text_or_none
 from lsp_server.server import SETTINGS_PENDING, FusionLensServer
 from lsp_server.views import headroom_ms, roofline_text
 from lsp_server.worker_client import WorkerError
@@ -151,11 +152,7 @@ def _repro_request(ls: FusionLensServer, state: DocState, res: Result, target: s
     """The worker's request for a repro script of the compile shown: its text, and the
     executor and device settings it was compiled with."""
     compiled = res.snapshots.get(res.path)  # the text whose regions are shown
-    try:
-        with open(state.fs_path, encoding="utf-8") as f:
-            saved: str | None = f.read()
-    except (OSError, UnicodeDecodeError):
-        saved = None
+    saved = read_text_or_none(state.fs_path)
     settings = res.key.settings if res.key is not None else ls.settings.options_key()
     root = ls.documents.workspace_root(state)
     folders = [root] if os.path.isdir(root) else []  # an untitled buffer's folder is never made
@@ -315,7 +312,8 @@ def cmd_debug_info(ls: FusionLensServer, *args: Any) -> Answer:
             "userModules": sorted(m for m in sys.modules if m.startswith("_fusionlens_user")),
             "workerPid": ls.worker.pid, "workerRestarts": ls.worker.restarts,
             "cacheEntries": ls.results.cached_count(), "documents": len(ls.documents),
-            "settings": dataclasses.asdict(ls.settings), "device": ls.jobs.last_device}
+            "settings": dataclasses.asdict(ls.settings), "device": ls.jobs.last_device,
+            "requestFutures": len(ls.protocol._request_futures)}  # pygls' table: small (lsp_server.rpc)
 
 
 # --- fusionlens/regions -----------------------------------------------------------------------

@@ -28,6 +28,7 @@ from fusionlens.report.discovery import TargetInfo, find_targets
 from fusionlens.report.schema import Boundary, Collective, Region, SavedTensor
 from lsp_server.annotations import DiagNote, FileAnnotations, LineNote, Result, norm_path
 from lsp_server.linemap import LineMap, split_lines, split_lines_keepends
+from lsp_server.reading import NotReadable, read_source
 from lsp_server.results import Results
 from lsp_server.settings import Settings
 
@@ -221,17 +222,25 @@ class Documents:
 
     def _read(self, uri: str) -> str | None:
         """The document's text: the client's when open, else a file's on disk; None for
-        neither (a file that is gone, an untitled buffer the client never opened)."""
-        try:
-            workspace = self._server.workspace
-            doc = workspace.text_documents.get(unquote(uri))
-            if doc is None:
-                if not to_fs_path(uri):
-                    return None  # pygls would read the URI's path relative to the cwd
-                doc = workspace.get_text_document(uri)
+        neither (a file that is gone, an untitled buffer the client never opened). Raises
+        NotReadable for a file that is no regular file or too large (lsp_server.reading)."""
+        doc = self._server.workspace.text_documents.get(unquote(uri))
+        if doc is not None:
             return doc.source
+        path = to_fs_path(uri)
+        if not path:
+            return None  # pygls would read the URI's path relative to the cwd
+        try:
+            return read_source(path)
         except (OSError, UnicodeDecodeError, ValueError):
             return None
+
+    def _text(self, uri: str) -> str:
+        """_read for a document the client opened (or just closed): "" where unreadable."""
+        try:
+            return self._read(uri) or ""
+        except NotReadable:
+            return ""
 
     def doc(self, uri: str) -> DocState:
         """The document's state with its current text (parsed when its targets are asked for;
@@ -239,16 +248,17 @@ class Documents:
         state = self._docs.get(uri)
         if state is None:
             state = self._docs[uri] = DocState(uri, None if to_fs_path(uri) else self.untitled_path(uri))
-            state.parse(self._read(uri) or "")
+            state.parse(self._text(uri))
             return state
-        state.set_text(self._read(uri) or "")
+        state.set_text(self._text(uri))
         return state
 
     def lookup(self, uri: str | None) -> DocState | None:
         """`doc(uri)` where there is a text to show things on, else None (a hover on a missing
         file answers nothing). A document that is not open is read from disk into a state
         that is not kept: a request about it must not leave state behind (didClose removes
-        an open one's)."""
+        an open one's). Raises NotReadable (answered as the request's error) for a file that
+        is no regular file or too large."""
         if not isinstance(uri, str) or not uri:
             return None
         if uri in self._docs:

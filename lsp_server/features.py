@@ -128,7 +128,7 @@ def on_exit(ls: FusionLensServer, params: Any) -> None:
     (LSP). Not through pygls' sys.exit, which its loop swallows (status 0), and whose
     teardown of running compiles wrote tracebacks to a closed client."""
     code = 0 if getattr(ls.protocol, "_shutdown", False) else 1
-    ls.worker.discard()
+    ls.run_cleanups()  # the worker's processes, a socket
     logging.shutdown()
     os._exit(code)
 
@@ -307,7 +307,8 @@ def code_lens(ls: FusionLensServer, params: T.CodeLensParams) -> list[T.CodeLens
     state = ls.documents.lookup(params.text_document.uri)
     if state is None:
         return []
-    if not state.targets and state.syntax_error is not None and "fusionlens.example" in state.text:
+    if not state.targets and state.syntax_error is not None and ("fusionlens.example" in state.text
+                                                                   or "compiler.example" in state.text):
         # opened with a syntax error: its targets are not known yet, but it means to have some
         line, _, message = state.syntax_error
         title = "Not compiled: " + shorten(f"{message} (line {line + 1})", 60)

@@ -27,6 +27,7 @@ from lsprotocol import types as T
 from lsp_server.annotations import Result, ResultKey, load_report, norm_path
 from lsp_server.documents import Documents, DocState
 from lsp_server.protocol import CompileAnswer, CompileRequest, Failure, Where, text_digest
+from lsp_server.reading import read_text_or_none
 from lsp_server.results import Results
 from lsp_server.settings import Settings
 from lsp_server.views import report_summary
@@ -275,11 +276,7 @@ class Jobs:
         already queued for the same text, or a new job (which supersedes an older one); and
         the jobs among them."""
         text = state.parsed_text or ""
-        try:
-            with open(state.fs_path, encoding="utf-8") as f:
-                saved: str | None = f.read()
-        except (OSError, UnicodeDecodeError):
-            saved = None  # untitled, or not on disk (yet)
+        saved = read_text_or_none(state.fs_path)  # None: untitled, or not on disk (yet)
         digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
         infos = {t.name: t for t in state.targets}
         settings = self._settings.options_key()
@@ -390,7 +387,8 @@ class Jobs:
         self._note_device(self._worker.device_name)
         if isinstance(answer, Failure):
             if answer.traceback:
-                self._ui.log(T.MessageType.Error, f"compiling {name} raised:\n{answer.traceback}")
+                # its end (a message of a bounded size: the exception's text can be anything)
+                self._ui.log(T.MessageType.Error, f"compiling {name} raised:\n{answer.traceback[-16_000:]}")
             return self._failure(job, "internal", f"the compiler raised {answer.error}")
         if not isinstance(answer, CompileAnswer):
             return self._failure(job, "internal", f"the worker answered a compile with {type(answer).__name__}")
@@ -415,7 +413,7 @@ class Jobs:
             if state.path == path or not state.uri.startswith("file:") or not state.fs_path.endswith(".py"):
                 continue
             text = self._docs.text_document(state.uri).source
-            if text != _read_text(state.fs_path):
+            if text != read_text_or_none(state.fs_path):
                 out[state.fs_path] = text
         return out
 
@@ -470,18 +468,10 @@ def _with_snapshots(res: Result, overlays: dict[str, str] | None = None) -> Resu
     for path in res.files():
         if path not in res.snapshots:
             text = (overlays or {}).get(path)
-            text = _read_text(path) if text is None else text
+            text = read_text_or_none(path) if text is None else text
             if text is not None and (path not in res.imports or text_digest(text) == res.imports[path]):
                 res.snapshots[path] = text
     return res
-
-
-def _read_text(path: str) -> str | None:
-    try:
-        with open(path, encoding="utf-8") as f:
-            return f.read()
-    except (OSError, UnicodeDecodeError):
-        return None
 
 
 def existing_cwd() -> str:
@@ -523,7 +513,7 @@ class _Texts:
         memo = self._memo.get(path)
         if memo is not None and memo[0] == key:
             return memo[1]
-        text = _read_text(path) if state is None else text
+        text = read_text_or_none(path) if state is None else text
         value = text_digest(text) if text is not None else None
         self._memo[path] = (key, value)
         return value

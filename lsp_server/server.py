@@ -9,10 +9,10 @@ own their state: `settings` (Settings), `results` (the cache and the results sho
 (the compile queue); it is itself their `Ui`. lsp_server.app attaches the handlers
 (features, commands) and runs it. Importing this module creates nothing.
 
-LSP's order is kept on every transport (FusionLensProtocol): before `initialize`, requests
-are answered ServerNotInitialized and notifications dropped. Over a socket the server takes
-one client (`serve_one_client`). Generated documents go to the private cache folder
-(lsp_server.files).
+LSP's order is kept on every transport (lsp_server.rpc.FusionLensProtocol): before
+`initialize`, requests are answered ServerNotInitialized and notifications dropped. Messages
+are read with bounds (lsp_server.transport); over a socket the server takes one client.
+Generated documents go to the private cache folder (lsp_server.files).
 """
 
 from __future__ import annotations
@@ -21,15 +21,12 @@ import asyncio
 import atexit
 import logging
 import re
-import threading
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from lsprotocol import types as T
-from pygls.exceptions import JsonRpcInvalidRequest, JsonRpcServerNotInitialized
-from pygls.io_ import run_async
 from pygls.lsp.server import LanguageServer
-from pygls.protocol import LanguageServerProtocol
 from pygls.uris import from_fs_path
 
 from lsp_server import __version__
@@ -37,6 +34,7 @@ from lsp_server.documents import Documents, capability
 from lsp_server.files import write_private
 from lsp_server.jobs import Jobs
 from lsp_server.results import Results
+from lsp_server.rpc import FusionLensProtocol
 from lsp_server.settings import Settings
 from lsp_server.worker_client import Worker
 
@@ -44,34 +42,6 @@ STATUS_NOTIFICATION = "fusionlens/status"
 SETTINGS_PENDING = ("not compiled: waiting for the client's settings (its answer to workspace/configuration); "
                     "nothing runs until they arrive")
 logger = logging.getLogger("fusionlens.lsp")
-
-
-class FusionLensProtocol(LanguageServerProtocol):
-    """pygls' protocol, keeping LSP's order: nothing but `initialize` and `exit` before
-    `initialize` (requests get -32002 ServerNotInitialized, notifications are dropped), and
-    one `initialize` only."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.initialize_received = False
-
-    def handle_message(self, message: Any) -> None:
-        method = getattr(message, "method", None)
-        msg_id = getattr(message, "id", None)
-        error: Any = None
-        if method == T.INITIALIZE:
-            if self.initialize_received:
-                error = JsonRpcInvalidRequest("initialize was already received")
-            self.initialize_received = True
-        elif method is not None and method != T.EXIT and not self.initialize_received:
-            error = JsonRpcServerNotInitialized(f"{method} before initialize: send initialize first")
-        if error is None:
-            super().handle_message(message)
-        elif msg_id is not None:
-            logger.warning("refused %s: %s", method, error.message)
-            self._send_response(msg_id, None, error.to_response_error())
-        else:
-            logger.warning("dropped %s: %s", method, error.message)
 
 
 class FusionLensServer(LanguageServer):
@@ -86,44 +56,18 @@ class FusionLensServer(LanguageServer):
         self.results = Results()
         self.documents = Documents(self, self.settings, self.results)
         self.worker = Worker(on_stderr=self._worker_output)
-        atexit.register(self.worker.kill_now)
+        self.cleanups: list[Callable[[], None]] = [self.worker.discard]  # run_cleanups, last first
+        atexit.register(self.run_cleanups)
         self.jobs = Jobs(self.settings, self.documents, self.results, self.worker, self)
 
-    def serve_one_client(self, listen: Any, where: str) -> None:
-        """Serve LSP to the first client that connects to the listener `listen(on_connect)`
-        starts (an awaitable of an asyncio.Server); the listener closes then, so a second
-        connection is refused (one that races in is closed unread), and the server ends when
-        its client disconnects."""
-        self._stop_event = stop = threading.Event()
-
-        async def serve() -> None:
-            first: asyncio.Future[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = \
-                asyncio.get_running_loop().create_future()
-
-            def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-                if first.done():
-                    logger.warning("refused a second connection on %s: one client only", where)
-                    writer.close()
-                    return
-                first.set_result((reader, writer))
-
-            listener = await listen(on_connect)
-            logger.info("listening on %s (one client)", where)
-            reader, writer = await first
-            listener.close()  # no one else gets in; the connection stays open
-            self.protocol.set_writer(writer)
+    def run_cleanups(self) -> None:
+        """End what must not outlive the server (the worker's processes, a socket), at once:
+        `exit`, a signal, interpreter exit."""
+        for cleanup in reversed(self.cleanups):
             try:
-                await run_async(stop_event=stop, reader=reader, protocol=self.protocol, logger=logger,
-                                error_handler=self.report_server_error)
-            finally:
-                writer.close()
-
-        try:
-            asyncio.run(serve())
-        except (KeyboardInterrupt, asyncio.CancelledError):
-            pass
-        finally:
-            self.shutdown()
+                cleanup()
+            except Exception:  # noqa: BLE001 - the next one still runs
+                logger.exception("cleaning up failed")
 
     def caps(self, *path: str) -> Any:
         return capability(self, *path)

@@ -7,6 +7,13 @@ earlier ones, with one exception: `allowExecution`. A `false` (or an invalid val
 any source turns execution off until the server restarts; a later `true` is refused.
 A key the server does not know is named in a warning; one that reads as `allowExecution`
 spelt otherwise (`AllowExecution`, `allow_execution`) turns execution off unless it is `true`.
+
+One schema, whatever the shape: the settings come flat (`{"allowExecution": ...}`), nested
+(`{"fusionlens": {...}}`) or both at once, and are checked as one object (`_one_object`). A
+mixed shape is ambiguous (which part did the client mean?): it is named in a warning and
+execution is off unless both parts say `true`; a key the two parts give different values is
+not applied (execution off for `allowExecution`). So `allowExecution` is true only where a
+`true` stands for it in the shape the client used.
 """
 
 from __future__ import annotations
@@ -133,10 +140,9 @@ class Settings:
             return [], []
         if not isinstance(data, dict):
             return [], [f"FusionLens settings must be an object, not {_show(data)}; nothing changed"]
-        if isinstance(data.get("fusionlens"), dict):
-            data = data["fusionlens"]
         allowed = self.allowExecution
-        warnings = self._unknown_keys(data)
+        data, warnings = self._one_object(data)
+        warnings += self._unknown_keys(data)
         changed: list[str] = ["allowExecution"] if allowed != self.allowExecution else []
         for name, check in _CHECKS.items():
             if name not in data:
@@ -165,6 +171,29 @@ class Settings:
                 if name not in changed:
                     changed.append(name)
         return changed, warnings
+
+    def _one_object(self, data: dict[Any, Any]) -> tuple[dict[Any, Any], list[str]]:
+        """The settings of a flat, nested (under "fusionlens") or mixed object as one flat
+        object (module doc), and the warnings a mixed shape gets."""
+        nested = data.get("fusionlens")
+        if not isinstance(nested, dict):
+            return data, []
+        flat = {k: v for k, v in data.items() if k != "fusionlens"}
+        if not flat:
+            return nested, []
+        merged = {**flat, **nested}
+        differ = sorted(str(k) for k in set(flat) & set(nested) if flat[k] != nested[k])
+        for k in differ:
+            del merged[k]
+        both_true = flat.get("allowExecution") is True and nested.get("allowExecution") is True
+        if not both_true:
+            merged.pop("allowExecution", None)
+            self.allowExecution, self.execution_locked = False, True
+        detail = f"; {', '.join(differ)} differ between them and are not applied" if differ else ""
+        off = "" if both_true else ("; running user code is disabled until the server restarts (only an "
+                                    "allowExecution true in both parts would allow it)")
+        return merged, [f"FusionLens settings: keys both at the top level ({', '.join(map(_show, flat))}) and "
+                        f"under \"fusionlens\": an ambiguous shape; send one or the other{detail}{off}"]
 
     def _unknown_keys(self, data: dict[Any, Any]) -> list[str]:
         """Warnings naming the keys that are not settings; a misspelt allowExecution whose

@@ -12,9 +12,9 @@ import os
 import re
 from collections.abc import Callable, Sequence
 
-from fusionlens.report import roofline
+from fusionlens.report import kernels as kernel_notes, roofline
 from fusionlens.report.schema import (Boundary, Collective, CompileReport, DiagnosticCode, ProgramReport, Region,
-                             SavedTensor, Training, format_bytes, format_ms)
+                                      SavedTensor, Training, format_bytes, format_ms)
 from lsp_server.annotations import LineNote, Result
 from lsp_server.linemap import split_lines
 
@@ -228,6 +228,7 @@ def _region_section(n: LineNote, other: list[int], boundaries: list[tuple[Region
     out.append(f"target `{n.result.target}` · {timing_text(r)}{dev} · {_plural(r.kernels, 'kernel')}")
     if roofline_text(r):
         out.append(f"**roofline:** {roofline_text(r)}")
+    out += kernel_notes.markdown(r)  # its Triton kernels: launch, sm_90 compile, findings (docs/kernels.md)
     if n.ops:
         out.append("**ops from this line:** " + ", ".join(f"`{o.name}`" for o in n.ops))
     out.append("**region ops:** " + ", ".join(f"`{o}`" for o in r.ops[:20])

@@ -31,6 +31,7 @@ import dataclasses
 import faulthandler
 import functools
 import os
+import signal
 import sys
 import threading
 import time
@@ -42,11 +43,13 @@ from collections.abc import Callable
 from lsp_server.protocol import (CompileAnswer, CompileRequest, ExitRequest, Failure, Message, PingAnswer,
                                  PingRequest, Ready, ReproAnswer, ReproRequest, ReproScript, Stacks, Started,
                                  UserFrame, Where, WhereEvent, decode, encode)
+from lsp_server import process_tree
 from lsp_server.worker_imports import Modules
 
 SAMPLE_S = 0.25
 _LSP_DIR = os.path.dirname(os.path.abspath(__file__))
 _REAL_EXIT = os._exit
+_WORKER_PID = os.getpid()  # a process user code forks is not the worker
 _OUT_LOCK = threading.Lock()  # the main thread and the sampler both write to the protocol
 _STACKS_FD: int | None = None
 _MODULES: Modules | None = None  # the workspace modules between compiles (_modules())
@@ -174,8 +177,12 @@ def _cancel_dump() -> None:
 
 
 def _exit_reporting_where(code: int = 0) -> None:
-    """os._exit in user code: say where, then exit (the exit code tells the server the rest)."""
+    """os._exit in user code: say where, then exit (the exit code tells the server the rest);
+    the worker itself ends its processes first (a forked child of user code only exits)."""
+    if os.getpid() != _WORKER_PID:
+        _REAL_EXIT(code)
     try:
+        process_tree.kill_tree(_WORKER_PID, include_root=False)
         if threading.current_thread() is threading.main_thread():
             where = _where(_user_stack(sys._getframe(1)), exit=code)
             if where is not None:
@@ -358,16 +365,40 @@ def _repro(req: ReproRequest) -> ReproAnswer:
     return ReproAnswer(req.id, ReproScript(r.text, r.region, r.executor, r.file_name, r.summary))
 
 
+def _end_all(code: int) -> None:
+    """End every process user code started (those that left the group too), then this one."""
+    try:
+        process_tree.kill_tree(_WORKER_PID, include_root=False)
+        if hasattr(os, "killpg"):
+            os.killpg(0, signal.SIGKILL)  # our own group, this process with it
+    finally:
+        _REAL_EXIT(code)
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    if os.getpid() != _WORKER_PID:  # a child user code forked (multiprocessing): SIGTERM as usual
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+        return
+    _end_all(128 + signum)
+
+
 def _exit_with_parent() -> None:
     """The worker runs in its own session; if the server goes away without killing it (a
-    crash, SIGKILL), stop anyway, even in the middle of a user's endless loop."""
-    parent = os.getppid()
+    crash, SIGKILL), end the worker's processes, even in the middle of a user's endless loop:
+    Linux signals the worker (SIGTERM) when its parent dies, and a watchdog thread notices a
+    new parent anywhere. Orphans of user code are reparented to the worker (a subreaper), so
+    they are found and ended with it (lsp_server/process_tree.py)."""
+    parent = int(os.environ.get("FUSIONLENS_LSP_PID") or os.getppid())  # the server, even if already gone
+    process_tree.become_subreaper()
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    process_tree.signal_on_parent_death(signal.SIGTERM)
 
     def watch() -> None:
         while True:
-            time.sleep(1.0)
             if os.getppid() != parent:
-                _REAL_EXIT(70)
+                _end_all(70)
+            time.sleep(0.5)
 
     threading.Thread(target=watch, name="fusionlens-parent-watch", daemon=True).start()
 
@@ -408,6 +439,7 @@ def main() -> None:
                                         sorted(m for m in ("torch", "fusionlens") if m in sys.modules)))
         elif isinstance(req, ExitRequest):
             break
+    process_tree.kill_tree(_WORKER_PID, include_root=False)  # what user code left running
 
 
 if __name__ == "__main__":

@@ -2,14 +2,16 @@
 it out, restart it, and say where the user's code was when it hung or died.
 
 Everything here runs on the server's asyncio loop; the worker is an asyncio subprocess in
-its own session (process group), so a kill also takes down anything it started.
+its own session (process group), and a kill ends its whole tree (lsp_server/process_tree.py:
+the processes user code started, those that left the group too). It starts with `python -P`
+in a neutral folder, so neither the workspace nor the server's folder comes before
+FusionLens and torch on its sys.path (worker_imports.py adds the user's folders per compile).
 """
 
 from __future__ import annotations
 
 import asyncio
 import atexit
-import collections
 import dataclasses
 import itertools
 import logging
@@ -21,15 +23,17 @@ import tempfile
 from collections.abc import Callable
 
 from fusionlens.report.discovery import CodeRoots, is_model_code
+from lsp_server import process_tree
 from lsp_server.protocol import (Answer, CompileAnswer, CompileRequest, Failure, Message, PingAnswer, PingRequest,
                                  Ready, ReproAnswer, ReproRequest, Stacks, Started, UserFrame, Where, WhereEvent,
                                  decode, encode)
+from lsp_server.worker_output import READ_BYTES, OutputLines
 
 logger = logging.getLogger(__name__)
 
 _PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STARTUP_TIMEOUT_S = 180.0  # importing torch on a cold, busy machine can take a while
-MAX_OUTPUT_LINES = 200  # of the worker's output passed on per request (the rest is dropped)
+NEUTRAL_CWD = os.path.abspath(os.sep)  # the worker's folder until a compile says which (no user modules there)
 
 
 class WorkerError(Exception):
@@ -52,10 +56,8 @@ class Worker:
         self.device_name = "unknown"
         self.startup_error: str | None = None
         self._ids = itertools.count(1)
-        self._stderr_tail: collections.deque[str] = collections.deque(maxlen=30)
+        self._output = OutputLines(on_stderr)  # the worker's stderr, bounded
         self._stderr_task: asyncio.Task[None] | None = None
-        self._on_stderr = on_stderr
-        self._output_lines = 0  # passed on to on_stderr since the current request began
         self.cwd = cwd
         self.restarts = 0  # processes started after the first one (after a kill or a death)
         self._started = False
@@ -71,6 +73,7 @@ class Worker:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (_PACKAGE_ROOT, env.get("PYTHONPATH")) if p)
         env.setdefault("PYTHONUNBUFFERED", "1")
+        env["FUSIONLENS_LSP_PID"] = str(os.getpid())  # the worker ends itself when this one is gone
         if self._stacks_path is None:
             try:
                 fd, self._stacks_path = tempfile.mkstemp(prefix="fusionlens-stacks-", suffix=".txt")
@@ -84,11 +87,13 @@ class Worker:
 
     async def _start(self) -> None:
         self._stacks = None
-        self._stderr_tail.clear()
+        self._output.clear()
+        # -P: `-m` would put the working folder first on sys.path (a workspace's own `compiler`
+        # or `torch.py` would replace FusionLens's); each compile chdirs to its folder later
         self.proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "lsp_server.worker",
+            sys.executable, "-P", "-m", "lsp_server.worker",
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE, env=self._environment(), cwd=_existing(self.cwd),
+            stderr=asyncio.subprocess.PIPE, env=self._environment(), cwd=NEUTRAL_CWD,
             start_new_session=(os.name == "posix"), limit=1 << 28)
         self._stderr_task = asyncio.get_running_loop().create_task(self._pump_stderr(self.proc))
         try:
@@ -107,26 +112,18 @@ class Worker:
         self._stacks = msg.stacks
 
     async def _pump_stderr(self, proc: asyncio.subprocess.Process) -> None:
+        """Read the worker's stderr to its end, in chunks (never a whole line: one can be a
+        gigabyte), so the worker never blocks on a full pipe; OutputLines keeps what is bounded."""
         assert proc.stderr is not None
         while True:
-            line = await proc.stderr.readline()
-            if not line:
+            chunk = await proc.stderr.read(READ_BYTES)
+            if not chunk:
+                self._output.close()
                 return
-            text = line.decode("utf-8", "replace").rstrip("\n")
-            self._stderr_tail.append(text)
-            self._output_lines += 1
-            if self._output_lines > MAX_OUTPUT_LINES + 1 or not self._on_stderr:
-                continue
-            if self._output_lines == MAX_OUTPUT_LINES + 1:
-                text = f"(more worker output dropped; at most {MAX_OUTPUT_LINES} lines per compile)"
-            try:
-                self._on_stderr(text)
-            except Exception:  # noqa: BLE001
-                pass
+            self._output.feed(chunk)
 
     def _tail_text(self) -> str:
-        lines = [line for line in self._stderr_tail if line.strip()][-8:]
-        return ("\nlast worker output:\n" + "\n".join(lines)) if lines else ""
+        return self._output.tail_text()
 
     async def _read_message(self) -> Message | None:
         """The worker's next message; None when its stdout ends (it died)."""
@@ -152,7 +149,7 @@ class Worker:
         if proc is not None and proc.returncode is None:
             try:
                 _kill_group(proc.pid)
-            except (ProcessLookupError, PermissionError, OSError):
+            except OSError:
                 pass
 
     def discard(self) -> None:
@@ -168,7 +165,7 @@ class Worker:
         if proc.returncode is None:
             try:
                 _kill_group(proc.pid)
-            except (ProcessLookupError, PermissionError, OSError):
+            except OSError:
                 try:
                     proc.kill()
                 except ProcessLookupError:
@@ -198,7 +195,7 @@ class Worker:
             proc = self.proc
             assert proc is not None and proc.stdin is not None
             request = dataclasses.replace(request, id=next(self._ids))
-            self._output_lines = 0
+            self._output.restart()
             if not isinstance(request, PingRequest):
                 request = dataclasses.replace(request, timeout=timeout)
             cwd = request.cwd if not isinstance(request, PingRequest) and request.cwd else self.cwd
@@ -223,7 +220,7 @@ class Worker:
                 await self.kill()
                 raise
             finally:
-                self._output_lines = 0  # what the worker writes between compiles has a cap of its own
+                self._output.restart()  # what the worker writes between compiles has a cap of its own
             if msg is None:
                 raise await self._died(proc, seen, cwd)
             return msg
@@ -277,17 +274,13 @@ class Worker:
 
 
 def _kill_group(pid: int) -> None:
-    """SIGKILL the worker's process group (it is a session leader: pgid == pid); where there
-    are no process groups (Windows), kill the process."""
+    """SIGKILL the worker's process tree: its group (it is a session leader: pgid == pid) and
+    every process below it, those that called setsid too; where there are no process groups
+    (Windows), kill the process."""
     if hasattr(os, "killpg"):
-        os.killpg(pid, signal.SIGKILL)
+        process_tree.kill_tree(pid)
     else:
         os.kill(pid, signal.SIGTERM)
-
-
-def _existing(folder: str | None) -> str | None:
-    """A working folder to start the worker in: `folder` where it exists, else the server's."""
-    return folder if folder and os.path.isdir(folder) else None
 
 
 def _remove(path: str) -> None:

@@ -42,6 +42,7 @@ from lsp_server.protocol import text_digest
 if TYPE_CHECKING:  # the worker imports the compiler once it is started (a broken one is reported)
     from fusionlens.report.discovery import CodeRoots
 
+FORMER_NAME = "compiler"  # FusionLens's alias (compiler/__init__.py), a common name of a user's own package
 TARGET_PREFIX = "_fusionlens_user_"  # fusionlens.driver.targets.load_module's names: one per compile
 
 
@@ -123,6 +124,7 @@ class Modules:
         self._set_overlays({os.path.abspath(p): t for p, t in overlays.items()})
         for name in [n for n in sys.modules if n.startswith(TARGET_PREFIX)]:  # never imported by name
             self._drop(name)
+        _drop_former_name()
         sys.path[:] = new_path  # (a namespace package's path follows it)
         modules = self._workspace_modules()
         if any(self._stale(name, file, new_path) for name, file in modules.items()):
@@ -243,6 +245,16 @@ class Modules:
             file = getattr(sys.modules.get(n), "__file__", None)
             if isinstance(file, str) and n != importer and self.is_workspace_file(file):
                 self._edges.setdefault(importer, set()).add(n)
+
+
+def _drop_former_name() -> None:
+    """Forget `compiler` where it is FusionLens under its former name (a module whose own name
+    is `fusionlens...`), imported by an earlier compile's user code: this compile's `import
+    compiler` finds the workspace's own package where it has one, else the alias again. The
+    worker itself imports FusionLens as `fusionlens` only."""
+    for name in [n for n in sys.modules if n == FORMER_NAME or n.startswith(FORMER_NAME + ".")]:
+        if getattr(sys.modules[name], "__name__", name) != name:
+            del sys.modules[name]
 
 
 def _unique(paths: list[str]) -> list[str]:

@@ -37,7 +37,10 @@ where(condition, x, y); set; size(arg, dim) -> the extent as a scalar Val; a sha
 ints and scalar Vals), python/python_frontend/python_bindings.cpp (define_tensor(shape,
 contiguity, dtype=DataType.Float, is_cpu=False, stride_order), computeTensorDescriptor's
 contiguity convention), python/python_frontend/fusion_record.h (SizeOpRecord: `ops.size(T, dim=d)`),
-tests/python/direct/test_repro.py (how definitions are written, scalar inputs
+ops.cpp again for reshape(arg, new_shape), iota(length, start=None, step=None,
+dtype=DataType.Int) and scatter(arg, index, src, dim), csrc/ops/indexing.cpp (scatter: self,
+index and src of one rank, not 0-d; the output has self's shape; index may be smaller than self
+in the other dims), tests/python/direct/test_repro.py (how definitions are written, scalar inputs
 `define_scalar(None, dtype=DataType.Int)` among them), tests/python/direct/test_python_frontend.py
 (test_broadcast_in_dim_with_dynamic_shapes: a broadcast to a tensor's own extents).
 """
@@ -45,6 +48,7 @@ tests/python/direct/test_repro.py (how definitions are written, scalar inputs
 from __future__ import annotations
 
 import enum
+import math
 
 import torch
 
@@ -517,6 +521,64 @@ def var_mean(arg, dims, correction=1, keepdim=False):
     return fd._record("var_mean", run, [arg], outs)
 
 
+def reshape(arg, new_shape):
+    """ops.reshape(arg, new_shape): row-major, as torch's; the element count must not change."""
+    fd = _fd()
+    _check(isinstance(arg, Tensor), "ops.reshape takes a tensor")
+    entries, scalars = _extents(new_shape)
+    _check(sum(1 for e in entries if isinstance(e, int) and e == -1) <= 1, "ops.reshape: at most one -1")
+
+    def run(a, *extents):
+        target = _resolved(entries, extents)
+        _check(-1 in target or math.prod(target) == a.numel(),
+               f"ops.reshape: {list(a.shape)} ({a.numel()} elements) cannot become {target}")
+        return a.reshape(target)
+    flags = tuple(isinstance(e, int) and e == 1 for e in entries)
+    return fd._record("reshape", run, [arg, *scalars], [Tensor(fd, len(entries), arg.dtype, flags)])
+
+
+def iota(length, start=None, step=None, dtype=DataType.Int):
+    """ops.iota: start, start + step, ... (length values); start 0 and step 1 when None (the C++
+    iota's defaults); an Int tensor unless dtype says otherwise."""
+    fd = _fd()
+    _check(isinstance(dtype, DataType) and dtype in TORCH_DTYPE, f"ops.iota: {dtype!r} is not a DataType")
+    operands = [x for x in (length, start, step) if isinstance(x, Scalar)]
+    for name, x in (("length", length), ("start", start), ("step", step)):
+        _check(x is None and name != "length" or isinstance(x, Scalar) or
+               (isinstance(x, (int, float)) and not isinstance(x, bool)),
+               f"ops.iota: {name}={x!r} is neither a number nor a scalar of the definition")
+    target = TORCH_DTYPE[dtype]
+
+    def run(*values):
+        it = iter(values)
+        n, a, b = (next(it) if isinstance(x, Scalar) else x for x in (length, start, step))
+        a, b = 0 if a is None else a, 1 if b is None else b
+        return (torch.arange(int(n), dtype=torch.float64 if target.is_floating_point else torch.int64) * b + a
+                ).to(target)
+    return fd._record("iota", run, operands, [Tensor(fd, 1, target, (False,))])
+
+
+def scatter(arg, index, src, dim):
+    """ops.scatter(arg, index, src, dim): arg with src's elements written where index says along
+    dim (torch.scatter's rule; index may be smaller than arg in the other dims); one rank for
+    all three, an integer index, src in arg's dtype (the definition casts first)."""
+    fd = _fd()
+    _check(isinstance(arg, Tensor) and isinstance(index, Tensor), "ops.scatter takes tensors arg and index")
+    _check(isinstance(src, (Tensor, Scalar)), "ops.scatter: src is a tensor or a scalar of the definition")
+    _check(arg.ndim > 0, "scatter can not be applied to 0d tensor.")
+    _check(arg.ndim == index.ndim and (not isinstance(src, Tensor) or src.ndim == arg.ndim),
+           "self, index and src tensor should all have the same number of dimensions in scatter like ops.")
+    _check(isinstance(dim, int) and -arg.ndim <= dim < arg.ndim, f"ops.scatter: dim {dim} of {arg.ndim} dims")
+    _check(_category(index.dtype) == 1, f"ops.scatter: the index is {index.dtype}, not an integer tensor")
+    _check(_dtype_of(src) == arg.dtype, f"ops.scatter: src is {_dtype_of(src)}, arg {arg.dtype}: cast first")
+    d = dim % arg.ndim
+
+    def run(a, i, s):
+        _check(bool(((i >= 0) & (i < a.shape[d])).all()), "ops.scatter: an index out of range")
+        return a.scatter(d, i, s) if isinstance(s, torch.Tensor) else a.scatter(d, i, s)
+    return fd._record("scatter", run, [arg, index, src], [Tensor(fd, arg.ndim, arg.dtype, arg.broadcast)])
+
+
 class _Ops:
     """fd.ops: the operations, acting on the definition being written."""
 
@@ -533,5 +595,8 @@ ops.cast = cast
 ops.broadcast_in_dim = broadcast_in_dim
 ops.size = size
 ops.var_mean = var_mean
+ops.reshape = reshape
+ops.iota = iota
+ops.scatter = scatter
 
 __all__ = ["FusionDefinition", "DataType", "ops"]

@@ -123,4 +123,7 @@ PRIM_DOCS = {
     "var_mean": "(variance with correction, mean) over dims", "argmax": "index of the max along a dim",
     "argmin": "index of the min along a dim", "full": "a tensor filled with a value",
     "iota": "start, start + step, ... (length values)",
+    "strided_window": "the window of a's row-major elements at offset, strides (a view)",
+    "strided_scatter": "a with its strided window (row-major numbers offset + i . strides) replaced by src",
+    "scatter": "a with src written where index says along a dim (index_copy_, a KV cache's positions)",
 }

@@ -321,7 +321,7 @@ def test_data_dependent_fixture_warns_at_the_line():
 # --- every printed stage runs on its own ------------------------------------------------------
 
 def _flat(trace):
-    return trace.with_("flat", passes.flatten(trace.bound_symbols))
+    return trace.with_("fusion", passes.flatten(trace.bound_symbols))
 
 
 @pytest.mark.parametrize("path,name", _stage_cases())

@@ -23,7 +23,7 @@ from tests.fuzz.__main__ import main as fuzz_main
 from tests.fuzz.generate import generate
 from tests.fuzz.modes import CI_PROGRAMS, MODES
 from tests.fuzz.program import InputSpec, Line, Program
-from tests.fuzz.runner import run
+from tests.fuzz.runner import Figures, run, static_fallbacks
 from tests.fuzz.script import script
 from tests.fuzz.shrink import shrink
 
@@ -40,6 +40,9 @@ CUDA = torch.cuda.is_available()
 # interpreter); on a GPU the marks are not strict.
 
 KNOWN: dict[tuple[str, int], tuple[tuple[str, ...], str]] = {}  # none left: the fuzzer's finds are fixed
+
+
+_FIGURES = Figures()  # the dynamic mode's programs in this run: test_the_dynamic_mode_is_as_native_as_static
 
 
 class KnownFailure(AssertionError):
@@ -65,6 +68,8 @@ def test_program(mode, seed, tmp_path):
     if verdict.status == judge.SKIP:
         pytest.skip(f"eager raises: {verdict.detail}")
     if verdict.status == judge.PASS:
+        if MODES[mode].dynamic:
+            _FIGURES.add(verdict, static_fallbacks(program, MODES[mode]))
         return
     known = KNOWN.get((mode, seed))
     if known is not None and verdict.key() in known[0]:
@@ -74,6 +79,25 @@ def test_program(mode, seed, tmp_path):
     path.write_text(script(shrunk, MODES[mode], run(shrunk, MODES[mode])))
     pytest.fail(f"{verdict.summary()}\n\nshrunk to ({path}):\n{shrunk.source()}"
                 f"inputs: {[(s.name, s.dtype, s.shape, s.layout) for s in shrunk.inputs]}", pytrace=False)
+
+
+def test_the_dynamic_mode_is_as_native_as_static(capsys):
+    """The dynamic mode's programs above (or ten of its seeds, where none ran): with
+    dynamic=True no more fallback ops than compiled statically, and every recompile says why.
+    The figures are printed (docs/fuzzing.md's table is from `python -m tests.fuzz`)."""
+    figures = _FIGURES
+    if not figures.programs:
+        figures = Figures()
+        for seed in range(10):
+            program = generate(seed, MODES["dynamic"])
+            verdict = run(program, MODES["dynamic"])
+            if verdict.status == judge.PASS:
+                figures.add(verdict, static_fallbacks(program, MODES["dynamic"]))
+    with capsys.disabled():
+        print(f"\n{figures.text()}")
+    assert figures.programs and figures.ops
+    assert figures.symbolic <= figures.static, figures.text()
+    assert figures.silent == 0, figures.text()
 
 
 # --- the fuzzer itself --------------------------------------------------------------------------

@@ -6,6 +6,7 @@ rank 1 only (2 on a tensor-parallel one that raises on rank 1 while rank 0 commu
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -97,21 +98,25 @@ def test_merged_report_round_trips_and_schema_4_still_reads():
 def test_the_model_on_the_calibrated_link_gives_back_the_fit_beside_each_measurement():
     merged, _ = _merged()
     fit = R.Calibration("gloo", 2, 10e-6, 1e-9, [4096, 1 << 20], [14.096e-6, 1.058576e-3])
-    launch.with_model(merged, fit)
+    unmodelled = merged
+    merged = launch.with_model(merged, fit)
+    assert unmodelled.collectives[0].model_ms is None  # a new report: the one given is not changed
     traced, bucket = merged.collectives
     # a ring all_reduce on the measured 2-rank link takes alpha + beta n, as fitted: 10 us + 16 ns, 10 us + 848 ns
     assert traced.model_ms == pytest.approx(10.016e-3) and bucket.model_ms == pytest.approx(10.848e-3)
-    merged.ranks[0].calibration = fit
+    merged = dataclasses.replace(merged, ranks=[dataclasses.replace(merged.ranks[0], calibration=fit),
+                                                *merged.ranks[1:]])
     text = cli.render(merged)
     assert "model here" in text and "10.8 µs" in text, text
     assert "model here: all_reduce on 2 gloo ranks = 10 us + 1 ns a byte, 1 GB/s (calibrated, 2 sizes)" in text
     assert R.CompileReport.from_json(merged.to_json()).ranks[0].calibration == fit
-    for c, (est, exposed) in zip(merged.collectives, [(1.2, 0.3), (0.5, 0.5)]):
-        c.estimate = f"est {est} ms on 64x8xH100 (ring), {exposed} ms exposed"
-        c.estimate_ms, c.exposed_ms = est, exposed
+    merged = dataclasses.replace(merged, collectives=[
+        dataclasses.replace(c, estimate=f"est {est} ms on 64x8xH100 (ring), {exposed} ms exposed", estimate_ms=est,
+                            exposed_ms=exposed)
+        for c, (est, exposed) in zip(merged.collectives, [(1.2, 0.3), (0.5, 0.5)])])
     assert "estimated communication: 0.80 ms of 1.70 ms exposed" in cli.render(merged)
-    launch.with_model(merged, R.Calibration("gloo", 2, 10e-6, -1e-9))  # a failed fit: no model, nothing raised
-    assert merged.collectives[0].model_ms == pytest.approx(10.016e-3)
+    unfit = launch.with_model(merged, R.Calibration("gloo", 2, 10e-6, -1e-9))  # a failed fit: no model, nothing raised
+    assert unfit.collectives[0].model_ms == pytest.approx(10.016e-3)
 
 
 def test_discovery_reads_nproc():

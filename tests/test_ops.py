@@ -79,7 +79,7 @@ def _is_alias(b) -> bool:
 
 
 def flat_trace(trace):
-    return trace.with_("flat", passes.flatten(trace.bound_symbols))
+    return trace.with_("fusion", passes.flatten(trace.bound_symbols))
 
 
 @pytest.mark.filterwarnings("ignore:Implicit dimension choice")

@@ -150,7 +150,7 @@ def test_decompose_keeps_names_and_nests_prims():
     assert {"prims.amax", "prims.exp", "prims.sum", "prims.div"} <= {b.sym.name for b in leaves}
     assert leaves[-1].outputs[0].name == "t1"
     assert dec.output.name == "t1"
-    flat = dec.with_("flat", passes.flatten(dec.bound_symbols))
+    flat = dec.with_("fusion", passes.flatten(dec.bound_symbols))
     assert checking.mismatch(run(flat, res, x, w), fn(x, w)) is None
 
 

@@ -185,7 +185,7 @@ def test_symbolic_kernels_compile_for_sm90(tmp_path):
         keys = {"contiguous": [tuple(0 if d == 1 else "c" for d in an.shape(v)) for v in an.inputs],
                 "strided": [tuple("v" if d != 1 else 0 for d in an.shape(v)) for v in an.inputs]}
         for label, key in keys.items():
-            src, _, _, spec = build_source(group, an, key)
+            src, _, _, (spec,) = build_source(group, an, key)  # symbolic groups are never split: one kernel
             for wide in (False, True):
                 spec.constexprs["INDEX_64"] = wide
                 cases.append({"label": f"{name}/{label}/index_64={wide}", "source": src,

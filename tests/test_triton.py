@@ -361,15 +361,22 @@ def test_source_for_layouts_is_the_module_generate_runs_for_them():
         tx.EXECUTOR.source_for(empty, [Layout.contiguous(v) for v in empty.inputs])
 
 
-def test_declines_mixed_devices():
+def test_mixed_devices_a_cpu_scalar_is_moved_other_tensors_decline():
     from fusionlens.ir.trace import BoundSymbol, Value
     from fusionlens.ops import prims
 
-    x = Value("x", (4, 4), torch.float32, torch.device("cuda", 0))
-    s = Value("s", (), torch.float32, torch.device("cpu"))
-    sb = Value("t0", (4, 4), torch.float32, torch.device("cuda", 0))
-    out = Value("t1", (4, 4), torch.float32, torch.device("cuda", 0))
-    group = FusionGroup("mixed", [BoundSymbol(prims.broadcast_in_dim, (s, (4, 4), ()), {}, [sb]),
-                                  BoundSymbol(prims.mul, (x, sb), {}, [out])], [x, s], [out], (4, 4))
+    def group_with(s):
+        x = Value("x", (4, 4), torch.float32, torch.device("cuda", 0))
+        sb = Value("t0", (4, 4), torch.float32, torch.device("cuda", 0))
+        out = Value("t1", (4, 4), torch.float32, torch.device("cuda", 0))
+        bdims = () if s.ndim == 0 else (1,)
+        return FusionGroup("mixed", [BoundSymbol(prims.broadcast_in_dim, (s, (4, 4), bdims), {}, [sb]),
+                                     BoundSymbol(prims.mul, (x, sb), {}, [out])], [x, s], [out], (4, 4))
+
+    # a 0-dim CPU tensor times a GPU tensor: eager reads it as a scalar; the launcher moves it over
+    source = tx.source_only(group_with(Value("s", (), torch.float32, torch.device("cpu"))))
+    assert "s = s.to(x.device)" in source and "@triton.jit" in source, source
+    # and launches on the inputs' GPU, not the current one
+    assert "with torch.cuda.device(x.device):" in source
     with pytest.raises(Decline, match="different devices"):
-        tx.generate(group, torch.device("cuda", 0))
+        tx.generate(group_with(Value("s", (4,), torch.float32, torch.device("cpu"))), torch.device("cuda", 0))

@@ -56,8 +56,8 @@ def _sources(monkeypatch):
         if args is not None:  # a strided call adds its own variant
             key = tuple(runtime._stride_key(v.shape, t.stride()) for v, t in zip(group.inputs, inputs))
             if key not in gen.variants:
-                src, _, _, spec = tx.build_source(group, analysis._Analysis(group), list(key))
-                out.append({"label": label + "/strided", "source": src, "specs": [dataclasses.asdict(spec)]})
+                src, _, _, specs = tx.build_source(group, analysis._Analysis(group), list(key))
+                out.append({"label": label + "/strided", "source": src, "specs": [dataclasses.asdict(s) for s in specs]})
         out.append({"label": label, "source": gen.source, "specs": [dataclasses.asdict(s) for s in gen.specs]})
 
     for case in C.CASES:

@@ -419,3 +419,56 @@ def test_a_group_reduces_over_exactly_its_reduction_dims(fuser):
     assert e.op is sideways
     assert e.message == f"the reduced value {mean.name} is broadcast along dims [1], not the kept dims [0]"
     _names(e, _layer_norm, NORM_LINE)
+
+
+# --- asynchronous work: a collective issued, waited for once, before its first use ------------
+
+def _issued(x, y):
+    return x + y  # the line the hand-made collectives below are recorded at
+
+
+def _collective_trace(order: str) -> Trace:
+    """x -> funcol all_reduce (issue: pending t1) -> wait (t2) -> t2 + y, the ops in `order`
+    ('i' issue, 'w' wait, 'u' the use of the result, 'p' a use of the pending value itself,
+    'W' a second wait, 'n' an op reading neither, 'v' a wait of the input x), made by hand from
+    the real collective symbols."""
+    from fusionlens.distributed import collectives
+    from fusionlens.ir.provenance import Provenance
+
+    line = _line(_issued, "x + y")
+    where = Provenance(__file__, line, line, 0, 0)
+    x, y = (Value(n, (4,), torch.float32, "cpu", "input") for n in ("x", "y"))
+    pending, ready, used, misused, again = (Value(n, (4,), torch.float32, "cpu") for n in ("t1", "t2", "t3", "t4",
+                                                                                             "t5"))
+    ops = {"i": BoundSymbol(collectives.FUNCOL_ALL_REDUCE, (x, "sum", "0"), {}, [pending], None, where),
+           "w": BoundSymbol(collectives.FUNCOL_WAIT, (pending,), {}, [ready], None, where),
+           "W": BoundSymbol(collectives.FUNCOL_WAIT, (pending,), {}, [again], None, where),
+           "u": BoundSymbol(prims.add, (ready, y), {}, [used], None, where),
+           "p": BoundSymbol(prims.add, (pending, y), {}, [misused], None, where),
+           "n": BoundSymbol(prims.add, (x, y), {}, [used], None, where),  # reads neither
+           "v": BoundSymbol(collectives.FUNCOL_WAIT, (x,), {}, [ready], None, where)}  # waits for an input
+    out = used if "u" in order or "n" in order else ready
+    return Trace("collective", [x, y], [ops[k] for k in order], out)
+
+
+def test_a_collective_issued_and_waited_for_once_before_its_use_passes():
+    verify(_collective_trace("iwu"), "acquired")
+
+
+@pytest.mark.parametrize("order, message", [
+    ("in", "is never waited for"),  # the wait dropped
+    ("iwWu", "waited for twice"),
+    ("ipwu", "only its wait may read it"),  # the pending value read before its wait
+    ("iwpu", "only its wait may read it"),  # ... or after it: the wait's result is what is read
+    ("vu", "which no issue made pending"),  # a wait of what no issue made
+])
+def test_a_collective_not_waited_for_exactly_once_before_its_use_is_rejected(order, message):
+    e = _rejects(_collective_trace(order), "acquired")
+    assert message in e.message, e.message
+    assert e.where is not None and e.where.line == _line(_issued, "x + y")
+
+
+def test_a_trace_returning_a_pending_value_is_rejected():
+    trace = _collective_trace("iw")
+    e = _rejects(Trace(trace.name, trace.inputs, trace.bound_symbols, trace.bound_symbols[0].outputs[0]), "acquired")
+    assert "returns the pending t1" in e.message

@@ -29,7 +29,9 @@ from typing import Any
 import torch
 from torch.utils import _pytree as pytree
 
-from fusionlens.ir.trace import BoundSymbol, OpTag, Symbol, Trace, Value
+from fusionlens.distributed import vocabulary as V
+from fusionlens.frontend.recorder import Recorder
+from fusionlens.ir.trace import BoundSymbol, OpTag, Symbol, SymbolKind, Trace
 
 # name -> position of the tensor the collective writes (its output, updated in place)
 RECORDED = {"all_reduce": 0, "broadcast": 0, "reduce": 0, "all_gather_into_tensor": 0,
@@ -51,11 +53,17 @@ def functional(name: str, real: Callable) -> Callable:
     return run
 
 
+def _dist_symbol(name: str, impl: Callable) -> Callable[[str], Symbol]:
+    """The symbol of torch.distributed's `name` run synchronously by `impl`, printed as given."""
+    tags = (OpTag.LIBRARY_CALL, OpTag.COLLECTIVE, OpTag.NON_DIFFERENTIABLE)
+    return lambda printed: V.CollectiveSymbol(printed, impl, V.of_dist(name), kind=SymbolKind.OPAQUE, tags=tags)
+
+
 @contextlib.contextmanager
-def recording(tracer):
-    """While active, each collective of RECORDED runs and is handed to `tracer.collective(name,
-    functional form, its arguments by name, the tensor it wrote)`; each of NOT_RECORDED to
-    `tracer.refuse_collective(name)`; `tracer.inside_collective` is set while one runs.
+def recording(tracer: Recorder):
+    """While active, each collective of RECORDED runs and is recorded (`tracer.update`: its
+    functional form, its arguments by name, the tensor it wrote); each of NOT_RECORDED makes the
+    call run eagerly (`tracer.refuse`); a collective's own ops run unrecorded.
     Nothing is patched when no process group is up (tracing pays nothing)."""
     dist = sys.modules.get("torch.distributed")
     if dist is None or not dist.is_available() or not dist.is_initialized():
@@ -68,21 +76,18 @@ def recording(tracer):
     def wrap(name: str, real: Callable) -> Callable:
         @functools.wraps(real)
         def traced(*args, **kwargs):
-            if tracer.inside_collective:  # one collective calling another's module attribute
+            if not tracer.records():  # one collective calling another's module attribute, or an eager call
                 return real(*args, **kwargs)
             if name not in RECORDED:
-                tracer.refuse_collective(name)
+                tracer.refuse(name)
                 return real(*args, **kwargs)
-            tracer.inside_collective = True
-            try:
+            with tracer.unrecorded():
                 work = real(*args, **kwargs)
-            finally:
-                tracer.inside_collective = False
             if isinstance(work, torch.distributed.Work):
                 work.wait()  # the program runs it synchronously: so does the traced run
             bound = inspect.signature(real).bind(*args, **kwargs)
             arguments = {k: v for k, v in bound.arguments.items() if k != "async_op"}
-            tracer.collective(name, functional(name, originals.get(name, real)), arguments,
+            tracer.update(name, _dist_symbol(name, functional(name, originals.get(name, real))), arguments,
                               list(bound.arguments.values())[RECORDED[name]])
             return work
         return traced
@@ -126,6 +131,21 @@ def unsupported_wrapping(fn) -> str | None:
     return tensor_parallel.unsupported(module)
 
 
+class TraceHook:
+    """What tracing adds for torch.distributed (frontend.recorder.TraceHook; the driver passes it
+    to frontend.trace): the collectives the call runs recorded, and the wrappings and arguments
+    it cannot compile refused (the call runs eagerly, saying why)."""
+
+    def refuses(self, fn: Any, args: tuple, kwargs: dict) -> str | None:
+        return dtensor_arguments(args, kwargs) or unsupported_wrapping(fn)
+
+    def recording(self, recorder: Recorder) -> contextlib.AbstractContextManager[None]:
+        return recording(recorder)
+
+
+HOOKS = (TraceHook(),)  # every compile traces with these
+
+
 # --- the functional collectives (torch.distributed._functional_collectives) -------------------
 # Eager funcol issues the collective and returns an AsyncCollectiveTensor, which waits for it at
 # its first use. Traced, each is two symbols: the collective, at its line, and its wait, placed
@@ -156,16 +176,20 @@ def _wait_tensor(t: torch.Tensor) -> torch.Tensor:
     return _c10d("wait_tensor")(t)
 
 
-FUNCOL_ALL_REDUCE = Symbol("funcol_all_reduce", _all_reduce, tags=_FUNCOL_TAGS,
-                           meta=lambda x, op, name: torch.empty_like(x))
-FUNCOL_ALL_GATHER = Symbol("funcol_all_gather_into_tensor", _all_gather, tags=_FUNCOL_TAGS,
-                           meta=lambda x, n, name: x.new_empty((x.shape[0] * n, *x.shape[1:])))
-FUNCOL_REDUCE_SCATTER = Symbol("funcol_reduce_scatter_tensor", _reduce_scatter, tags=_FUNCOL_TAGS,
-                               meta=lambda x, op, n, name: x.new_empty((x.shape[0] // n, *x.shape[1:])))
-FUNCOL_WAIT = Symbol("funcol_wait_tensor", _wait_tensor, tags=_FUNCOL_TAGS, meta=lambda t: torch.empty_like(t))
+FUNCOL_ALL_REDUCE = V.CollectiveSymbol("funcol_all_reduce", _all_reduce, V.ALL_REDUCE, tags=_FUNCOL_TAGS,
+                                       meta=lambda x, op, name: torch.empty_like(x))
+FUNCOL_ALL_GATHER = V.CollectiveSymbol("funcol_all_gather_into_tensor", _all_gather, V.ALL_GATHER, tags=_FUNCOL_TAGS,
+                                       meta=lambda x, n, name: x.new_empty((x.shape[0] * n, *x.shape[1:])))
+FUNCOL_REDUCE_SCATTER = V.CollectiveSymbol("funcol_reduce_scatter_tensor", _reduce_scatter, V.REDUCE_SCATTER,
+                                           tags=_FUNCOL_TAGS,
+                                           meta=lambda x, op, n, name: x.new_empty((x.shape[0] // n, *x.shape[1:])))
+FUNCOL_WAIT = V.CollectiveSymbol("funcol_wait_tensor", _wait_tensor, V.WAIT, tags=_FUNCOL_TAGS,
+                                 meta=lambda t: torch.empty_like(t))
 # the funcol functions traced so (the module attribute a user's `funcol.all_reduce(...)` finds)
-FUNCOL_TRACED = ("all_reduce", "all_gather_tensor", "all_gather_single", "reduce_scatter_tensor",
-                 "reduce_scatter_single")
+FUNCOL_TRACED = {"all_reduce": V.CollectiveKind.ALL_REDUCE, "all_gather_tensor": V.CollectiveKind.ALL_GATHER,
+                 "all_gather_single": V.CollectiveKind.ALL_GATHER,
+                 "reduce_scatter_tensor": V.CollectiveKind.REDUCE_SCATTER,
+                 "reduce_scatter_single": V.CollectiveKind.REDUCE_SCATTER}
 
 
 def _funcol_saved() -> list[tuple[ModuleType, str, Callable]]:
@@ -173,42 +197,39 @@ def _funcol_saved() -> list[tuple[ModuleType, str, Callable]]:
     return [(funcol, n, getattr(funcol, n)) for n in FUNCOL_TRACED if hasattr(funcol, n)] if funcol else []
 
 
-def _issue(tracer, sym: Symbol, args: tuple, waits: list[BoundSymbol]) -> torch.Tensor:
+def _issue(tracer: Recorder, sym: Symbol, args: tuple, waits: list[BoundSymbol]) -> torch.Tensor:
     """`sym(*args)` run and waited for, recorded as the collective here and its wait, to place."""
-    tracer.inside_collective = True
-    try:
+    with tracer.unrecorded():
         issued = sym.impl(*args)
         waited = _wait_tensor(issued)
-    finally:
-        tracer.inside_collective = False
     where = tracer.where()
     for each in (sym, FUNCOL_WAIT):
-        tracer.taken.add(each.name)
-        tracer.extra_globals[each.name] = each.impl
-    value = Value(tracer.names.next(), issued.shape, issued.dtype, issued.device)
-    tracer.bound_symbols.append(BoundSymbol(sym, tuple(map(tracer.argument, args)), {}, [value], None, where))
-    waits.append(BoundSymbol(FUNCOL_WAIT, (value,), {}, [tracer.new_output(waited)], None, where))
+        tracer.program_global(each.name, each.impl)
+    value = tracer.pending(issued)
+    tracer.emit(BoundSymbol(sym, tuple(map(tracer.value, args)), {}, [value], None, where))
+    waits.append(BoundSymbol(FUNCOL_WAIT, (value,), {}, [tracer.output(waited)], None, where))
     return waited
 
 
-def _funcol_traced(tracer, name: str, real: Callable, waits: list[BoundSymbol]) -> Callable:
+def _funcol_traced(tracer: Recorder, name: str, real: Callable, waits: list[BoundSymbol]) -> Callable:
     """funcol's `name` recorded as its collective and wait; the other dims of a gather or a
     scatter as funcol makes them, chunks and a cat traced around the dim-0 collective."""
     signature = inspect.signature(real)
 
     @functools.wraps(real)
     def traced(*args, **kwargs):
-        if tracer.inside_collective or not tracer.recording:
+        if not tracer.records():
             return real(*args, **kwargs)
         bound = signature.bind(*args, **kwargs)
         bound.apply_defaults()
         a = bound.arguments
         funcol = sys.modules[_FUNCOL]
         group_name = funcol._resolve_group_name(a["group"], a.get("tag", ""))
-        if name == "all_reduce":
+        kind = FUNCOL_TRACED[name]
+        if kind is V.CollectiveKind.ALL_REDUCE:
             return _issue(tracer, FUNCOL_ALL_REDUCE, (a["self"], a["reduceOp"].lower(), group_name), waits)
         n = torch.distributed.get_world_size(torch.distributed.distributed_c10d._resolve_process_group(group_name))
-        if name.startswith("all_gather"):
+        if kind is V.CollectiveKind.ALL_GATHER:
             out = _issue(tracer, FUNCOL_ALL_GATHER, (a["self"], n, group_name), waits)
             return out if a["gather_dim"] == 0 else torch.cat(torch.chunk(out, n), dim=a["gather_dim"])
         x, dim = a["self"], a["scatter_dim"]
@@ -220,15 +241,15 @@ def _funcol_traced(tracer, name: str, real: Callable, waits: list[BoundSymbol]) 
     return traced
 
 
-def _place_waits(tracer, waits: list[BoundSymbol]) -> None:
+def _place_waits(tracer: Recorder, waits: list[BoundSymbol]) -> None:
     """Each wait right before the first op that reads its result, at that op's line (at the
     end, where the result is only returned)."""
     for wait in waits:
         name = wait.outputs[0].name
-        at = next((i for i, b in enumerate(tracer.bound_symbols) if any(v.name == name for v in b.inputs())),
-                  len(tracer.bound_symbols))
-        where = tracer.bound_symbols[at].provenance if at < len(tracer.bound_symbols) else wait.provenance
-        tracer.bound_symbols.insert(at, BoundSymbol(wait.sym, wait.args, {}, wait.outputs, None, where))
+        ops = tracer.ops()
+        at = next((i for i, b in enumerate(ops) if any(v.name == name for v in b.inputs())), len(ops))
+        where = ops[at].provenance if at < len(ops) else wait.provenance
+        tracer.emit(BoundSymbol(wait.sym, wait.args, {}, wait.outputs, None, where), at)
 
 
 def dtensor_arguments(args, kwargs) -> str | None:
@@ -243,45 +264,6 @@ def dtensor_arguments(args, kwargs) -> str | None:
             "DTensor communicating as it does without FusionLens")
 
 
-# --- as the report lists them ----------------------------------------------------------------
-
-_SENT = {"all_gather_into_tensor": "input_tensor", "reduce_scatter_tensor": "input", "all_to_all_single": "input"}
-
-
-def op_name(symbol: str) -> str:
-    """The collective's name from its symbol's (dist_all_reduce_1, op_all_reduce -> all_reduce)."""
-    name = symbol.rsplit(".", 1)[-1]
-    for prefix in ("dist_", "op_", "tp_", "fsdp_", "funcol_"):  # tensor_parallel's, fsdp's, funcol's symbols
-        name = name.removeprefix(prefix)
-    head, _, tail = name.rpartition("_")
-    name = head if tail.isdigit() and head else name
-    return name.removesuffix("_")  # an in-place funcol (all_reduce_, ddp_overlap's) is the same collective
-
-
-def sent(symbol: str, args: tuple, kwargs: dict):
-    """The argument whose elements each rank sends in (the input, not the output it writes)."""
-    key = _SENT.get(op_name(symbol))
-    if key is not None and key in kwargs:
-        return kwargs[key]
-    return next((x for x in (*args, *kwargs.values()) if hasattr(x, "dtype") and hasattr(x, "shape")), None)
-
-
-def group_size(args: tuple, kwargs: dict) -> int:
-    """How many ranks take part: the group's size (the default group's where none is given)."""
-    dist = sys.modules.get("torch.distributed")
-    if dist is None or not dist.is_available() or not dist.is_initialized():
-        return 1
-    group = kwargs.get("group")
-    if isinstance(group, dist.ProcessGroup):
-        return dist.get_world_size(group)
-    if len(args) > 2 and isinstance(args[2], str):  # a functional collective's group name
-        try:
-            return dist.get_world_size(dist.distributed_c10d._resolve_process_group(args[2]))
-        except Exception:  # noqa: BLE001 - a name this torch resolves otherwise: the world's
-            pass
-    return dist.get_world_size()
-
-
 # --- ranks that agree on a compile -----------------------------------------------------------
 
 def _initialised() -> ModuleType | None:
@@ -290,45 +272,13 @@ def _initialised() -> ModuleType | None:
     return dist if dist is not None and dist.is_available() and dist.is_initialized() else None
 
 
-def wrapping_groups(fn: Any, wrapper: Any = None) -> list[str]:
-    """The process groups (by name) `fn`'s wrapping communicates on: DDP's (`wrapper`), each FSDP
-    unit's (`fn` an fsdp.Sharded), each tensor-parallel layer's. Call it before tensor_parallel's
-    `compiling`, which hides the DTensor parameters its plan is found by."""
+def trace_groups(trace: Trace) -> list[str]:
+    """The process groups (by name) of the collectives recorded in `trace` (a wait names no
+    group: its collective does)."""
     if _initialised() is None:
         return []
-    from fusionlens.distributed import fsdp, tensor_parallel
-
-    names = [wrapper.process_group.group_name] if wrapper is not None else []
-    if isinstance(fn, fsdp.Sharded):
-        names += [u.group_name for u in fn.units]
-    plan = tensor_parallel.find(fn)
-    names += [layer.group_name for layer in plan.layers] if plan is not None else []
-    return list(dict.fromkeys(names))
-
-
-def trace_groups(trace: Trace) -> list[str]:
-    """The process groups (by name) of the collectives recorded in `trace`: a `group=` argument,
-    a functional collective's group name, the world's where none is named."""
-    dist = _initialised()
-    if dist is None:
-        return []
-    names: list[str] = []
-    for b in trace.bound_symbols:
-        if OpTag.COLLECTIVE not in b.sym.tags or op_name(b.sym.name) == "wait_tensor":
-            continue  # a wait names no group: its collective does
-        passed = (*b.args[1:], *b.kwargs.values())
-        group = next((a for a in passed if isinstance(a, dist.ProcessGroup)), None)
-        named = next((a for a in b.args[1:] if isinstance(a, str) and a not in _OPS), None)
-        if group is not None:
-            names.append(group.group_name)
-        elif named is not None:
-            names.append(named)
-        else:
-            names.append(dist.group.WORLD.group_name)
-    return list(dict.fromkeys(names))
-
-
-_OPS = frozenset({"sum", "avg", "max", "min", "product", "prod", "band", "bor", "bxor", "premul_sum"})
+    described = ((V.describe(b.sym), b) for b in trace.bound_symbols)
+    return list(dict.fromkeys(d.group_of(b).name for d, b in described if d is not None and d.kind is not None))
 
 
 def any_rank(failed: bool, groups: list[str]) -> bool:

@@ -22,19 +22,29 @@ backward (`Synced.after_eager_backward`): every rank issues the same all-reduces
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch.utils import _pytree as pytree
 from torch.utils.hooks import RemovableHandle
 
-from fusionlens.driver import pipeline, reporting
+from fusionlens.distributed.ddp import buckets as ddp_buckets
+from fusionlens.distributed.staging import ReportInputs, Rewritten
+from fusionlens.distributed import vocabulary as V
 from fusionlens.report import schema as R
+from fusionlens.ir.vocabulary import Stage, ValueRole
 from fusionlens.ir.trace import BoundSymbol, OpTag, Symbol, SymbolKind, Trace, Value
 
 _COLLECTIVE = frozenset({OpTag.LIBRARY_CALL, OpTag.COLLECTIVE, OpTag.NON_DIFFERENTIABLE})
 _LOCAL = frozenset({OpTag.LIBRARY_CALL, OpTag.NON_DIFFERENTIABLE})
+# in place, as DDP's reducer reduces its bucket: the flat tensor is the program's own, read by no other op
+ALL_REDUCE = V.CollectiveSymbol("torch.ops._c10d_functional.all_reduce_", torch.ops._c10d_functional.all_reduce_,
+                                V.ALL_REDUCE, kind=SymbolKind.OPAQUE, tags=_COLLECTIVE)
+WAIT = V.CollectiveSymbol("torch.ops._c10d_functional.wait_tensor", torch.ops._c10d_functional.wait_tensor, V.WAIT,
+                          kind=SymbolKind.OPAQUE, tags=_COLLECTIVE)
 
 
 def unsupported(ddp) -> str | None:
@@ -163,11 +173,7 @@ def overlap(trace: Trace, buckets: list[Bucket], group: str, world: int) -> Trac
     issue_after: dict[int, list[BoundSymbol]] = {}
     waits: list[BoundSymbol] = []
     unflatten: list[BoundSymbol] = []
-    # in place, as DDP's reducer reduces its bucket: the flat tensor is the program's own, read by no other op
-    reduce_sym = Symbol("torch.ops._c10d_functional.all_reduce_", torch.ops._c10d_functional.all_reduce_,
-                        kind=SymbolKind.OPAQUE, tags=_COLLECTIVE)
-    wait_sym = Symbol("torch.ops._c10d_functional.wait_tensor", torch.ops._c10d_functional.wait_tensor,
-                      kind=SymbolKind.OPAQUE, tags=_COLLECTIVE)
+    reduce_sym, wait_sym = ALL_REDUCE, WAIT
     for i, bucket in enumerate(buckets):
         grads = [outputs[k] for k in bucket.outputs]
         last = max(made.get(g.name, -1) for g in grads)
@@ -193,7 +199,7 @@ def overlap(trace: Trace, buckets: list[Bucket], group: str, world: int) -> Trac
     bsyms = list(issue_after.get(-1, []))
     for j, b in enumerate(trace.bound_symbols):
         bsyms += [b, *issue_after.get(j, [])]
-    out = trace.with_("backward", bsyms + waits + unflatten, tuple(outputs))
+    out = trace.with_(Stage.BACKWARD, bsyms + waits + unflatten, tuple(outputs))
     out.extra_globals = extra
     return out
 
@@ -202,7 +208,7 @@ def overlap(trace: Trace, buckets: list[Bucket], group: str, world: int) -> Trac
 class Synced:
     """The backward that all-reduces DDP's gradients, and the training call that runs it."""
 
-    program: pipeline.Program
+    program: Any  # the backward driver.pipeline lowered from the rewritten trace
     fn: Callable[..., object]
     buckets: list[Bucket]
     group: str  # the process group's name
@@ -247,21 +253,33 @@ class Synced:
                 p.grad = g
 
 
-def _grad_slots(c, ddp) -> list[tuple[int, torch.Tensor]] | None:
-    """(position among the backward's outputs, parameter) of each gradient DDP reduces, or None
-    when some parameter DDP reduces gets no gradient from the backward."""
-    d = c.differentiated
+def grad_slots(d, inputs: list[Value], constants: list[torch.Tensor], backward: Trace,
+               ddp) -> list[tuple[int, torch.Tensor]] | None:
+    """`_grad_slots` from the parts of a compile: `d` its autograd.Differentiated, `inputs` its
+    acquired trace's inputs, `constants` the tensors of those that are no user input."""
     tensor_of: dict[int, torch.Tensor] = {}
-    constants = iter(c.constants)
-    for i, v in enumerate(c.acquired.inputs):
-        if v.role != "input":
-            tensor_of[i] = next(constants)
+    held = iter(constants)
+    for i, v in enumerate(inputs):
+        if v.role is not ValueRole.INPUT:
+            tensor_of[i] = next(held)
     ignored = set(getattr(ddp, "parameters_to_ignore", ()) or ())
     reduced = {id(p) for n, p in ddp.module.named_parameters() if n not in ignored and p.requires_grad}
-    outputs = c.program("backward").traces["backward"].output
+    outputs = backward.output
     slots = [(k, tensor_of[i]) for k, i in enumerate(d.grad_inputs)
              if i in tensor_of and id(tensor_of[i]) in reduced and isinstance(outputs[k], Value)]
     return slots if {id(p) for _, p in slots} == reduced else None
+
+
+def bucketed(backward: Trace, slots: list[tuple[int, torch.Tensor]], ddp) -> tuple[Trace, list[Bucket], str, int]:
+    """(`backward` with DDP's bucket all-reduces issued as buckets fill, the buckets, the group's
+    name, its size): DDP's gradient synchronisation as a transform of the backward trace."""
+    outputs = list(backward.output)
+    order = {k: n for n, k in enumerate(_ready_order(backward, outputs))}
+    ready = sorted(slots, key=lambda s: order[s[0]])
+    buckets = plan_buckets(ready, ddp)
+    group = ddp.process_group if ddp.process_group is not None else torch.distributed.group.WORLD
+    assert group is not None  # DDP was made in a process group
+    return overlap(backward, buckets, group.group_name, group.size()), buckets, group.group_name, group.size()
 
 
 def _writing_grads(backward: Callable, slots: list[tuple[int, torch.Tensor]]) -> Callable:
@@ -279,42 +297,59 @@ def _writing_grads(backward: Callable, slots: list[tuple[int, torch.Tensor]]) ->
     return run
 
 
-def synchronise(c, ddp) -> Synced | None:
-    """The backward of `c` (a pipeline.Compiled of `ddp.module`) with DDP's all-reduces issued
-    as buckets fill, and the training call that runs it; None where DDP's reducer must do it."""
-    if c.differentiated is None or c.eager_only is not None or c.program("backward") is None or unsupported(ddp):
+@dataclass
+class Synchronising:
+    """DDP's gradient synchronisation as a transform of the compile (transform.CompileTransform):
+    the backward rewritten with the bucket all-reduces, a program of its own, which a call that
+    synchronises runs (`synced`); the module's own backward is the one checked against eager."""
+
+    ddp: Any
+    name: str = "ddp"
+
+    def groups(self) -> list[str]:
+        return [self.ddp.process_group.group_name]
+
+    def tracing(self) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext()
+
+    def rewrite_backward(self, d, inputs: list[Value], constants: list[torch.Tensor], backward: Trace):
+        """The backward with DDP's all-reduces issued as buckets fill; None where DDP's reducer
+        must do it (a configuration it does not mirror, sparse gradients, a parameter DDP reduces
+        that gets no gradient)."""
+        if unsupported(self.ddp) or any(getattr(m, "sparse", False) for m in self.ddp.module.modules()):
+            return None
+        slots = grad_slots(d, inputs, constants, backward, self.ddp)
+        if not slots:
+            return None
+        trace, buckets, group, world = bucketed(backward, slots, self.ddp)
+        return Rewritten(trace, lambda fn: _writing_grads(fn, slots), (buckets, group, world))
+
+    def finish(self, call: Callable, constants: list[torch.Tensor]) -> Callable:
+        return call
+
+    def report(self, rewritten, failed: bool, training: bool):
+        """The rewritten backward shown where the program runs; where this rank runs eagerly, the
+        same buckets listed (`after_eager_backward` all-reduces them); where the reducer does it,
+        its buckets and why."""
+        if rewritten is not None and not failed:
+            return ReportInputs(rewritten=True)
+        if rewritten is not None:
+            buckets, _, world = rewritten.state
+            return ReportInputs([R.Collective("all_reduce", "ddp-bucket", b.nbytes, world, "backward")
+                                 for b in buckets])
+        if not training:
+            return ReportInputs()
+        return ReportInputs(ddp_buckets(self.ddp), [d for d in [reducer_note(self.ddp)] if d is not None])
+
+
+def synced_of(c) -> Synced | None:
+    """The training call that synchronises DDP's gradients, from `c` (a pipeline.Compiled whose
+    `rewritten` backward is Synchronising's), or None."""
+    rewritten = c.rewritten
+    if rewritten is None or rewritten.transform != Synchronising.name:
         return None
-    if any(getattr(m, "sparse", False) for m in ddp.module.modules()):  # an Embedding's sparse gradients
-        return None
-    slots = _grad_slots(c, ddp)
-    if not slots:
-        return None
-    backward = c.program("backward").traces["backward"]
-    outputs = list(backward.output)
-    order = {k: n for n, k in enumerate(_ready_order(backward, outputs))}
-    ready = sorted(slots, key=lambda s: order[s[0]])
-    buckets = plan_buckets(ready, ddp)
-    group = ddp.process_group if ddp.process_group is not None else torch.distributed.group.WORLD
-    assert group is not None  # DDP was made in a process group
-    trace = overlap(backward, buckets, group.group_name, group.size())
-    program = pipeline.lower_again(c, trace)
-    d = c.differentiated
-    fn = pipeline.training_program(c.forward.fn, _writing_grads(program.fn, slots), d, len(c.acquired.inputs),
-                                   c.acquired.output)
-    return Synced(program, fn, buckets, group.group_name, group.size())
-
-
-def report(c, rep: R.CompileReport, synced: Synced) -> None:
-    """`rep` (of `c`) as the synchronising call runs: its backward program the one with the
-    all-reduces (which `c` holds from now on), its collectives found again from the programs."""
-    c.programs = [synced.program if p.kind == "backward" else p for p in c.programs]
-    reporting.replace_program(rep, c, synced.program)
-
-
-def listed(synced: Synced) -> list[R.Collective]:
-    """The all-reduces `Synced.after_eager_backward` runs (no region: hooks run them), for the
-    report of a signature that runs eagerly."""
-    return [R.Collective("all_reduce", "ddp-bucket", b.nbytes, synced.world, "backward") for b in synced.buckets]
+    buckets, group, world = rewritten.rewrite.state
+    return Synced(rewritten.program, rewritten.fn, buckets, group, world)
 
 
 def reducer_note(ddp) -> R.Diagnostic | None:

@@ -37,8 +37,11 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from fusionlens.distributed import vocabulary as V
+from fusionlens.distributed.staging import ReportInputs
+from fusionlens.frontend import recorder
 from fusionlens.frontend.arguments import sanitize
-from fusionlens.ir.trace import BoundSymbol, OpTag, Symbol, Value
+from fusionlens.ir.trace import BoundSymbol, OpTag, Symbol
 
 _C10D = "_c10d_functional"
 _TAGS = (OpTag.LIBRARY_CALL, OpTag.COLLECTIVE, OpTag.PROGRAM_GLOBAL)
@@ -84,11 +87,12 @@ def _copy_in_meta(shards: list[torch.Tensor], padded: list[int]) -> torch.Tensor
 COPY_IN = Symbol("fsdp_copy_in", copy_in, tags=(OpTag.LIBRARY_CALL, OpTag.PROGRAM_GLOBAL), meta=_copy_in_meta)
 # Issue and wait are separate symbols (the functional collectives' convention: the input, the
 # group's size, its name), so a collective can be issued ahead of the wait that needs it.
-ALL_GATHER = Symbol("fsdp_all_gather_into_tensor", _all_gather, tags=_TAGS,
-                    meta=lambda x, n, name: x.new_empty((x.shape[0] * n, *x.shape[1:])))
-REDUCE_SCATTER = Symbol("fsdp_reduce_scatter_tensor", _reduce_scatter, tags=_TAGS,
-                        meta=lambda x, op, n, name: x.new_empty((x.shape[0] // n, *x.shape[1:])))
-WAIT = Symbol("fsdp_wait_tensor", _wait, tags=_TAGS, meta=lambda x, *rest, **kw: torch.empty_like(x))
+ALL_GATHER = V.CollectiveSymbol("fsdp_all_gather_into_tensor", _all_gather, V.ALL_GATHER, tags=_TAGS,
+                                meta=lambda x, n, name: x.new_empty((x.shape[0] * n, *x.shape[1:])))
+REDUCE_SCATTER = V.CollectiveSymbol("fsdp_reduce_scatter_tensor", _reduce_scatter, V.REDUCE_SCATTER, tags=_TAGS,
+                                    meta=lambda x, op, n, name: x.new_empty((x.shape[0] // n, *x.shape[1:])))
+WAIT = V.CollectiveSymbol("fsdp_wait_tensor", _wait, V.WAIT, tags=_TAGS,
+                          meta=lambda x, *rest, **kw: torch.empty_like(x))
 
 
 class _Gathered(torch.autograd.Function):
@@ -292,37 +296,33 @@ class Sharded:
         """The unit's full parameters from its shards: recorded into the trace while one is
         traced (at the unit's call line), run as eager runs them otherwise."""
         local = [shards[n] for n in unit.names]
-        tracer = _active_tracer()
-        if tracer is None:
+        tracer = recorder.current()
+        if tracer is None or not tracer.records():
             return _copy_out(unit, _Gathered.apply(copy_in(local, unit.padded), unit.group_size, unit.group_name))
         return _copy_out(unit, self._traced_gather(tracer, unit, local))
 
-    def _traced_gather(self, tracer, unit: Unit, local: list[torch.Tensor]) -> torch.Tensor:
+    def _traced_gather(self, tracer: recorder.Recorder, unit: Unit, local: list[torch.Tensor]) -> torch.Tensor:
         """The copy-in recorded after the previous units' (first in the program), the
         all-gather just after the previous unit's wait (both read only the shards, inputs of
         the program), and the wait here, before the unit's first use."""
-        recording, tracer.recording = tracer.recording, False
-        try:  # run as eager runs them, recorded below as three symbols
+        with tracer.unrecorded():  # run as eager runs them, recorded below as three symbols
             flat = copy_in(local, unit.padded)
             gathered = _Gathered.apply(flat, unit.group_size, unit.group_name)
-        finally:
-            tracer.recording = recording
         where = tracer.where()
         for sym in (COPY_IN, ALL_GATHER, WAIT):
-            tracer.extra_globals[sym.name] = sym.impl
-        shards = [tracer.to_value(t) for t in local]
-        tracer.bound_symbols.insert(self._copy_in_at, BoundSymbol(COPY_IN, (shards, list(unit.padded)), {},
-                                                                  [tracer.new_output(flat)], None, where))
+            tracer.program_global(sym.name, sym.impl)
+        shards = [tracer.value(t) for t in local]
+        tracer.emit(BoundSymbol(COPY_IN, (shards, list(unit.padded)), {}, [tracer.output(flat)], None, where),
+                    self._copy_in_at)
         self._copy_in_at += 1
-        issued = Value(tracer.names.next(), gathered.shape, gathered.dtype, gathered.device)
-        issue = BoundSymbol(ALL_GATHER, (tracer.to_value(flat), unit.group_size, unit.group_name), {}, [issued],
+        issued = tracer.pending(gathered)
+        issue = BoundSymbol(ALL_GATHER, (tracer.value(flat), unit.group_size, unit.group_name), {}, [issued],
                             None, where)
-        at = len(tracer.bound_symbols) if self._prefetch_at is None else self._prefetch_at + 1
-        tracer.bound_symbols.insert(at, issue)
-        waited = (issued, tracer.to_value(flat), unit.group_size, unit.group_name)
+        tracer.emit(issue, None if self._prefetch_at is None else self._prefetch_at + 1)
+        waited = (issued, tracer.value(flat), unit.group_size, unit.group_name)
         kw = {"reshard": True} if unit.reshard else {}
-        tracer.bound_symbols.append(BoundSymbol(WAIT, waited, kw, [tracer.new_output(gathered)], None, where))
-        self._prefetch_at = len(tracer.bound_symbols)
+        tracer.emit(BoundSymbol(WAIT, waited, kw, [tracer.output(gathered)], None, where))
+        self._prefetch_at = len(tracer.ops())
         return gathered
 
 
@@ -338,16 +338,6 @@ def _copy_out(unit: Unit, gathered: torch.Tensor) -> list[torch.Tensor]:
         out.append(full[:size[0]] if full.shape[0] != size[0] else full)
         offset += numel
     return out
-
-
-def _active_tracer():
-    """The frontend's tracer when the call is being traced (its TorchFunctionMode holds it),
-    else None."""
-    for mode in torch.overrides._get_current_function_mode_stack():
-        tracer = getattr(mode, "tracer", None)
-        if tracer is not None and hasattr(tracer, "bound_symbols"):
-            return tracer
-    return None
 
 
 def _places(p: Any) -> list[tuple[torch.nn.Module, str]]:
@@ -412,6 +402,31 @@ def _fsdp_hooks_off(states: list[Any]):
             d = getattr(m, attr)
             d.clear()
             d.update(hooks)
+
+
+@dataclass
+class Gathering:
+    """FSDP2 as a transform of the compile (transform.CompileTransform): the Sharded module is
+    what is traced (its units gathered at their calls, recorded through the frontend's recorder);
+    nothing is rewritten after tracing: the all-gathers' backward rules reduce-scatter."""
+
+    sharded: Sharded
+    name: str = "fsdp2"
+
+    def groups(self) -> list[str]:
+        return list(dict.fromkeys(u.group_name for u in self.sharded.units))
+
+    def tracing(self) -> contextlib.AbstractContextManager[None]:
+        return contextlib.nullcontext()
+
+    def rewrite_backward(self, d, inputs, constants, backward):
+        return None
+
+    def finish(self, call: Callable, constants: list[torch.Tensor]) -> Callable:
+        return call
+
+    def report(self, rewritten, failed: bool, training: bool) -> ReportInputs:
+        return ReportInputs()
 
 
 # --- at each call ----------------------------------------------------------------------------

@@ -29,8 +29,10 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from fusionlens.report import schema as R
-from fusionlens.ir.trace import OpTag, Symbol, SymbolKind
+from fusionlens.distributed import vocabulary as V
+from fusionlens.distributed.staging import ReportInputs
+from fusionlens.frontend import recorder
+from fusionlens.ir.trace import BoundSymbol, OpTag, Symbol, SymbolKind
 
 # --- the two collectives of a parallel Linear, as trace symbols ---------------------------------
 
@@ -58,8 +60,8 @@ def _like(x: torch.Tensor, op: str, group_name: str) -> torch.Tensor:
     return torch.empty_like(x)
 
 
-ALL_REDUCE = Symbol("tp_all_reduce", all_reduce, kind=SymbolKind.OPAQUE, meta=_like,
-                    tags=(OpTag.LIBRARY_CALL, OpTag.COLLECTIVE, OpTag.PROGRAM_GLOBAL))
+ALL_REDUCE = V.CollectiveSymbol("tp_all_reduce", all_reduce, V.synchronous(V.ALL_REDUCE), kind=SymbolKind.OPAQUE,
+                                meta=_like, tags=(OpTag.LIBRARY_CALL, OpTag.COLLECTIVE, OpTag.PROGRAM_GLOBAL))
 # communicates nothing forward: no collective there (its backward's ALL_REDUCE is one)
 GRAD_ALL_REDUCE = Symbol("tp_grad_all_reduce", grad_all_reduce, kind=SymbolKind.OPAQUE, meta=_like,
                          tags=(OpTag.LIBRARY_CALL, OpTag.PROGRAM_GLOBAL))
@@ -91,31 +93,17 @@ class _ReduceBackward(torch.autograd.Function):
         return all_reduce(g, "sum", ctx.group_name), None
 
 
-_TRACERS: list[Any] = []  # the frontend's tracers recording now (`recording`), innermost last
-
-
-@contextlib.contextmanager
-def recording(tracer) -> Iterator[None]:
-    """While active, the collectives of the parallel Linears that run (`compiling`) are handed
-    to `tracer.record_symbol(symbol, args, output)`."""
-    _TRACERS.append(tracer)
-    try:
-        yield
-    finally:
-        _TRACERS.pop()
-
-
 def _run(sym: Symbol, function: type[torch.autograd.Function], x: torch.Tensor, group_name: str) -> torch.Tensor:
-    """`function` on `x`, recorded as `sym` when a trace records; torch ops inside it are not."""
-    tracer = _TRACERS[-1] if _TRACERS else None
-    if tracer is None or not tracer.recording:
+    """`function` on `x`, recorded as `sym` at the user's line when a trace records (the
+    frontend's current recorder); torch ops inside it are not."""
+    tracer = recorder.current()
+    if tracer is None or not tracer.records():
         return function.apply(x, group_name)
-    tracer.inside_collective = True  # its clone and dist.all_reduce are the symbol's own
-    try:
+    with tracer.unrecorded():  # its clone and dist.all_reduce are the symbol's own
         out = function.apply(x, group_name)
-    finally:
-        tracer.inside_collective = False
-    tracer.record_symbol(sym, (x, "sum", group_name), out)
+    tracer.program_global(sym.name, sym.impl)
+    tracer.emit(BoundSymbol(sym, (tracer.value(x), "sum", group_name), {}, [tracer.output(out)], None,
+                            tracer.where()))
     return out
 
 
@@ -274,18 +262,41 @@ class Compiling:
         self.plan = plan
         self.shards: list[tuple[torch.Tensor, Any]] = []  # (local shard, its DTensor parameter)
 
-    def settle(self, c, report: R.CompileReport, failed: bool) -> bool:
-        """After compile_checked of the module (whose ranks agreed on `failed`: it was given the
-        plan's groups, collectives.wrapping_groups), `c` its pipeline.Compiled: whether the
-        signature runs eagerly, and `c.fn` given each DTensor parameter's local shard afresh at
-        every call (in the caller's grad mode: its gradient reaches `p.grad`)."""
-        if self.plan is None:
-            return failed
+    def finish(self, call, constants: list[torch.Tensor]):
+        """`call` (user tensors, then `constants`) given each DTensor parameter's local shard
+        afresh at every call (in the caller's grad mode: its gradient reaches `p.grad`)."""
         by_id = {id(local): p for local, p in self.shards}
-        at = [(i, by_id[id(t)]) for i, t in enumerate(c.constants) if id(t) in by_id]
-        if at:
-            c.fn = _with_shards(c.fn, at, len(c.constants))
-        return failed
+        at = [(i, by_id[id(t)]) for i, t in enumerate(constants) if id(t) in by_id]
+        return _with_shards(call, at, len(constants)) if at else call
+
+
+@dataclass
+class Parallel:
+    """Tensor parallelism as a transform of the compile (transform.CompileTransform): traced and
+    checked under `compiling` (each parallel Linear's local forward, recording f and g), the
+    compiled call taking the local shards afresh at each call."""
+
+    plan: Plan
+    name: str = "tensor_parallel"
+    state: Compiling | None = None  # the latest `tracing`'s
+
+    def groups(self) -> list[str]:
+        return list(dict.fromkeys(layer.group_name for layer in self.plan.layers))
+
+    @contextlib.contextmanager
+    def tracing(self) -> Iterator[Compiling]:
+        with compiling(self.plan) as state:
+            self.state = state
+            yield state
+
+    def rewrite_backward(self, d, inputs, constants, backward):
+        return None
+
+    def finish(self, call, constants: list[torch.Tensor]):
+        return self.state.finish(call, constants) if self.state is not None else call
+
+    def report(self, rewritten, failed: bool, training: bool) -> ReportInputs:
+        return ReportInputs()
 
 
 def _with_shards(run, at: list[tuple[int, Any]], n_constants: int):

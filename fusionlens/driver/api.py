@@ -15,8 +15,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from fusionlens.driver import benchmark as bench, checking, pipeline, reporting
-from fusionlens.distributed import collectives
+from fusionlens.distributed import collectives, transform
+from fusionlens.distributed.staging import CompileTransform
 from fusionlens.frontend import dynamic, tracer as frontend
+from fusionlens.frontend.notes import Severity
+from fusionlens.middle.programs import ProgramKind
 from fusionlens.report import schema as R
 from fusionlens.options import CompileOptions
 
@@ -77,32 +80,13 @@ def compile(fn, *args, executors: list[str] | None = None, benchmark: bool = Fal
 def compile_wrapped(fn, args, kwargs, options: CompileOptions, name: str,
                     **run) -> tuple[pipeline.Compiled, R.CompileReport, bool]:
     """compile_checked of `fn` as fusionlens.jit compiles it under whatever wraps it (compile and
-    compile_target share it): DDP's module, its training report listing the backward's gradient
-    all-reduces (ddp_overlap: issued as buckets fill, or the reducer's buckets where that
-    backward does not mirror DDP); an FSDP2 module as an fsdp.Sharded taking this rank's local
-    shards by keyword; a tensor-parallel one on its local shards, each parallel Linear's
-    collectives traced (tensor_parallel.compiling); the ranks agreeing on the check on the
-    groups the wrapping communicates on."""
-    from fusionlens.distributed import collectives, ddp, ddp_overlap, fsdp, tensor_parallel
-
-    wrapper = fn if ddp.is_ddp(fn) else None
-    fn = wrapper.module if wrapper is not None else fn
-    sharded = fsdp.Sharded.of(fn)
-    if sharded is not None:
-        fn, kwargs = sharded, {**kwargs, **sharded.shards()}
-    groups = collectives.wrapping_groups(fn, wrapper)  # before `compiling` hides the DTensors
-    plan = None if collectives.dtensor_arguments(args, kwargs) else tensor_parallel.find(fn)  # DTensors: eager
-    with tensor_parallel.compiling(plan) as tp:
-        c, report, failed = compile_checked(fn, args, kwargs, options, name, groups=groups, **run)
-        failed = tp.settle(c, report, failed)
-    if wrapper is not None and c.program("backward") is not None:  # the backward's all-reduces
-        synced = None if failed else ddp_overlap.synchronise(c, wrapper)
-        if synced is not None:
-            ddp_overlap.report(c, report, synced)
-        else:
-            report.collectives += reporting.with_estimates(ddp.buckets(wrapper), options.cluster)
-            report.diagnostics += [d for d in [ddp_overlap.reducer_note(wrapper)] if d is not None]
-    return c, report, failed
+    compile_target share it): its wrappings unwrapped into transforms (distributed/transform.py
+    `unwrap`: DDP's module, its backward's gradient all-reduces; an FSDP2 module as an
+    fsdp.Sharded taking this rank's local shards by keyword; a tensor-parallel one on its local
+    shards), the ranks agreeing on the check on the groups they communicate on."""
+    unwrapped = transform.unwrap(fn, args, kwargs)
+    return compile_checked(unwrapped.fn, args, unwrapped.kwargs, options, name, transforms=unwrapped.transforms,
+                           **run)
 
 
 @contextlib.contextmanager
@@ -126,7 +110,7 @@ def compile_checked(fn, args, kwargs, options: CompileOptions, name: str, *, ben
                     eager_on_failure: bool = False,
                     dims: tuple[frozenset[int], ...] | None = None,
                     ints: frozenset[int] = frozenset(),
-                    groups: Sequence[str] = ()) -> tuple[pipeline.Compiled, R.CompileReport, bool]:
+                    transforms: Sequence[CompileTransform] = ()) -> tuple[pipeline.Compiled, R.CompileReport, bool]:
     """Compile, check against eager, benchmark if asked, then report: what compile, jit and
     compile_target share. Returns (Compiled, report, whether the check failed).
 
@@ -135,19 +119,33 @@ def compile_checked(fn, args, kwargs, options: CompileOptions, name: str, *, ben
     caller (jit) runs a signature that failed its check eagerly, and the report says so.
     `dims`: per user tensor, the dims compiled symbolic; by default those marked dynamic.
     `ints`: the int arguments compiled symbolic (positions among the flat leaves of the call).
-    `groups`: the process groups the call's wrapping communicates on (collectives.wrapping_groups);
-    with those of the collectives it calls itself, the ranks of each agree on the check (`_check`).
+    `transforms`: the call's wrappings (transform.unwrap): traced and checked under their
+    `tracing`, applied by the pipeline, their report inputs assembled; on the groups they and the
+    collectives the call makes communicate on, the ranks agree on the check (`_check`). Where a
+    transform rewrote the backward (DDP's), the compile returned shows it, unless the check failed.
     """
+    with contextlib.ExitStack() as stack:
+        for t in transforms:
+            stack.enter_context(t.tracing())
+        return _compile_checked(fn, args, kwargs, options, name, benchmark, repeats, warmup, torch_compile, target,
+                                eager_on_failure, dims, ints, transforms)
+
+
+def _compile_checked(fn, args, kwargs, options: CompileOptions, name: str, benchmark: bool, repeats: int,
+                     warmup: int, torch_compile: bool, target: R.Target | None, eager_on_failure: bool,
+                     dims: tuple[frozenset[int], ...] | None, ints: frozenset[int],
+                     transforms: Sequence[CompileTransform]) -> tuple[pipeline.Compiled, R.CompileReport, bool]:
     defined = reporting.target_of(fn, name)
     target = target or defined
     if dims is None:  # the dims the example's tensors were marked with (fusionlens.mark_dynamic)
         dims = tuple(dynamic.marked_dims(t) for t in frontend.user_tensors(fn, args, kwargs))
     try:
         with _no_full_collections():
-            c = pipeline.compile_program(fn, args, kwargs, options, name, dims, ints)
+            c = pipeline.compile_program(fn, args, kwargs, options, name, dims, ints, transforms)
     except frontend.TraceError as e:
         raise CompileError(reporting.error_report(e, target, options.executors)) from e
     inputs = frontend.user_tensors(fn, args, kwargs) + c.constants
+    groups = [g for t in transforms for g in t.groups()]
     talking = list(dict.fromkeys([*groups, *collectives.trace_groups(c.acquired)]))
     checked, failed, extra = _check(c, (fn, args, kwargs), inputs, defined, options.check, talking)
     measured = bench.measure_program(c, fn, args, kwargs, inputs, repeats=repeats, warmup=warmup,
@@ -156,7 +154,13 @@ def compile_checked(fn, args, kwargs, options: CompileOptions, name: str, *, ben
         extra = [R.Diagnostic("warning", "this signature runs eagerly: see the "
                               f"{'error' if c.eager_only is None else 'warning'} above",
                               code=R.DiagnosticCode.EAGER_FALLBACK)]
-    return c, reporting.assemble(c, target, checked, measured, extra), failed
+    training = c.program(ProgramKind.BACKWARD) is not None
+    c = c.finished(transforms)
+    added = [t.report(c.rewritten.rewrite if c.rewritten and c.rewritten.transform == t.name else None, failed,
+                      training) for t in transforms]
+    if any(a.rewritten for a in added):
+        c = c.showing_rewritten()
+    return c, reporting.assemble(c, target, checked, measured, extra, added), failed
 
 
 def _check(c: pipeline.Compiled, call: tuple[Any, tuple[Any, ...], dict[str, Any]], inputs: list[Any],
@@ -168,7 +172,7 @@ def _check(c: pipeline.Compiled, call: tuple[Any, tuple[Any, ...], dict[str, Any
     per group, collectives.any_rank), so that none runs the program while another runs eagerly
     (their collectives would not match)."""
     any_rank = functools.partial(collectives.any_rank, groups=groups) if groups else bool
-    erred = lambda ds: any(d.severity == "error" for d in ds)  # noqa: E731
+    erred = lambda ds: any(d.severity == Severity.ERROR for d in ds)  # noqa: E731
     check = check and c.eager_only is None  # a signature that runs eagerly: no program runs
     checked = checking.check_program(c, inputs, defined, call, any_rank) if check else []
     if check and not any_rank(erred(checked)):

@@ -11,6 +11,7 @@ from torch.utils import _pytree as pytree
 from fusionlens.frontend import objects
 from fusionlens.middle.autograd import torch_rules
 from fusionlens.ir.trace import OpTag
+from fusionlens.ir.vocabulary import ValueRole
 from fusionlens.report.schema import Diagnostic, DiagnosticCode
 
 # (rtol, atol). Compiled programs reorder and fuse float math, so these are those of a
@@ -148,7 +149,7 @@ def _float64_results(c, inputs: list[torch.Tensor], call: tuple) -> list[torch.T
     replayed, which would share any fault of the trace (an update through a view it missed).
     None where the call does not run in float64."""
     fn, args, kwargs = call
-    state = [x for v, x in zip(c.acquired.inputs, inputs) if v.role == "buffer" or v.name in c.traced.mutated]
+    state = [x for v, x in zip(c.acquired.inputs, inputs) if v.role is ValueRole.BUFFER or v.name in c.traced.mutated]
     try:
         with restored(state), in_float64(inputs), torch.no_grad(), \
                 torch.random.fork_rng(devices=_cuda_devices(inputs)):
@@ -305,7 +306,7 @@ def check_gradients(c, fn, args, kwargs, inputs: list[torch.Tensor], target,
         return []
     wrt = [inputs[i] for i in d.wrt]
     names = [c.acquired.inputs[i].name for i in d.wrt]
-    state = [x for v, x in zip(c.acquired.inputs, inputs) if v.role == "buffer" or v.name in c.traced.mutated]
+    state = [x for v, x in zip(c.acquired.inputs, inputs) if v.role is ValueRole.BUFFER or v.name in c.traced.mutated]
     with restored(state), torch.random.fork_rng(devices=_cuda_devices(inputs)):  # each run from the same state
         torch.manual_seed(0)
         run_on, wrt_compiled, _ = _own_copies(d, inputs, wrt, args, kwargs)

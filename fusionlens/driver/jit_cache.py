@@ -7,21 +7,24 @@
 
 from __future__ import annotations
 
+import dataclasses
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch.utils import _pytree as pytree
 
-from fusionlens.driver import api, reporting
-from fusionlens.distributed import collectives, ddp_overlap
-from fusionlens.frontend import dynamic, tracer as frontend, objects
+from fusionlens.driver import api, wire
+from fusionlens.distributed import collectives, ddp_overlap, transform
+from fusionlens.frontend import dynamic, tracer as frontend, objects, value_guards
 from fusionlens.report import schema as R
-from fusionlens.distributed.ddp import buckets as _ddp_buckets, call as _ddp_call, is_ddp as _is_ddp
-from fusionlens.distributed.fsdp import Sharded as _Sharded, call as _fsdp_call
-from fusionlens.distributed.tensor_parallel import compiling as _tp_compiling, find as _tp_plan
+from fusionlens.distributed.ddp import call as _ddp_call
+from fusionlens.distributed.fsdp import call as _fsdp_call
+from fusionlens.distributed.tensor_parallel import Parallel
 from fusionlens.frontend.dynamic import DynamicDims
 from fusionlens.ir.trace import Trace
+from fusionlens.ir.vocabulary import ValueRole
 from fusionlens.ops.torch_ops.fallbacks import ShapeChanged
 from fusionlens.options import CompileOptions
 from fusionlens.driver.pipeline import Compiled
@@ -48,14 +51,26 @@ def _layout(x: torch.Tensor) -> bool | torch.layout:
 
 
 _STATE_GENERATION = [0]  # bumped whenever any module registers (or replaces) a parameter or buffer
+_WATCHING: list[Any] = []  # torch's handles of the two hooks that bump it, once installed
+_WATCHING_LOCK = threading.Lock()
 
 
 def _bump(*_):
     _STATE_GENERATION[0] += 1
 
 
-torch.nn.modules.module.register_module_parameter_registration_hook(_bump)
-torch.nn.modules.module.register_module_buffer_registration_hook(_bump)
+def _state_generation() -> int:
+    """The count of parameter and buffer registrations in any module since the first call.
+    torch's global registration hooks that keep it are installed here, on the first jit call
+    of a module, not when this module is imported: importing FusionLens changes nothing in
+    torch (tests/test_architecture.py). A JitFunction reads its module's state first after
+    this, so it misses no registration."""
+    if not _WATCHING:
+        with _WATCHING_LOCK:
+            if not _WATCHING:
+                _WATCHING.extend([torch.nn.modules.module.register_module_parameter_registration_hook(_bump),
+                                  torch.nn.modules.module.register_module_buffer_registration_hook(_bump)])
+    return _STATE_GENERATION[0]
 
 
 @dataclass
@@ -68,6 +83,8 @@ class CacheEntry:
     eager_fallback: bool = False  # the program failed its check: run eager for this signature
     grad_mask: tuple[bool, ...] = ()  # which of the program's constants (parameters) required grad at compile
     synced: ddp_overlap.Synced | None = None  # DDP: the training call whose backward all-reduces the gradients
+    values: value_guards.ValueGuards | None = None  # the branches its trace took on tensor values, checked per call
+    branches: list[CacheEntry] = field(default_factory=list)  # one signature's programs, a branch each (values)
 
 
 class JitFunction:
@@ -75,19 +92,16 @@ class JitFunction:
 
     def __init__(self, fn, executors: list[str] | None = None, max_entries: int = 64,
                  options: CompileOptions | None = None, dynamic: bool | None = None):
-        # DistributedDataParallel: its module is compiled; its own forward runs around it (_ddp_call)
-        self.wrapper = fn if _is_ddp(fn) else None
+        # the parallel wrappings as transforms (distributed/transform.py): DDP's module is compiled, its
+        # own forward run around it (_ddp_call); an FSDP2 module's Sharded takes its local shards at each
+        # call; a tensor-parallel one is traced on its local shards
+        unwrapped = transform.unwrap(fn)
+        self.wrapper, self.sharded, self.transforms = unwrapped.ddp, unwrapped.sharded, unwrapped.transforms
         self._sync = False  # DDP: this call synchronises gradients (its entry's `synced` call runs)
-        fn = fn.module if self.wrapper is not None else fn
-        # FSDP2 (fully_shard): the program takes the local shards and gathers them (fusionlens/distributed/fsdp.py)
-        self.sharded = _Sharded.of(fn)
-        fn = self.sharded or fn
-        self.fn = fn
+        fn = self.fn = unwrapped.fn
         self.dynamic = dynamic  # None: a dim is symbolic once its size changed; True: every dim; False: none
-        self.tp = _tp_plan(fn)  # tensor parallel: traced on the local shards (distributed/tensor_parallel.py)
-        if self.tp is not None:
+        if any(isinstance(t, Parallel) for t in self.transforms):
             self.dynamic = False  # its collectives run on real tensors only, never on a dynamic trace's fakes
-        self.groups = collectives.wrapping_groups(fn, self.wrapper)  # where the ranks agree on each check
         self.options = (options or CompileOptions.from_env()).replace(previews=False)
         if executors is not None:
             self.options = self.options.replace(executors=executors)
@@ -153,21 +167,6 @@ class JitFunction:
             entry.synced.after_eager_backward()
         return result, True
 
-    def _ddp_compiled(self, entry: CacheEntry) -> None:
-        """A DDP module's new entry: the backward that issues its gradient all-reduces as buckets
-        fill, in the report too (built where the signature runs eagerly too: the eager backward then
-        all-reduces the same buckets, so that ranks that disagree on the check still meet); else
-        the all-reduces its reducer runs, listed."""
-        assert self.wrapper is not None
-        entry.synced = ddp_overlap.synchronise(entry.compiled, self.wrapper)
-        if entry.synced is not None and not entry.eager_fallback:
-            ddp_overlap.report(entry.compiled, entry.report, entry.synced)
-        elif entry.synced is not None:  # eager here, its gradients all-reduced as the program would
-            entry.report.collectives += reporting.with_estimates(ddp_overlap.listed(entry.synced), self.options.cluster)
-        elif torch.is_grad_enabled():  # a training call: DDP's reducer all-reduces in its backward
-            entry.report.collectives += reporting.with_estimates(_ddp_buckets(self.wrapper), self.options.cluster)
-            entry.report.diagnostics += [d for d in [ddp_overlap.reducer_note(self.wrapper)] if d is not None]
-
     def _call(self, *args, **kwargs):
         key, leaves = self._key(args, kwargs)  # leaves, and below tensors: computed once a call
         tensors = None if len(key) == 2 else frontend.user_tensors(self.fn, args, kwargs)
@@ -175,17 +174,20 @@ class JitFunction:
         if entry is not None and entry.grad_mask and torch.is_grad_enabled() and entry.grad_mask != tuple(
                 t.requires_grad for t in entry.compiled.constants):  # a parameter frozen or unfrozen since
             entry = None
+        why = None  # why this call compiles again: the guard that failed, at the line that made it
+        if entry is not None and entry.values is not None:  # it branched on a value: the branch of this call's
+            entry, why = _branch(entry, list(args) if tensors is None else tensors)
         if entry is None:
             self.misses += 1
-            entry = self._dynamic_entry(key, list(args) if tensors is None else tensors, leaves)
+            entry, shape_why = self._dynamic_entry(key, list(args) if tensors is None else tensors, leaves)
             if entry is None:
                 entry = self._compile(key, args, kwargs, *self._dynamic(key, args, kwargs))
-                if self.wrapper is not None:  # DDP's gradient all-reduces
-                    self._ddp_compiled(entry)
+                _say_why(entry, why or shape_why or self._static_why(key, entry))
                 if entry.compiled.guards is not None:
                     self.symbolic.setdefault(_erased(key), []).append(entry)
             if len(self.cache) >= self.max_entries:  # forget the oldest signature
                 self.cache.pop(next(iter(self.cache)))
+            _join(self.cache.get(key), entry)
             self.cache[key] = entry
             if entry.eager_fallback and entry.compiled.traced.eager_output is not None:
                 self.last = entry  # tracing was this call, run eagerly: do not run the code twice
@@ -215,24 +217,47 @@ class JitFunction:
         """Ids of the module's parameters and buffers, recomputed only after some module
         somewhere registered a parameter or buffer (walking the module on every call costs
         more than the rest of the call)."""
-        if self._state_generation != _STATE_GENERATION[0]:
-            self._state_generation = _STATE_GENERATION[0]
+        generation = _state_generation()
+        if self._state_generation != generation:
+            self._state_generation = generation
             self._state = (tuple(map(id, self.fn.parameters())), tuple(map(id, self.fn.buffers())))
         return self._state
 
-    def _dynamic_entry(self, key, tensors: list, leaves: list) -> CacheEntry | None:
+    def _dynamic_entry(self, key, tensors: list, leaves: list) -> tuple[CacheEntry | None, _Why | None]:
         """A dynamic program compiled before whose guards this call's sizes (of its user
-        `tensors`, and its int `leaves`) pass."""
+        `tensors`, and its int `leaves`) and values pass; else why the latest does not."""
         entries = self.symbolic.get(_erased(key))
         if not entries:
-            return None
+            return None, None
+        why = None
         for entry in reversed(entries):  # the latest is the most general
             guards = entry.compiled.guards
             if guards is None or entry.eager_fallback:
                 continue
-            if all(p < len(leaves) and leaves[p] == v for p, v in entry.static_ints.items()) and \
-                    guards.check(tensors, leaves):
-                return entry
+            if not all(p < len(leaves) and leaves[p] == v for p, v in entry.static_ints.items()):
+                continue
+            if not guards.check(tensors, leaves):
+                names = [v.name for v in entry.compiled.acquired.inputs if v.role is ValueRole.INPUT]
+                failed = guards.failing(tensors, leaves, names) if why is None else None
+                why = why or (_Why(f"the dynamic program's guard {failed[0]} does not hold", failed[1],
+                                   R.DiagnosticCode.DYNAMIC_SHAPES) if failed else None)
+                continue
+            served, value_why = _branch(entry, tensors)
+            if served is not None:
+                return served, None
+            why = why or value_why
+        return None, why
+
+    def _static_why(self, key, new: CacheEntry) -> _Why | None:
+        """Why a call at new sizes compiled again where an earlier program of its erased
+        signature is static: that program's own reason (it could not be traced symbolic)."""
+        erased = _erased(key)
+        for entry in self.cache.values():
+            if entry is not new and entry.compiled.guards is None and _erased(entry.signature) == erased:
+                said = [d for d in entry.report.diagnostics if d.code == R.DiagnosticCode.DYNAMIC_SHAPES]
+                if said:
+                    return _Why(f"the sizes changed and the program for {_shapes(entry)} is static: {said[0].message}",
+                                None, R.DiagnosticCode.DYNAMIC_SHAPES)
         return None
 
     def _dynamic(self, key, args, kwargs) -> tuple[DynamicDims, frozenset[int]]:
@@ -270,17 +295,17 @@ class JitFunction:
         return entry
 
     def _compile_here(self, key, args, kwargs, dims: DynamicDims, ints: frozenset[int]) -> CacheEntry:
-        plan = None if collectives.dtensor_arguments(args, kwargs) else self.tp  # DTensor arguments: eager
-        with _tp_compiling(plan) as tp:
-            c, rep, failed = api.compile_checked(self.fn, args, kwargs, self.options, frontend.target_name(self.fn),
-                                                 benchmark=False, eager_on_failure=True, dims=dims, ints=ints,
-                                                 groups=self.groups)
-            failed = tp.settle(c, rep, failed)
+        dtensors = collectives.dtensor_arguments(args, kwargs) is not None  # such calls run eagerly: no TP
+        transforms = [t for t in self.transforms if not (dtensors and isinstance(t, Parallel))]
+        c, rep, failed = api.compile_checked(self.fn, args, kwargs, self.options, frontend.target_name(self.fn),
+                                             benchmark=False, eager_on_failure=True, dims=dims, ints=ints,
+                                             transforms=transforms)
         symbolic = set(c.guards.ints) if c.guards is not None else set()
         leaves = pytree.tree_leaves((args, kwargs)) if len(key) == 3 else []
         static_ints = {i: x for i, x in enumerate(leaves) if type(x) is int and i not in symbolic}
         return CacheEntry(c, rep, key, dims if c.guards is not None else (), static_ints, eager_fallback=failed,
-                          grad_mask=tuple(t.requires_grad for t in c.constants))
+                          grad_mask=tuple(t.requires_grad for t in c.constants), synced=ddp_overlap.synced_of(c),
+                          values=value_guards.of(c.traced.trace, c.traced.reads))
 
     def cache_info(self) -> dict[str, Any]:
         """hits and misses of the signature cache; compiles (a miss a dynamic program serves
@@ -323,12 +348,62 @@ def _erased(key: tuple[Any, ...]) -> tuple[Any, ...]:
     return key[:-1] + (tuple(erase(k) for k in key[-1]),)
 
 
+@dataclass
+class _Why:
+    """Why a call compiles again: the guard that failed (as users read it), where it was made."""
+    message: str
+    where: Any  # a Provenance, or None
+    code: str
+
+
+def _branch(entry: CacheEntry, tensors: list) -> tuple[CacheEntry | None, _Why | None]:
+    """The entry among `entry`'s branches whose value guards this call's user `tensors` (and
+    the entry's parameters) pass; else (None, why the first branch does not)."""
+    why = None
+    for e in entry.branches or [entry]:
+        failed = e.values.failing([*tensors, *e.compiled.constants]) if e.values is not None else None
+        if failed is None:
+            return e, None
+        read, now = failed
+        why = why or _Why(f"the value guard {read.text()} does not hold (this call: {read.text(now)})", read.where,
+                          R.DiagnosticCode.VALUE_GUARD)
+    return None, why
+
+
+def _shapes(entry: CacheEntry) -> str:
+    shown = [f"{v.name} {list(v.shape)}" for v in entry.compiled.acquired.inputs if v.role is ValueRole.INPUT]
+    return ", ".join(shown) or "the earlier sizes"
+
+
+def _join(previous: CacheEntry | None, entry: CacheEntry) -> None:
+    """A signature's programs for other branches stay reachable from its cache entry."""
+    if previous is None or previous is entry or previous.values is None:
+        return
+    entry.branches = previous.branches or [previous]
+    if entry not in entry.branches:
+        entry.branches.append(entry)
+
+
+def _say_why(entry: CacheEntry, why: _Why | None) -> None:
+    """A recompile says why at the line of the guard that failed."""
+    if why is not None:
+        where = why.where
+        _said(entry, R.Diagnostic("information", f"compiled again: {why.message}", getattr(where, "file", None),
+                                  getattr(where, "line", None), code=why.code))
+
+
 def _fall_back(entry: CacheEntry, e: ShapeChanged) -> None:
     """A data-dependent shape changed since the signature was compiled: its calls run eagerly
     from now on (it is likely to change again), and its report says so at the op's line."""
     entry.eager_fallback = True
-    entry.report.diagnostics.append(R.Diagnostic("warning", f"{e}: this signature runs eagerly from now on",
-                                                 e.file, e.line, code=R.DiagnosticCode.EAGER_FALLBACK))
+    _said(entry, R.Diagnostic("warning", f"{e}: this signature runs eagerly from now on", e.file, e.line,
+                              code=R.DiagnosticCode.EAGER_FALLBACK))
+
+
+def _said(entry: CacheEntry, diagnostic: R.Diagnostic) -> None:
+    """The entry's report from now on: its compile's, with what a later call found said last (a
+    new report: one already handed out is not changed)."""
+    entry.report = dataclasses.replace(entry.report, diagnostics=[*entry.report.diagnostics, diagnostic])
 
 
 def jit(fn, executors: list[str] | None = None, max_entries: int = 64,
@@ -356,7 +431,7 @@ def last_report(jfn) -> R.CompileReport:
 def last_traces(jfn) -> dict[str, Trace]:
     """Stage name -> Trace of the last call's forward program (print one with `.python()`);
     `last_compiled(jfn).programs` has every program's."""
-    return dict(_last_entry(jfn).compiled.forward.traces)
+    return {wire.stage(s): t for s, t in _last_entry(jfn).compiled.forward.traces.items()}
 
 
 def last_compiled(jfn) -> Compiled:

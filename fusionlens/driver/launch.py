@@ -13,7 +13,6 @@ non-zero at once; the launcher then ends every rank, and `launch` returns the fi
 from __future__ import annotations
 
 import argparse
-import copy
 import dataclasses
 import json
 import os
@@ -69,19 +68,23 @@ def _spread(values: list[float]) -> R.RankSpread:
 def merge(reports: list[R.CompileReport]) -> R.CompileReport:
     """One report from a target's per-rank reports (in rank order, each with its own `ranks`
     entry, as `_measure_rank` leaves it): rank 0's, with every rank's entry, each collective's
-    time over the ranks, and each region's slowest rank."""
-    merged = copy.deepcopy(reports[0])
-    merged.ranks = [r.ranks[0] if r.ranks else R.RankReport(i, r.device, r.compile_ms)
-                    for i, r in enumerate(reports)]
-    for i, c in enumerate(merged.collectives):
-        c.rank_ms = [rank.collective_ms[i] if i < len(rank.collective_ms) else None for rank in merged.ranks]
-        times = [t for t in c.rank_ms if t is not None]
-        c.time_ms = _spread(times) if times else None
-    for region in merged.all_regions():
-        ranked = [(t, rank.rank) for rank in merged.ranks if (t := rank.region_ms.get(region.id)) is not None]
-        if ranked and region.timing is not None:
-            region.timing.slowest_ms, region.timing.slowest_rank = max(ranked)
-    return merged
+    time over the ranks, and each region's slowest rank. A new report: none given is changed."""
+    first = reports[0]
+    ranks = [r.ranks[0] if r.ranks else R.RankReport(i, r.device, r.compile_ms) for i, r in enumerate(reports)]
+    collectives = []
+    for i, c in enumerate(first.collectives):
+        rank_ms = [rank.collective_ms[i] if i < len(rank.collective_ms) else None for rank in ranks]
+        times = [t for t in rank_ms if t is not None]
+        collectives.append(dataclasses.replace(c, rank_ms=rank_ms, time_ms=_spread(times) if times else None))
+
+    def slowest(region: R.Region) -> R.Region:
+        ranked = [(t, rank.rank) for rank in ranks if (t := rank.region_ms.get(region.id)) is not None]
+        if not ranked or region.timing is None:
+            return region
+        ms, rank = max(ranked)
+        return dataclasses.replace(region, timing=dataclasses.replace(region.timing, slowest_ms=ms, slowest_rank=rank))
+    programs = [dataclasses.replace(p, regions=[slowest(r) for r in p.regions]) for p in first.programs]
+    return dataclasses.replace(first, ranks=ranks, collectives=collectives, programs=programs)
 
 
 def _time_all_reduce(nbytes: int, device, repeats: int) -> float:
@@ -98,10 +101,9 @@ def _time_all_reduce(nbytes: int, device, repeats: int) -> float:
     return timing.measure(dist.all_reduce, buffer, device=device, warmup=2, repeats=repeats).median_ms
 
 
-_ALONE = ("all_gather_into_tensor", "reduce_scatter_tensor")
 
 
-def _time_alone(op: str, nbytes: int, world: int, device, repeats: int) -> float:
+def _time_alone(kind, nbytes: int, world: int, device, repeats: int) -> float:
     """The median time of an all-gather or reduce-scatter over the whole world whose input is
     `nbytes` (the report's bytes for both: what each rank sends in), timed alone as
     `_time_all_reduce` times a bucket. Every rank runs the same number of them."""
@@ -112,7 +114,9 @@ def _time_alone(op: str, nbytes: int, world: int, device, repeats: int) -> float
 
     numel = -(-max(nbytes // 4, 1) // world) * world  # a multiple of the world: a reduce-scatter's input
     sent = torch.zeros(numel, dtype=torch.float32, device=device)
-    if op == "all_gather_into_tensor":
+    from fusionlens.distributed.vocabulary import CollectiveKind
+
+    if kind is CollectiveKind.ALL_GATHER:
         out = torch.empty(numel * world, dtype=torch.float32, device=device)
         run = lambda: dist.all_gather_into_tensor(out, sent)  # noqa: E731
     else:
@@ -147,44 +151,60 @@ def calibrate(device, world: int, repeats: int = 5) -> R.Calibration:
                          [t for _, t in samples])
 
 
-def with_model(report: R.CompileReport, fit: R.Calibration | None) -> None:
-    """Each collective's `model_ms`: the cost model on a cluster of this machine's measured link
-    (comm_model.measured_cluster), beside what was measured. None where the fit is unusable."""
+def with_model(report: R.CompileReport, fit: R.Calibration | None) -> R.CompileReport:
+    """`report` with each collective's `model_ms`: the cost model on a cluster of this machine's
+    measured link (comm_model.measured_cluster), beside what was measured. None where the fit is
+    unusable. A new report: `report` is not changed."""
     if fit is None or fit.beta_s <= 0 or fit.world < 2:
-        return
+        return report
     here = comm_model.measured_cluster(fit.alpha_s, fit.beta_s, fit.world, fit.backend)
+    modelled = []
     for c in report.collectives:
         try:
-            c.model_ms = round(comm_model.estimate(c.op, c.bytes, min(max(c.group_size, 1), fit.world), here).ms, 6)
-        except ValueError:  # wait_tensor, an op the model has no formula for
-            c.model_ms = None
+            ms: float | None = round(comm_model.estimate(c.op, c.bytes, min(max(c.group_size, 1), fit.world),
+                                                         here).ms, 6)
+        except ValueError:  # an op the model has no formula for
+            ms = None
+        modelled.append(dataclasses.replace(c, model_ms=ms))
+    return dataclasses.replace(report, collectives=modelled)
 
 
-def _measure_rank(report: R.CompileReport, rank: int, world: int, device, repeats: int,
-                  fit: R.Calibration | None = None) -> None:
-    """This rank's entry of `report.ranks`: its timings, its regions' medians, and per collective
-    the time of the region that runs it (a synchronous traced one) or of it timed alone (DDP's
-    reducer's all-reduces, an asynchronous one: FSDP2's all-gathers and reduce-scatters), and the
-    model's time for it on `fit`."""
+def _collective_ms(report: R.CompileReport, world: int, device, repeats: int) -> list[float | None]:
+    """Per collective, the time of the region that runs it (a synchronous traced one) or of it
+    timed alone (DDP's reducer's all-reduces, an asynchronous one: FSDP2's all-gathers and
+    reduce-scatters); by the collective's kind (the report's `op`, a CollectiveKind value)."""
+    from fusionlens.distributed.vocabulary import CollectiveKind
+
     region_ms = {r.id: r.timing.median_ms if r.timing else None for r in report.all_regions()}
     collective_ms: list[float | None] = []
     for c in report.collectives:
         timed = region_ms.get(c.region) if c.region and not c.overlapped_by else None
+        kind = next((k for k in CollectiveKind if k.value == c.op), None)
+        alone = c.group_size == world and repeats > 0
         if timed is not None:  # a synchronous collective: its region is its time
             collective_ms.append(timed)
-        elif c.op.removesuffix("_") == "all_reduce" and c.group_size == world and repeats > 0:
+        elif kind is CollectiveKind.ALL_REDUCE and alone:
             # DDP's reducer's, or an asynchronous one (its region only issues it): timed alone
             collective_ms.append(round(_time_all_reduce(c.bytes, device, repeats), 6))
-        elif c.op in _ALONE and c.group_size == world and repeats > 0:  # FSDP2's, issued ahead: timed alone
-            collective_ms.append(round(_time_alone(c.op, c.bytes, world, device, repeats), 6))
+        elif kind in (CollectiveKind.ALL_GATHER, CollectiveKind.REDUCE_SCATTER) and alone:  # FSDP2's: timed alone
+            collective_ms.append(round(_time_alone(kind, c.bytes, world, device, repeats), 6))
         else:
             collective_ms.append(None)
-    for c, t in zip(report.collectives, collective_ms):
-        c.time_ms = R.RankSpread(t, t, t) if t is not None else None
+    return collective_ms
+
+
+def _measure_rank(report: R.CompileReport, rank: int, world: int, device, repeats: int,
+                  fit: R.Calibration | None = None) -> R.CompileReport:
+    """`report` with this rank's entry of `ranks`: its timings, its regions' medians, each
+    collective's time (`_collective_ms`) and the model's time for it on `fit`. A new report."""
+    region_ms = {r.id: r.timing.median_ms if r.timing else None for r in report.all_regions()}
+    collective_ms = _collective_ms(report, world, device, repeats)
+    timed = [dataclasses.replace(c, time_ms=R.RankSpread(t, t, t) if t is not None else None)
+             for c, t in zip(report.collectives, collective_ms)]
     step = report.training.step if report.training else None
-    with_model(report, fit)
-    report.ranks = [R.RankReport(rank, report.device, report.compile_ms, report.forward.timings, step,
-                                 region_ms, collective_ms, fit)]
+    ranks = [R.RankReport(rank, report.device, report.compile_ms, report.forward.timings, step, region_ms,
+                          collective_ms, fit)]
+    return with_model(dataclasses.replace(report, collectives=timed, ranks=ranks), fit)
 
 
 def _device(requested: str, local_rank: int, local_world: int):
@@ -237,8 +257,8 @@ def _run_rank(out: str, file: str, names: list[str], settings: Settings) -> int:
                                     torch_compile=settings.torch_compile, train=settings.train)
             if report.status != "ok":
                 return _fail(out, rank, report)
-            _measure_rank(report, rank, world, device, settings.repeats if settings.benchmark else 0, fit)
-            reports.append(report.to_dict())
+            measured = _measure_rank(report, rank, world, device, settings.repeats if settings.benchmark else 0, fit)
+            reports.append(measured.to_dict())
         _write(os.path.join(out, f"rank{rank}.json"), reports)
         return 0
     except Exception as e:  # noqa: BLE001 - outside the user's code (it is compile_target's): say which rank

@@ -23,23 +23,30 @@ forward's and the backward's added (benchmarks/compile_time.py prints them per o
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from fusionlens.distributed import collectives
+from fusionlens.distributed.staging import CompileTransform, Rewritten
 from fusionlens.frontend import dynamic, tracer as frontend
 from fusionlens import executors as executor_registry
 from fusionlens.middle import fusion, passes
 from fusionlens.executors import lowering
+from fusionlens.driver import cuda_graphs
 from fusionlens.middle.autograd import runtime as autograd_runtime, transform as autograd
 from fusionlens.executors.base import FusionExecutor
 from fusionlens.ir.trace import Trace, output_builder
 from fusionlens.options import CompileOptions
-from fusionlens.report.schema import PROGRAM_STAGES, DiagnosticCode
+from fusionlens.frontend.notes import Severity
+from fusionlens.ir.vocabulary import Stage, ValueRole
+from fusionlens.middle.programs import STAGES, ProgramKind
+from fusionlens.report.schema import DiagnosticCode
 
 
 @dataclass
@@ -56,8 +63,8 @@ class Program:
     """One program of a compile (a forward or a backward): its traces from its first stage to
     its execution trace, the regions that run, the previews, and its Python function."""
 
-    kind: str  # a report.PROGRAM_KINDS entry
-    traces: dict[str, Trace]  # the PROGRAM_STAGES[kind] that ran -> Trace, in order
+    kind: ProgramKind
+    traces: dict[Stage, Trace]  # the programs.STAGES[kind] that ran -> Trace, in order
     plan: lowering.Plan
     fn: Callable  # the execution trace compiled: the forward takes user tensors then constants
     previews: list[PreviewPlan] = field(default_factory=list)
@@ -66,7 +73,18 @@ class Program:
     def source(self) -> Trace:
         """The trace fusion started from: what each region's ops compute, op by op."""
         stages = list(self.traces)
-        return self.traces[stages[stages.index("fusion") - 1]]
+        return self.traces[stages[stages.index(Stage.FUSION) - 1]]
+
+
+@dataclass
+class RewrittenProgram:
+    """A backward program a transform rewrote (`transform` its name) and the training call
+    that runs it (fn: user tensors then constants, as Compiled.fn)."""
+
+    transform: str
+    rewrite: Rewritten
+    program: Program
+    fn: Callable
 
 
 @dataclass
@@ -86,8 +104,30 @@ class Compiled:
     differentiated: autograd.Differentiated | None = None  # compiled for training
     stage_ms: dict[str, float] = field(default_factory=dict)  # STAGE_TIMES (and "verify") -> ms, all programs
     guards: dynamic.Guards | None = None  # a dynamic program's: what its sizes must satisfy at each call
+    rewritten: RewrittenProgram | None = None  # a transform's backward (DDP's), beside the one checked
+    # the backward the check and the benchmark ran, where `programs` shows the rewritten one instead
+    replaced: Program | None = None
 
-    def program(self, kind: str) -> Program | None:
+    def finished(self, transforms: Sequence[CompileTransform]) -> Compiled:
+        """This compile's calls as each call runs them (each transform's `finish`: tensor parallel's
+        local shards taken afresh), after the check and the benchmark ran them on the constants."""
+        call = self.fn
+        rewritten = self.rewritten
+        for t in transforms:
+            call = t.finish(call, self.constants)
+            if rewritten is not None:
+                rewritten = dataclasses.replace(rewritten, fn=t.finish(rewritten.fn, self.constants))
+        return dataclasses.replace(self, fn=call, rewritten=rewritten)
+
+    def showing_rewritten(self) -> Compiled:
+        """This compile with the rewritten backward as its backward program (what the report
+        shows and the synchronising call runs); the one checked kept as `replaced`."""
+        assert self.rewritten is not None
+        backward = self.program(ProgramKind.BACKWARD)
+        programs = [self.rewritten.program if p.kind is ProgramKind.BACKWARD else p for p in self.programs]
+        return dataclasses.replace(self, programs=programs, replaced=backward)
+
+    def program(self, kind: ProgramKind) -> Program | None:
         return next((p for p in self.programs if p.kind == kind), None)
 
     @property
@@ -96,25 +136,26 @@ class Compiled:
 
     @property
     def acquired(self) -> Trace:
-        return self.forward.traces["acquired"]
+        return self.forward.traces[Stage.ACQUIRED]
 
 
 # The stages `Compiled.stage_ms` times, in pipeline order (the verifier's time, when it runs,
 # is kept apart under "verify"), and the stage each recorded trace's time is charged to.
 STAGE_TIMES = ("trace", "decompose", "optimise", "autograd", "fusion", "lowering", "previews")
 stage_clock: Callable[[], float] = time.perf_counter  # benchmarks/compile_time.py may time CPU instead
-_TIMED_AS = {"acquired": "trace", "decomposed": "decompose", "optimised": "optimise", "joint": "autograd",
-             "forward": "autograd", "backward": "autograd", "fusion": "fusion", "execution": "lowering"}
+_TIMED_AS = {Stage.ACQUIRED: "trace", Stage.DECOMPOSED: "decompose", Stage.OPTIMISED: "optimise",
+             Stage.JOINT: "autograd", Stage.FORWARD: "autograd", Stage.BACKWARD: "autograd", Stage.FUSION: "fusion",
+             Stage.EXECUTION: "lowering"}
 
 
 class _StageLog:
     """Records one program's traces; prints each as it is produced under `debug`, verifies it
     when the options say so, and adds the time since the last one to its stage in `times`."""
 
-    def __init__(self, name: str, kind: str, options: CompileOptions, times: dict[str, float],
+    def __init__(self, name: str, kind: ProgramKind, options: CompileOptions, times: dict[str, float],
                  since: float | None = None):
         self.name, self.kind, self.options, self.times = name, kind, options, times
-        self.traces: dict[str, Trace] = {}
+        self.traces: dict[Stage, Trace] = {}
         self.last = stage_clock() if since is None else since
 
     def charge(self, stage: str) -> None:
@@ -127,7 +168,7 @@ class _StageLog:
                  fusers: list[FusionExecutor] | None = None) -> Trace:
         """Record `trace`; `fusers`: the fusion executors its stage was prepared for (the
         verifier checks that no op left whole holds a prim one of them takes)."""
-        assert trace.stage in PROGRAM_STAGES[self.kind] and trace.stage not in self.traces, trace.stage
+        assert trace.stage in STAGES[self.kind] and trace.stage not in self.traces, trace.stage
         self.traces[trace.stage] = trace
         started = self.last
         self.charge(_TIMED_AS[trace.stage])
@@ -143,7 +184,7 @@ class _StageLog:
             print(f"[fusionlens] {self.name} · {trace.stage}: {len(trace.bound_symbols)} ops{extra} "
                   f"({elapsed_ms:.1f} ms)", file=sys.stderr)
         if level >= 2:
-            print(trace.python(nested=level >= 3 and trace.stage == "decomposed"), file=sys.stderr)
+            print(trace.python(nested=level >= 3 and trace.stage is Stage.DECOMPOSED), file=sys.stderr)
         if level >= 3 and plan is not None:
             for r in plan.regions:
                 if r.generated is not None:
@@ -166,21 +207,24 @@ def requires_grad(tensors) -> bool:
 
 def compile_program(fn, args, kwargs, options: CompileOptions | None = None,
                     name: str | None = None, dims: dynamic.DynamicDims = (),
-                    ints: frozenset[int] = frozenset()) -> Compiled:
+                    ints: frozenset[int] = frozenset(), transforms: Sequence[CompileTransform] = ()) -> Compiled:
     """Trace `fn(*args, **kwargs)` and run every stage. `options.previews`: with the default
     executors, also write the code of the fusion executors that cannot run here (reports want
     it; jit does not). Where grad is enabled and an input, parameter or buffer requires grad,
     the call is compiled for training: a forward and a backward program joined by autograd.
     `dims`: per user tensor, the dims the program serves every size of (fusionlens/frontend/dynamic.py);
-    `ints`: the int arguments (positions among the call's flat leaves) it serves every value of."""
+    `ints`: the int arguments (positions among the call's flat leaves) it serves every value of.
+    `transforms`: the parallel wrappings' (distributed/transform.py `unwrap`), whose hooks run
+    here: a backward they rewrite is lowered as a program of its own (`Compiled.rewritten`);
+    `finished` applies their last hook, once the compile was checked and timed."""
     options = options or CompileOptions()
     start, stage_ms, since = time.perf_counter(), dict.fromkeys(STAGE_TIMES, 0.0), stage_clock()
-    traced = frontend.trace(fn, args, kwargs, name)
+    traced = frontend.trace(fn, args, kwargs, name, hooks=collectives.HOOKS)
     notes, eager_only = list(traced.notes), traced.eager_only
     traced, guards, why_static = _symbolic(fn, args, kwargs, name, dims, ints, traced)
     if why_static:
-        notes.append(frontend.Note("information", why_static, None, DiagnosticCode.DYNAMIC_SHAPES))
-    forward = _StageLog(traced.trace.name, "forward", options, stage_ms, since=since)
+        notes.append(frontend.Note(Severity.INFORMATION, why_static, None, DiagnosticCode.DYNAMIC_SHAPES))
+    forward = _StageLog(traced.trace.name, ProgramKind.FORWARD, options, stage_ms, since=since)
     acquired = forward(traced.trace)
     optimised = forward(passes.optimise(forward(passes.decompose(acquired))))
     user_tensors = frontend.user_tensors(fn, args, kwargs)
@@ -190,7 +234,7 @@ def compile_program(fn, args, kwargs, options: CompileOptions | None = None,
     notes += [frontend.Note(severity, message, where, DiagnosticCode.EXECUTOR)
               for severity, message, where in chosen.notes]
     forward.charge("fusion")  # choosing the executors
-    constants = [traced.constants[v.name] for v in acquired.inputs if v.role != "input"]
+    constants = [traced.constants[v.name] for v in acquired.inputs if v.role is not ValueRole.INPUT]
     differentiated, why = _differentiate(optimised, user_tensors + constants)
     if why is not None:
         notes.append(why)
@@ -201,14 +245,35 @@ def compile_program(fn, args, kwargs, options: CompileOptions | None = None,
     programs = [_lower(forward, differentiated.forward if differentiated else optimised, chosen, device, "R", "P")]
     call = programs[0].fn
     if differentiated is not None:
-        backward = _StageLog(f"{acquired.name} backward", "backward", options, stage_ms)
+        backward = _StageLog(f"{acquired.name} backward", ProgramKind.BACKWARD, options, stage_ms)
         programs.append(_lower(backward, backward(differentiated.backward), chosen, device, "B", "PB"))
         call = training_program(programs[0].fn, programs[1].fn, differentiated, len(acquired.inputs), acquired.output)
-    n_user = sum(v.role == "input" for v in acquired.inputs)
+    rewritten = _rewritten(transforms, differentiated, programs[0], constants, names, device, options, stage_ms) \
+        if differentiated is not None and eager_only is None else None
+    n_user = sum(v.role is ValueRole.INPUT for v in acquired.inputs)
+    if differentiated is None:  # a static forward program may replay as one CUDA graph
+        call = cuda_graphs.maybe_graphed(call, programs[0], device, n_user, options.cuda_graphs, guards is None)
     if guards is not None:
         guards.finish()
     return Compiled(acquired.name, programs, call, constants, n_user, traced, (time.perf_counter() - start) * 1e3,
-                    device, names, options, notes, eager_only, differentiated, stage_ms, guards)
+                    device, names, options, notes, eager_only, differentiated, stage_ms, guards, rewritten)
+
+
+def _rewritten(transforms: Sequence[CompileTransform], d: autograd.Differentiated, forward: Program,
+               constants: list[torch.Tensor], names: list[str], device, options: CompileOptions,
+               stage_ms: dict[str, float]) -> RewrittenProgram | None:
+    """The backward a transform rewrote (DDP's, with its bucket all-reduces), fused and lowered
+    as the backward is (no previews), and the training call that runs it in the backward's place."""
+    acquired = forward.traces[Stage.ACQUIRED]
+    for t in transforms:
+        rewrite = t.rewrite_backward(d, list(acquired.inputs), constants, d.backward)
+        if rewrite is None:
+            continue
+        stage = _StageLog(f"{acquired.name} backward", ProgramKind.BACKWARD, options, stage_ms)
+        program = _lower(stage, stage(rewrite.trace), executor_registry.select(names, device), device, "B", "PB")
+        fn = training_program(forward.fn, rewrite.wrap(program.fn), d, len(acquired.inputs), acquired.output)
+        return RewrittenProgram(t.name, rewrite, program, fn)
+    return None
 
 
 def _symbolic(fn, args, kwargs, name, dims: dynamic.DynamicDims, ints: frozenset[int],
@@ -260,20 +325,10 @@ def _differentiate(optimised: Trace,
         return autograd.differentiate(optimised, [t.requires_grad for t in tensors]), None
     except autograd.Unsupported as e:
         why = f"training runs eagerly: {e.message}"
-        return None, frontend.Note("warning", why, e.where, DiagnosticCode.TRAINING_EAGER)
+        return None, frontend.Note(Severity.WARNING, why, e.where, DiagnosticCode.TRAINING_EAGER)
 
 
 def training_program(forward_fn, backward_fn, d: autograd.Differentiated, n_inputs: int, output) -> Any:
     """The forward and backward programs joined in a torch.autograd.Function."""
     return autograd_runtime.training_program(forward_fn, backward_fn, n_inputs, d.n_results,
                                              d.differentiable, d.grad_inputs, output_builder(output), d.written)
-
-
-def lower_again(c: Compiled, trace: Trace) -> Program:
-    """`c`'s backward program made again from `trace`, a transform of its backward trace
-    (fusionlens/distributed/ddp_overlap.py: DDP's gradient all-reduces in it), by the same fusion and
-    lowering, with `c`'s executors; no previews."""
-    assert trace.stage == "backward", trace.stage
-    chosen = executor_registry.select(list(c.executors), c.device)
-    stage = _StageLog(f"{c.name} backward", "backward", c.options, c.stage_ms)
-    return _lower(stage, stage(trace), chosen, c.device, "B", "PB")

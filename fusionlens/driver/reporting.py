@@ -6,6 +6,7 @@ regions with their code, the ops with their user lines, fallbacks, diagnostics, 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import importlib.metadata
 import importlib.util
@@ -17,13 +18,17 @@ from collections.abc import Callable, Sequence
 
 import torch
 
-from fusionlens.distributed import collectives
+from fusionlens.distributed import vocabulary
+from fusionlens.distributed.staging import ReportInputs
 from fusionlens.report import comm_model, schema as R, roofline
 from fusionlens.middle import cost, passes
-from fusionlens.driver import timing
+from fusionlens.driver import timing, wire
 from fusionlens.driver.benchmark import Measurements
+from fusionlens import executors as executor_registry
 from fusionlens.ir.trace import OpTag, distinct_lines, format_call
 from fusionlens.ir.sizes import dim_text, hint
+from fusionlens.ir.vocabulary import Stage, ValueRole
+from fusionlens.middle.programs import ProgramKind
 
 
 def _version(dist: str) -> str | None:
@@ -103,31 +108,33 @@ def error_report(e: Exception, target: R.Target, executors) -> R.CompileReport:
 
 
 def _collectives(c) -> list[R.Collective]:
-    """The collectives each program's regions run (OpTag.COLLECTIVE), with their user lines; a
-    funcol wait (`wait_tensor`) is no collective of its own: it ends the one it waits for."""
+    """The collectives each program's regions run, with their user lines, read from their
+    symbols (distributed/vocabulary.py); a wait is no collective of its own: it ends the one
+    it waits for."""
     out = []
     for p in c.programs:
         overlapped = _overlapped(p.plan.regions)
         for r in p.plan.regions:
             for b in r.bsyms:
-                if OpTag.COLLECTIVE in b.sym.tags and collectives.op_name(b.sym.name) != "wait_tensor":
-                    sent = collectives.sent(b.sym.name, b.args, b.kwargs)
-                    nbytes = int(hint(sent.numel())) * sent.dtype.itemsize if sent is not None else 0
-                    where = b.provenance
-                    out.append(R.Collective(collectives.op_name(b.sym.name), "traced", nbytes,
-                                            collectives.group_size(b.args, b.kwargs), p.kind, r.id,
-                                            where.file if where else None, where.line if where else None,
-                                            overlapped_by=overlapped(b)))
+                described = vocabulary.describe(b.sym)
+                if described is None or described.kind is None:
+                    continue
+                sent = described.sent_of(b)
+                nbytes = int(hint(sent.numel())) * sent.dtype.itemsize if hasattr(sent, "dtype") else 0
+                where = b.provenance
+                out.append(R.Collective(str(described.kind), "traced", nbytes, described.group_of(b).size,
+                                        wire.program_kind(p.kind), r.id, where.file if where else None,
+                                        where.line if where else None, overlapped_by=overlapped(b)))
     return out
 
 
 def _overlapped(regions) -> Callable:
     """`overlapped(b)`: the ids of the regions that run between collective `b`'s issue and the
-    `wait_tensor` of its result, in program order, those that only communicate left out (none
-    without a wait: it ran synchronously)."""
+    wait of its result, in program order, those that only communicate left out (none without
+    a wait: it ran synchronously)."""
     at = {id(b): i for i, r in enumerate(regions) for b in r.bsyms}
-    waited = {v.name: i for i, r in enumerate(regions) for b in r.bsyms
-              if collectives.op_name(b.sym.name) == "wait_tensor" for v in b.inputs()}
+    waited = {v.name: i for i, r in enumerate(regions) for b in r.bsyms if vocabulary.is_wait(b.sym)
+              for v in b.inputs()}
     talking = {i for i, r in enumerate(regions) if all(OpTag.COLLECTIVE in b.sym.tags for b in r.bsyms)}
 
     def overlapped(b) -> list[str]:
@@ -138,12 +145,14 @@ def _overlapped(regions) -> Callable:
     return overlapped
 
 
-def with_estimates(found: list[R.Collective], cluster: str | None,
-                   programs: Sequence[R.ProgramReport] = ()) -> list[R.Collective]:
+def with_estimates(found: list[R.Collective], cluster: str | None, programs: Sequence[R.ProgramReport] = (),
+                   waiting: frozenset[tuple[str, str]] = frozenset()) -> list[R.Collective]:
     """Each collective estimated on `cluster` (fusionlens/report/comm_model.py), over its whole world: what
     the communication of this program would cost there, by the algorithm NCCL would pick, and
     how much of it is exposed: not hidden by the regions of `programs` that run between its
-    issue and its wait (`overlapped_by`; none without `programs`: all of it is exposed)."""
+    issue and its wait (`overlapped_by`; none without `programs`: all of it is exposed).
+    `waiting`: (program kind, region id) of the regions that wait for a collective (no compute).
+    New Collectives: those given are not changed."""
     if not cluster or not found:
         return found
     target = comm_model.parse_cluster(cluster)
@@ -151,15 +160,25 @@ def with_estimates(found: list[R.Collective], cluster: str | None,
     for i, c in enumerate(found):
         try:
             estimates[i] = comm_model.estimate(c.op, c.bytes, target.world, target)
-        except ValueError:  # no cost model for it (wait_tensor: it waits, it sends nothing)
+        except ValueError:  # no cost model for it
             continue
-        c.estimate_ms = round(estimates[i].ms, 6)
-    exposed = _exposed_s(found, target, programs)
-    for i, e in estimates.items():
-        c = found[i]
-        c.exposed_ms = round(exposed.get(i, e.seconds) * 1e3, 6)
-        c.estimate = comm_model.describe(e, target, c.exposed_ms / 1e3)
-    return found
+    priced = [dataclasses.replace(c, estimate_ms=round(estimates[i].ms, 6)) if i in estimates else c
+              for i, c in enumerate(found)]
+    exposed = _exposed_s(priced, target, programs, waiting)
+    out = []
+    for i, c in enumerate(priced):
+        if i in estimates:
+            exposed_ms = round(exposed.get(i, estimates[i].seconds) * 1e3, 6)
+            c = dataclasses.replace(c, exposed_ms=exposed_ms,
+                                    estimate=comm_model.describe(estimates[i], target, exposed_ms / 1e3))
+        out.append(c)
+    return out
+
+
+def _waiting(c) -> frozenset[tuple[str, str]]:
+    """(program kind, region id) of each region of `c` that waits for a collective."""
+    return frozenset((p.kind, r.id) for p in c.programs for r in p.plan.regions
+                     if any(vocabulary.is_wait(b.sym) for b in r.bsyms))
 
 
 def _compute_s(r: R.Region, gpu: roofline.Gpu | None) -> float:
@@ -174,8 +193,8 @@ def _compute_s(r: R.Region, gpu: roofline.Gpu | None) -> float:
     return (timed or 0.0) / 1e3
 
 
-def _exposed_s(found: list[R.Collective], cluster: comm_model.Cluster,
-               programs: Sequence[R.ProgramReport]) -> dict[int, float]:
+def _exposed_s(found: list[R.Collective], cluster: comm_model.Cluster, programs: Sequence[R.ProgramReport],
+               waiting: frozenset[tuple[str, str]]) -> dict[int, float]:
     """Per collective (by index in `found`) with an estimate, its exposed seconds from its
     program's own order (comm_model.schedule): the program's regions as compute, each
     collective issued at its region and waited after the last region that overlaps it (at
@@ -195,7 +214,7 @@ def _exposed_s(found: list[R.Collective], cluster: comm_model.Cluster,
         events: list[comm_model.Event] = []
         for r in p.regions:
             events += [comm_model.Issue(str(i), (found[i].estimate_ms or 0.0) / 1e3) for i in issued.get(r.id, [])]
-            if r.id not in comm and not any("wait_tensor" in op for op in r.ops):
+            if r.id not in comm and (p.kind, r.id) not in waiting:
                 events.append(comm_model.Compute(r.id, _compute_s(r, gpu)))
             events += [comm_model.Wait(str(i)) for i in waits.get(r.id, [])]
         out.update({int(s.id): s.exposed_s for s in comm_model.schedule(events).collectives})
@@ -205,19 +224,11 @@ def _exposed_s(found: list[R.Collective], cluster: comm_model.Cluster,
 def _guards(c) -> list[str]:
     if c.guards is None:
         return []
-    return c.guards.describe([v.name for v in c.acquired.inputs if v.role == "input"])
+    return c.guards.describe([v.name for v in c.acquired.inputs if v.role is ValueRole.INPUT])
 
 
 def _tensor_info(v) -> R.TensorInfo:
     return R.TensorInfo(v.name, [dim_text(d) for d in v.shape], str(v.dtype).removeprefix("torch."), str(v.device))
-
-
-def _diag(note) -> R.Diagnostic:
-    where = note.where
-    if where is None:
-        return R.Diagnostic(note.severity, note.message, code=note.code)
-    return R.Diagnostic(note.severity, note.message, where.file, where.line, where.col, where.end_line, where.end_col,
-                        code=note.code)
 
 
 def _region(r, timed: R.RegionTiming | None, gpu, estimate: bool) -> R.Region:
@@ -230,8 +241,22 @@ def _region(r, timed: R.RegionTiming | None, gpu, estimate: bool) -> R.Region:
     return R.Region(r.id, r.executor, [b.sym.name for b in r.bsyms],
                     [R.SourceLine(p.file, p.line) for p in distinct_lines(r.bsyms)], code,
                     [_tensor_info(v) for v in r.inputs], [_tensor_info(v) for v in r.outputs],
-                    timed, r.boundary, g.kernels if g is not None else 1, g.status() if g is not None else r.note,
-                    c, line)
+                    timed, wire.boundary(r.boundary), g.kernels if g is not None else 1,
+                    g.status() if g is not None else r.note, wire.cost(c), line, _module(r.bsyms))
+
+
+def _module(bsyms) -> str:
+    """The nn.Module path the ops of a region share: the longest common prefix of theirs."""
+    paths = {b.provenance.module for b in bsyms if b.provenance is not None}
+    if not paths:
+        return ""
+    parts = [p.split(".") if p else [] for p in paths]
+    common = []
+    for names in zip(*parts):
+        if len(set(names)) > 1:
+            break
+        common.append(names[0])
+    return ".".join(common)
 
 
 def _roofline_gpu(device, target: str | None) -> tuple[roofline.Gpu, bool, str | None]:
@@ -267,9 +292,24 @@ def _program(p, measured, gpu, estimate: bool) -> R.ProgramReport:
     previews = [R.Preview(v.executor, v.reason, [_region(r, None, gpu, True) for r in v.plan.regions])
                 for v in p.previews]
     return R.ProgramReport(
-        p.kind, {s: t.python(nested=s == "decomposed") for s, t in p.traces.items()},
+        wire.program_kind(p.kind), wire.traces(p.traces),
         [_region(r, timed.get(r.id), gpu, estimate) for r in p.plan.regions], previews,
-        measured.program if measured is not None and p.kind == "forward" else None)
+        measured.program if measured is not None and p.kind is ProgramKind.FORWARD else None)
+
+
+def _describe_kernels(c, programs: list[R.ProgramReport], gpu: str) -> None:
+    """Each fusion executor's account of its kernels: their launch, compiled for the target GPU
+    when the options ask (lazy and cached: docs/kernels.md), in one batch an executor."""
+    pairs: dict[str, list] = {}
+    for p, rp in zip(c.programs, programs):
+        plans = [(p.plan.regions, rp.regions)]
+        plans += [(v.plan.regions, rv.regions) for v, rv in zip(p.previews, rp.previews)]
+        for regions, reported in plans:
+            for region, out in zip(regions, reported):
+                pairs.setdefault(region.executor, []).append((region, out))
+    for name, these in pairs.items():
+        if name != "torch":
+            executor_registry.get(name).describe_kernels(these, gpu, c.options.static_kernels)
 
 
 def _training(c, measured) -> R.Training | None:
@@ -282,12 +322,12 @@ def _training(c, measured) -> R.Training | None:
     saved: list[R.SavedTensor] = []
     for v in d.saved:
         where = made[v.name].provenance if v.name in made else None
-        role = roles.get(v.name) or "input"
-        kind = "activation" if v.name in made else {"param": "parameter"}.get(role, role)
+        kind = wire.saved_kind(roles.get(v.name), v.name in made)
         saved.append(R.SavedTensor(v.name, [dim_text(d) for d in v.shape], str(v.dtype).removeprefix("torch."),
                                    v.numel() * v.dtype.itemsize, kind, where.file if where else None,
                                    where.line if where else None))
-    return R.Training(saved, sum(s.bytes for s in saved if s.kind == "activation"), list(d.recomputed),
+    activations = sum(s.bytes for s, v in zip(saved, d.saved) if v.name in made)
+    return R.Training(saved, activations, list(d.recomputed),
                       [c.acquired.inputs[i].name for i in d.grad_inputs],
                       measured.training if measured is not None else None)
 
@@ -295,10 +335,10 @@ def _training(c, measured) -> R.Training | None:
 def _ops(c) -> list[R.OpRecord]:
     traces = c.forward.traces
     region_of = {o.name: r.id for r in c.forward.plan.regions for b in r.bsyms for o in b.outputs}
-    decomposed_by_output = {o.name: b for b in traces["decomposed"].bound_symbols for o in b.outputs}
-    optimised_by_output = {o.name: b for b in traces["optimised"].bound_symbols for o in b.outputs}
+    decomposed_by_output = {o.name: b for b in traces[Stage.DECOMPOSED].bound_symbols for o in b.outputs}
+    optimised_by_output = {o.name: b for b in traces[Stage.OPTIMISED].bound_symbols for o in b.outputs}
     ops: list[R.OpRecord] = []
-    for i, b in enumerate(traces["acquired"].bound_symbols):
+    for i, b in enumerate(traces[Stage.ACQUIRED].bound_symbols):
         p = b.provenance
         region = next((region_of[o.name] for o in b.outputs if o.name in region_of), None)
         dec = next((decomposed_by_output[o.name] for o in b.outputs if o.name in decomposed_by_output), None)
@@ -307,45 +347,53 @@ def _ops(c) -> list[R.OpRecord]:
         shown = next((optimised_by_output[o.name] for o in b.outputs if o.name in optimised_by_output), b)
         ops.append(R.OpRecord(i, b.sym.name, region, p.file if p else "", p.line if p else 0,
                               p.end_line if p else 0, p.col if p else 0, p.end_col if p else 0,
-                              list(p.stack) if p else [], format_call(shown), prims))
+                              wire.stack(p), format_call(shown), prims))
     return ops
 
 
 def assemble(c, target: R.Target, checked: list[R.Diagnostic], measured=None,
-             extra: list[R.Diagnostic] | None = None) -> R.CompileReport:
+             extra: list[R.Diagnostic] | None = None, inputs: Sequence[ReportInputs] = ()) -> R.CompileReport:
     """The report of `c` (a pipeline.Compiled): `checked` are the diagnostics of its check
     against eager, `measured` its benchmark.Measurements (None when not timed), `extra`
-    diagnostics of the caller (jit's eager fallback)."""
+    diagnostics of the caller (jit's eager fallback), `inputs` the transforms' (DDP's reducer's
+    buckets, listed after the programs' collectives, and its diagnostics, last). Nothing changes
+    a report after this: it is the compile's, whole."""
+    measured = _timings_carried(c, measured)
     fallbacks = [R.Fallback(b.sym.name, b.note, b.provenance.file if b.provenance else None,
                             b.provenance.line if b.provenance else None)
-                 for b in c.forward.traces["decomposed"].bound_symbols if b.note]
-    diagnostics = [_diag(n) for n in c.notes]
+                 for b in c.forward.traces[Stage.DECOMPOSED].bound_symbols if b.note]
+    diagnostics = wire.diagnostics(c.notes)
     diagnostics += checked + (measured.diagnostics if measured else []) + (extra or [])
     gpu, estimate, why = _roofline_gpu(c.device, c.options.gpu)
     if why:
         diagnostics.append(R.Diagnostic("information", why, code=R.DiagnosticCode.ROOFLINE))
+    diagnostics += [d for i in inputs for d in i.diagnostics]
     programs = [_program(p, measured, gpu, estimate) for p in c.programs]
+    _describe_kernels(c, programs, gpu.name)
     return R.CompileReport(
         target=target, executors=c.executors, programs=programs,
         training=_training(c, measured), ops=_ops(c), fallbacks=fallbacks, diagnostics=diagnostics,
         signature=list(c.traced.trace.signature), guards=_guards(c),
-        collectives=with_estimates(_collectives(c), c.options.cluster, programs),
+        collectives=with_estimates(_collectives(c), c.options.cluster, programs, _waiting(c)) + with_estimates(
+            [x for i in inputs for x in i.collectives], c.options.cluster),
         device=str(c.device),
         device_name=timing.device_name(c.device),
         versions=versions(), compile_ms=round(c.compile_ms, 3), peaks=_peaks(gpu, estimate, c.device, measured),
         stage_ms={stage: round(ms, 3) for stage, ms in c.stage_ms.items()})
 
 
-def replace_program(report: R.CompileReport, c, program) -> None:
-    """`report`'s entry for `program`'s kind made from `program` (a pipeline.Program of `c`
-    transformed after the report was assembled: fusionlens/distributed/ddp_overlap.py's backward), and its
-    collectives found again from `c`'s programs. A region that runs the same ops on the same
-    values as one of the entry it replaces keeps that one's timing (what it adds is untimed)."""
-    timed = {(tuple(r.ops), tuple(v.name for v in r.outputs)): r.timing for p in report.programs
-             if p.kind == program.kind for r in p.regions if r.timing is not None}
-    kept = {r.id: timing for r in program.plan.regions
-            if (timing := timed.get((tuple(b.sym.name for b in r.bsyms), tuple(v.name for v in r.outputs))))}
-    gpu, estimate, _ = _roofline_gpu(c.device, c.options.gpu)
-    new = _program(program, Measurements(regions={program.kind: kept}), gpu, estimate)
-    report.programs = [new if p.kind == program.kind else p for p in report.programs]
-    report.collectives = with_estimates(_collectives(c), c.options.cluster, report.programs)
+def _timings_carried(c, measured):
+    """`measured` as the programs `c` shows: where a transform's rewritten backward replaced the
+    one the benchmark timed (`c.replaced`), a region of it that runs the same ops on the same
+    values as one timed keeps that one's timing (what the transform added is untimed)."""
+    if c.replaced is None:
+        return measured
+    kind = c.replaced.kind
+    timed = measured.regions.get(kind, {}) if measured is not None else {}
+    key = lambda r: (tuple(b.sym.name for b in r.bsyms), tuple(v.name for v in r.outputs))  # noqa: E731
+    by_key = {key(r): timed[r.id] for r in c.replaced.plan.regions if timed.get(r.id) is not None}
+    shown = c.program(kind)
+    kept = {r.id: t for r in shown.plan.regions if (t := by_key.get(key(r))) is not None}
+    if measured is None:
+        return Measurements(regions={kind: kept})
+    return dataclasses.replace(measured, regions={**measured.regions, kind: kept})

@@ -39,7 +39,8 @@ from fusionlens.frontend import tracer as frontend
 from fusionlens.executors import lowering
 from fusionlens.middle.contract import Decline, Layout
 from fusionlens.ir.interpret import run_ops
-from fusionlens.ir.trace import BoundSymbol, Value, format_arg
+from fusionlens.ir.trace import BoundSymbol, SymbolKind, Value, format_arg
+from fusionlens.middle.programs import ProgramKind
 from fusionlens.ops import prims
 from fusionlens.options import CompileOptions
 from fusionlens.report.schema import RegionRef
@@ -96,10 +97,10 @@ def _material(c: pipeline.Compiled, spec: str, inputs: list) -> _Material:
     ref = RegionRef.parse(f"{executor.strip().lower()}:{rid.strip().upper()}" if executor else rid.strip().upper())
     if ref is None:
         raise _no_region(c, f"no region {spec}")
-    program = c.program(ref.program)
+    program = c.program(ProgramKind(ref.program))
     if program is None:
         raise _no_region(c, f"{ref.id} names a backward region, and this target is compiled for inference")
-    if ref.program == "backward":
+    if program.kind is ProgramKind.BACKWARD:
         inputs = checking.backward_inputs(c, inputs)
     if ref.preview is None:
         r = next((r for r in program.plan.regions if r.id == ref.id), None)
@@ -243,7 +244,7 @@ def eager_source(m: _Material) -> str:
     names = _Names(m.inputs)
     used, defs = {}, []
     for b in m.bsyms:
-        if not b.sym.name.startswith("prims.") or b.sym.kind != "prim":
+        if not b.sym.name.startswith("prims.") or b.sym.kind is not SymbolKind.PRIM:
             root = b.sym.name.split(".")[0]
             if root not in ("torch", "operator", "math"):
                 raise ReproError(f"region {m.rid}: {b.sym.name} has no torch spelling")

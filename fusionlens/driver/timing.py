@@ -1,7 +1,11 @@
 """Measurement used by everything that reports a time: warm-up, repeats, median and spread.
 
-On a GPU each repeat is timed with CUDA events around the call; on a CPU with
-perf_counter, synchronising first so that no earlier work is counted.
+On a GPU a sample is CUDA events around many launches back to back (or around a CUDA graph's
+replays: `graph_replay`), divided by their number: no synchronisation between calls, so the
+host's work (the Python launcher, its allocations) overlaps the kernels as in a real program
+and is measured apart, as `launch_ms` (host time a call, nothing waited for). On a CPU, with
+perf_counter, synchronising first so that no earlier work is counted. Every system (eager,
+compiled, torch.compile) goes through the same function (`compare`).
 """
 
 from __future__ import annotations
@@ -57,6 +61,19 @@ def measure(fn: Callable, *args, device: torch.device = CPU, warmup: int = 3,
         return summarize(samples, "perf_counter", str(device))
 
 
+def _launches_per_sample(fns, device, target_ms: float = 0.5) -> list[int]:
+    """How many back-to-back launches make one sample of about `target_ms` for each fn."""
+    out = []
+    for fn, args, kwargs in fns:
+        torch.cuda.synchronize(device)
+        t0 = time.perf_counter()
+        fn(*args, **kwargs)
+        torch.cuda.synchronize(device)
+        one = (time.perf_counter() - t0) * 1e3
+        out.append(max(1, min(100, int(target_ms / max(one, 1e-3)))))
+    return out
+
+
 def compare(fns: list[tuple[Callable, Sequence[Any], dict[str, Any]]], device: torch.device = CPU, warmup: int = 3,
             repeats: int = 20) -> list[Timing]:
     """Time several (fn, args, kwargs) against each other, interleaving their repeats so a
@@ -69,24 +86,68 @@ def compare(fns: list[tuple[Callable, Sequence[Any], dict[str, Any]]], device: t
         for _ in range(warmup):
             for fn, args, kwargs in fns:
                 fn(*args, **kwargs)
+        inner = _launches_per_sample(fns, device) if cuda else [1] * len(fns)
         for _ in range(repeats):
             for i, (fn, args, kwargs) in enumerate(fns):
                 if cuda:
                     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                     start.record()
-                    fn(*args, **kwargs)
+                    for _ in range(inner[i]):
+                        fn(*args, **kwargs)
                     end.record()
                     end.synchronize()
-                    samples[i].append(start.elapsed_time(end))
+                    samples[i].append(start.elapsed_time(end) / inner[i])
                 else:
                     t0 = time.perf_counter()
                     fn(*args, **kwargs)
                     samples[i].append((time.perf_counter() - t0) * 1e3)
     method = "cuda_events" if cuda else "perf_counter"
-    return [summarize(s, method, str(device)) for s in samples]
+    return [summarize(s, method if n == 1 else f"{method} x{n}", str(device)) for s, n in zip(samples, inner)]
 
 
-@functools.cache
+def launch_ms(fn: Callable, *args, device: torch.device = CPU, calls: int = 20, **kwargs) -> float | None:
+    """Host time of one call on a GPU, nothing waited for: what launching costs (the launcher,
+    its allocations, the driver). None on a CPU, where a call's time is its work."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return None
+    with torch.no_grad():
+        fn(*args, **kwargs)
+        torch.cuda.synchronize(device)
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn(*args, **kwargs)
+        host = (time.perf_counter() - t0) * 1e3 / calls
+        torch.cuda.synchronize(device)
+    return host
+
+
+def graph_replay(fn: Callable, args: Sequence[Any], device: torch.device, repeats: int = 20,
+                 replays: int = 20) -> Timing | None:
+    """`fn(*args)` captured in a CUDA graph and timed by replaying it `replays` times between
+    two events a sample: the device time with no launch cost. None where it cannot be captured
+    (a host sync, a CPU tensor) or on a CPU."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return None
+    from fusionlens.driver import cuda_graphs
+
+    graph = cuda_graphs.capture(fn, list(args), device)
+    if graph is None:
+        return None
+    samples = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(replays):
+            graph.replay()
+        end.record()
+        end.synchronize()
+        samples.append(start.elapsed_time(end) / replays)
+    return summarize(samples, f"cuda_graph x{replays}", str(device))
+
+
+@functools.lru_cache(maxsize=16)  # one entry a device: a node's GPUs and the CPU
 def copy_bandwidth_gbs(device: torch.device) -> float:
     """The device's copy bandwidth in GB/s (read + write of a tensor far larger than any
     cache: 256 MiB on a GPU, 32 MiB on a CPU), measured once a process: what a

@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from fusionlens.frontend.notes import Severity
+
 if TYPE_CHECKING:  # annotations only: at run time this registry loads no executor code
     from fusionlens.executors.base import Executor, FusionExecutor
     from fusionlens.ir.provenance import Provenance
@@ -85,7 +87,7 @@ def resolve(names: list[str] | None, device: torch.device) -> list[str]:
 @dataclass
 class Selection:
     fusers: list[FusionExecutor] = field(default_factory=list)  # usable ones asked for, in priority order
-    notes: list[tuple[str, str, Provenance | None]] = field(default_factory=list)  # (severity, message, where)
+    notes: list[tuple[Severity, str, Provenance | None]] = field(default_factory=list)  # (severity, message, where)
     previews: list[tuple[FusionExecutor, str]] = field(default_factory=list)  # (executor, why it cannot run here)
 
 
@@ -102,7 +104,7 @@ def select(names: list[str], device: torch.device, preview_all: bool = False) ->
         ok, why = ex.available(device)
         if not ok:
             if name in names:
-                out.notes.append(("warning", f"executor {name} is not usable here: {why}; its work goes to the "
+                out.notes.append((Severity.WARNING, f"executor {name} is not usable here: {why}; its work goes to the "
                                              "next executor", None))
             if ex.fuses:
                 out.previews.append((ex, why))

@@ -23,12 +23,12 @@ from torch.utils import _pytree as pytree
 
 from fusionlens.middle import fusion
 from fusionlens.executors import profiling
-from fusionlens.middle.contract import BoundaryCode, Decline, FusionGroup, boundary
+from fusionlens.middle.contract import Boundary, BoundaryCode, Decline, FusionGroup, boundary
 from fusionlens.executors.base import FusionExecutor, Generated
 from fusionlens.ir.interpret import ops_callable, run_ops
 from fusionlens.ir.sizes import SIZES
 from fusionlens.ir.trace import PROFILE_RANGE, BoundSymbol, Symbol, SymbolKind, Trace, Value, distinct_lines
-from fusionlens.report.schema import Boundary
+from fusionlens.ir.vocabulary import Stage
 
 
 @dataclass
@@ -145,7 +145,7 @@ def lower(flat: Trace, fusers: list[FusionExecutor], device, prefix: str = "R", 
     FusionGroup is checked against its contract (fusionlens/middle/verify.py) before its executor sees it."""
     if not fusers:
         regions = [] if source_only else [torch_region(f"{prefix}{i}", b) for i, b in enumerate(flat.bound_symbols)]
-        trace = flat.with_("execution", list(flat.bound_symbols))
+        trace = flat.with_(Stage.EXECUTION, list(flat.bound_symbols))
         return Plan(_profiled(trace, regions, device) if profile and not source_only else trace, regions)
     nodes, make_group = fusion.clusters(flat, fusers)
     state = _Lowering(fusers, device, prefix, source_only, verify)
@@ -154,7 +154,7 @@ def lower(flat: Trace, fusers: list[FusionExecutor], device, prefix: str = "R", 
             state.cluster(n, make_group)
         else:
             state.unfused(n)
-    trace = flat.with_("execution", state.exec_bsyms)
+    trace = flat.with_(Stage.EXECUTION, state.exec_bsyms)
     trace.extra_globals.update(state.extra)
     return Plan(_profiled(trace, state.regions, device) if profile and not source_only else trace, state.regions)
 

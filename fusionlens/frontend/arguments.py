@@ -13,6 +13,7 @@ from torch.utils import _pytree as pytree
 
 from fusionlens.frontend import objects
 from fusionlens.ir.trace import dtype_name
+from fusionlens.ir.vocabulary import ValueRole
 
 
 def sanitize(name: str) -> str:
@@ -20,16 +21,16 @@ def sanitize(name: str) -> str:
     return name if name and not name[0].isdigit() else f"_{name}"
 
 
-def parameter_names(fn) -> dict[int, tuple[str, str]]:
+def parameter_names(fn) -> dict[int, tuple[ValueRole, str]]:
     """id(tensor) -> (role, name) for a module's parameters and buffers."""
     module = fn if isinstance(fn, torch.nn.Module) else getattr(fn, "__self__", None)
     if not isinstance(module, torch.nn.Module):
         return {}
-    known: dict[int, tuple[str, str]] = {}
+    known: dict[int, tuple[ValueRole, str]] = {}
     for name, p in module.named_parameters():
-        known.setdefault(id(p), ("param", "p_" + sanitize(name)))
+        known.setdefault(id(p), (ValueRole.PARAM, "p_" + sanitize(name)))
     for name, b in module.named_buffers():
-        known.setdefault(id(b), ("buffer", "b_" + sanitize(name)))
+        known.setdefault(id(b), (ValueRole.BUFFER, "b_" + sanitize(name)))
     return known
 
 

@@ -19,6 +19,9 @@ import torch
 from torch.utils import _pytree as pytree
 
 from fusionlens.frontend import tracer as frontend
+from fusionlens.frontend.notes import Note, Severity
+from fusionlens.ir import provenance
+from fusionlens.report.schema import DiagnosticCode
 from fusionlens.ir.sizes import SIZES
 
 if TYPE_CHECKING:  # sympy's import takes a second: only a dynamic compile pays it
@@ -95,13 +98,52 @@ class Guards:
         program's user inputs, in order), the int arguments by their own."""
         if self.source == "True":
             return []
+        return [g.strip() for g in self._readable(self.source, names).split(" and ")]
+
+    def _readable(self, text: str, names: Sequence[str]) -> str:
         names = [*names, *self.int_names] if len(names) == len(self.fakes) else names
         name = lambda m: names[int(m.group(1))] if int(m.group(1)) < len(names) else f"t{m.group(1)}"  # noqa: E731
-        text = re.sub(r"L\['t(\d+)'\]\.size\(\)\[(\d+)\]", lambda m: f"{name(m)}.shape[{m.group(2)}]", self.source)
+        text = re.sub(r"L\['t(\d+)'\]\.size\(\)\[(\d+)\]", lambda m: f"{name(m)}.shape[{m.group(2)}]", text)
         text = re.sub(r"L\['t(\d+)'\]\.stride\(\)\[(\d+)\]", lambda m: f"{name(m)}.stride({m.group(2)})", text)
         text = re.sub(r"L\['t(\d+)'\]\.", lambda m: f"{name(m)}.", text)
-        text = re.sub(r"L\['t(\d+)'\]", name, text)  # an int argument
-        return [g.strip() for g in text.split(" and ")]
+        return re.sub(r"L\['t(\d+)'\]", name, text)  # an int argument
+
+    def failing(self, tensors: Sequence[torch.Tensor], leaves: Sequence = (),
+                names: Sequence[str] = ()) -> tuple[str, Any] | None:
+        """Why the program does not serve this call: (the first guard that fails, as users
+        read it with this call's sizes, the user line that made it, or None for what the
+        trace assumed of its inputs: a static dim, a size 0 or 1, a layout). Only after
+        `check` said no: it evaluates the guards one by one."""
+        values: dict[Any, int] = {}
+        sources: dict[Any, str] = {}  # symbol -> where a call's value is read, as produce_guards spells it
+        for i, (fake, t) in enumerate(zip(self.fakes, tensors)):
+            for d, (size, n) in enumerate(zip(fake.shape, t.shape)):
+                if isinstance(size, torch.SymInt) and size.node.expr.is_symbol:
+                    values.setdefault(size.node.expr, n)
+                    sources.setdefault(size.node.expr, f"L['t{i}'].size()[{d}]")
+        for k, (position, sym) in enumerate(self.ints.items()):
+            if position < len(leaves) and type(leaves[position]) is int:
+                values[sym.node.expr] = leaves[position]
+                sources[sym.node.expr] = f"L['t{len(self.fakes) + k}']"
+        from fusionlens.ir import symbols
+        for guard in self.env.guards:
+            if not set(guard.expr.free_symbols) <= set(values) or bool(guard.expr.xreplace(values)):
+                continue
+            text = symbols.source(guard.expr)
+            for sym, src in sorted(sources.items(), key=lambda kv: -len(str(kv[0]))):
+                text = re.sub(rf"\b{sym}\b", lambda _, src=src: src, text)
+            seen = ", ".join(f"{self._readable(sources.get(s, str(s)), names)} = {v}"
+                             for s, v in values.items() if s in guard.expr.free_symbols)
+            return f"{self._readable(text, names)} ({seen})", self.env.where(guard)
+        named = {f"t{i}": t for i, t in enumerate(tensors)}
+        for piece in self.source.split(" and "):  # what produce_guards added: static dims, 0/1, layouts
+            try:
+                ok = bool(eval(compile(f"lambda L: {piece}", "<fusionlens guard>", "eval"), {})(named))  # noqa: S307
+            except Exception:  # noqa: BLE001 - a piece split inside parentheses: skip it
+                continue
+            if not ok:
+                return self._readable(piece.strip(), names), None
+        return None
 
 
 def trace(fn, args, kwargs, name: str, dims: DynamicDims, real: frontend.TraceResult,
@@ -110,9 +152,10 @@ def trace(fn, args, kwargs, name: str, dims: DynamicDims, real: frontend.TraceRe
     (positions among the flat leaves of (args, kwargs)) symbols too; `real` (its real trace)
     lends eager's result, the notes and the updates it found. Raises Unsupported where the
     symbolic trace cannot stand for the real one."""
-    from torch._dynamo.source import LocalSource
-    from torch.fx.experimental.symbolic_shapes import DimDynamic, StatelessSymbolicContext
+    from fusionlens.ir.torch_compat import DimDynamic, LocalSource, StatelessSymbolicContext
 
+    if real.eager_only is not None:  # the signature runs eagerly, whatever its sizes
+        raise Unsupported(real.eager_only)
     from fusionlens.ir import symbols
     env = symbols.SymbolEnv()
     fakes: list[torch.Tensor] = []
@@ -141,18 +184,49 @@ def trace(fn, args, kwargs, name: str, dims: DynamicDims, real: frontend.TraceRe
     args, kwargs = pytree.tree_unflatten(leaves, spec)
     try:
         with env.fake:
-            symbolic = frontend.trace(fn, args, kwargs, name, clone=fake)
-    except frontend.TraceError as e:
-        raise Unsupported(e.message) from e
+            symbolic = frontend.trace(fn, args, kwargs, name, clone=fake, replay=[(r.name, r.seen) for r in real.reads],
+                                      hooks=real.hooks)
+    except frontend.TraceError as e:  # (the user's line, for the recompiles this causes to name)
+        raise Unsupported(e.message.split("\n")[0] + _at(e.file, e.line)) from e
     except Exception as e:  # the fake run met what needs data (a .item(), a data-dependent shape)
-        raise Unsupported(f"{type(e).__name__}: {e}") from e
-    _same_program(real.trace, symbolic.trace)
+        raise Unsupported(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+                          + _at(*provenance.user_location(e)[:2])) from e
+    notes = real.notes
+    try:
+        _same_program(real.trace, symbolic.trace)
+    except Unsupported:
+        if not real.reads or symbolic.reads:
+            raise
+        notes = _read_free(real, symbolic)
     guards = Guards(env, [by_id[id(x)] for x in user], symbols_of, int_names=_leaf_names(fn, args, kwargs, symbols_of))
     guards.bind([symbols_of[i].node.hint if i in symbols_of else leaf for i, leaf in enumerate(leaves)])
     symbolic.trace.extra_globals[SIZES] = guards.values  # the program reads its int symbols from it
-    result = frontend.TraceResult(symbolic.trace, real.eager_output, real.constants, real.notes,
+    result = frontend.TraceResult(symbolic.trace, real.eager_output, real.constants, notes,
                                   real.eager_only, real.mutated, real.originals, real.copies, real.states, real.passed)
+    result.reads = symbolic.reads
     return result, guards
+
+
+def _read_free(real: frontend.TraceResult, symbolic: frontend.TraceResult) -> list:
+    """The notes of a symbolic trace that took another path than the example's because that
+    one read a tensor's value and this one read none: library code that checks whether it is
+    traced (transformers' `is_tracing` of a fake tensor) takes its general path, which serves
+    every value (the pipeline checks it against eager on the example). Its outputs and
+    updates must be the example's."""
+    if [(d.name, s.name) for d, s in real.trace.writeback] != [(d.name, s.name) for d, s in symbolic.trace.writeback]:
+        raise Unsupported("with symbolic sizes the call updated other tensors than on the example")
+    if pytree.tree_structure(real.trace.output) != pytree.tree_structure(symbolic.trace.output):
+        raise Unsupported("with symbolic sizes the call returned another structure than on the example")
+    read = real.reads[0]
+    kept = [n for n in real.notes if n.code != DiagnosticCode.VALUE_GUARD]
+    return kept + [Note(Severity.INFORMATION, f"with symbolic sizes the call took a path that reads no tensor value "
+                        f"(the example branched on {read.text()}: the code checks whether it is traced): the dynamic "
+                        "program is that path, which serves every value, checked against eager on the example",
+                        read.where, DiagnosticCode.VALUE_GUARD)]
+
+
+def _at(file: str | None, line: int | None) -> str:
+    return f" (at {provenance.display_path(file)}:{line})" if file and line else ""
 
 
 def _leaf_names(fn, args, kwargs, positions) -> list[str]:

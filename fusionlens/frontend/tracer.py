@@ -11,31 +11,29 @@ from __future__ import annotations
 import contextlib
 import functools
 import sys
+from collections.abc import Sequence
 from types import CodeType
 from typing import Any
 
 import torch
-from torch._subclasses.fake_tensor import FakeTensor
 from torch.overrides import TorchFunctionMode
 from torch.utils import _pytree as pytree
 
-from fusionlens.distributed import collectives, tensor_parallel
-from fusionlens.frontend import objects, views
-from fusionlens.ir import provenance
+from fusionlens.frontend import modules, objects, recorder as recorder_api, value_guards, views
+from fusionlens.frontend.notes import Note, Severity
+from fusionlens.ir import provenance, torch_compat
 # the call's arguments (fusionlens/frontend/arguments.py); target_name and user_tensors are used through frontend too
 from fusionlens.frontend.arguments import describe_input, parameter_names, sanitize as _sanitize, signature_names, \
     target_name, user_tensors  # noqa: F401
-from fusionlens.ir.trace import (OUTPUT_BUILDER, BoundSymbol, NameGen, OpTag, Symbol, SymbolKind, Trace, Value,
+from fusionlens.ir.trace import (OUTPUT_BUILDER, BoundSymbol, NameGen, Symbol, SymbolKind, Trace, Value,
                                  dtype_name, printable)
+from fusionlens.ir.vocabulary import Stage, ValueRole
 from fusionlens.ops import torch_ops
 from fusionlens.ops.torch_ops.fallbacks import DynamicShapes, shape_checked, shapes_text, static_shapes
 from fusionlens.report.schema import DiagnosticCode
 
 MAX_OPS = 100_000  # a trace this long almost surely comes from a loop that never ends
 
-# Tensor -> python value: the trace keeps the value it saw and says so.
-_DATA_DEPENDENT = {"__bool__", "item", "tolist", "__int__", "__float__", "__index__", "__complex__",
-                   "numpy", "equal", "allclose", "is_nonzero"}
 
 
 class TraceError(Exception):
@@ -44,13 +42,6 @@ class TraceError(Exception):
     def __init__(self, message: str, file: str | None = None, line: int | None = None):
         super().__init__(message)
         self.message, self.file, self.line = message, file, line
-
-
-class Note:
-    """A diagnostic noticed while tracing: (severity, message, provenance)."""
-
-    def __init__(self, severity: str, message: str, where: provenance.Provenance | None, code: str = ""):
-        self.severity, self.message, self.where, self.code = severity, message, where, code
 
 
 class _Recorder(TorchFunctionMode):
@@ -64,19 +55,18 @@ class _Recorder(TorchFunctionMode):
             return func(*args, **kwargs)
         seen = self.tracer.dynamic.count
         self.tracer.views.before(self.tracer, func, args, kwargs)
-        out = func(*args, **kwargs)
+        out = value_guards.call(self.tracer, func, args, kwargs)  # a fake tensor's value: the real trace's
         if getattr(func, "__name__", "") == "__setitem__":  # mutates args[0], returns None
             self.tracer.record(func, args, kwargs, args[0])
         elif any(isinstance(leaf, torch.Tensor) for leaf in pytree.tree_leaves(out)):
             self.tracer.record(func, args, kwargs, out, dynamic=self.tracer.dynamic.count != seen)
         else:
-            name = getattr(func, "__name__", "")
-            if name in _DATA_DEPENDENT:
-                self.tracer.note_data_dependent(name, args, out)
+            if getattr(func, "__name__", "") in value_guards.READS:  # a branch on a value: a guard
+                value_guards.note(self.tracer, func, args, kwargs, out)
         return out
 
 
-class Tracer:
+class Tracer(recorder_api.Recording):
     def __init__(self, name: str):
         self.name = name
         self.names = NameGen("t")
@@ -84,7 +74,7 @@ class Tracer:
         self.alive: list[torch.Tensor] = []  # keeps traced tensors alive so their ids stay unique
         self.inputs: list[Value] = []
         self.inputs_by_id: dict[int, Value] = {}  # id(tensor) -> its input Value (values[] moves on when it is updated)
-        self.known: dict[int, tuple[str, str]] = {}  # id(tensor) -> (role, name) for parameters and buffers
+        self.known: dict[int, tuple[ValueRole, str]] = {}  # id(tensor) -> (role, name) for parameters and buffers
         self.constants: dict[str, torch.Tensor] = {}  # input name -> tensor, for parameters/buffers/captured
         self.bound_symbols: list[BoundSymbol] = []
         self.notes: list[Note] = []
@@ -104,6 +94,9 @@ class Tracer:
         self.views = views.Views()  # how traced views were made, to follow in-place updates through them
         self.inside_collective = False  # a torch.distributed collective runs (collectives.recording)
         self.recording = True  # False: the call runs eagerly (a wrapping FusionLens cannot compile)
+        self.hooks: Sequence[recorder_api.TraceHook] = ()  # the wrappings' (trace's `hooks`)
+        self.reads: list = []  # value_guards.Read: branches on tensor values; replay: a fake trace's values
+        self.replay: list | None = None
 
     def where(self) -> provenance.Provenance | None:
         """The provenance of the op being recorded now."""
@@ -119,13 +112,13 @@ class Tracer:
         self.names.taken.add(name)
         return name
 
-    def bind_input(self, tensor: torch.Tensor, name: str, role: str) -> Value:
+    def bind_input(self, tensor: torch.Tensor, name: str, role: ValueRole) -> Value:
         v = Value(self._unique(name), tensor.shape, tensor.dtype, tensor.device, role)
         self.values[id(tensor)] = v
         self.inputs_by_id[id(tensor)] = v
         self.alive.append(tensor)
         self.inputs.append(v)
-        if role != "input":
+        if role is not ValueRole.INPUT:
             self.constants[v.name] = tensor
         return v
 
@@ -135,11 +128,11 @@ class Tracer:
         v = self.values.get(id(x)) if id(x) not in self.views.links else self.views.current(self, x)
         if v is not None:
             return v
-        role, name = self.known.get(id(x), ("const", "c"))
-        if role == "const":
-            name = f"c{sum(1 for i in self.inputs if i.role == 'const')}"
+        role, name = self.known.get(id(x), (ValueRole.CONST, "c"))
+        if role is ValueRole.CONST:
+            name = f"c{sum(1 for i in self.inputs if i.role is ValueRole.CONST)}"
             kind = Value('', x.shape, x.dtype, x.device).type_str()
-            self.notes.append(Note("information",
+            self.notes.append(Note(Severity.INFORMATION,
                                    f"captured tensor constant {name} ({kind}): "
                                    "it is an input of the compiled program, not specialised",
                                    self.where(), DiagnosticCode.CAPTURED_CONSTANT))
@@ -199,7 +192,7 @@ class Tracer:
         its note: a decomposition's own reason why it does not decompose, where it has one."""
         shapes, names = [tuple(v.shape) for v in outs], ", ".join(v.name for v in outs)
         self.shape_checked_names += [v.name for v in outs]
-        self.notes.append(Note("information", f"the shape of {names} depends on the data ({shapes_text(shapes)} "
+        self.notes.append(Note(Severity.INFORMATION, f"the shape of {names} depends on the data ({shapes_text(shapes)} "
                                "here): the compiled program checks it at each call, and a call where it "
                                "differs runs eagerly", where, DiagnosticCode.DATA_DEPENDENT))
         printed = self._unique(f"{_sanitize(sym.name.rsplit('.', 1)[-1])}_shape_checked")
@@ -213,7 +206,7 @@ class Tracer:
         tensors only), and its note; the first such op is also a diagnostic at its line."""
         if not self.layout_noted:
             self.layout_noted = True
-            self.notes.append(Note("information", f"an operand has the {layout} layout: ops on tensors of other "
+            self.notes.append(Note(Severity.INFORMATION, f"an operand has the {layout} layout: ops on tensors of other "
                                    "layouts than strided run as torch calls, never fused", where,
                                    DiagnosticCode.EXECUTOR))
         if sym.decomposition is None and sym.kind is not SymbolKind.OPAQUE:  # a library call runs whole anyway
@@ -288,33 +281,11 @@ class Tracer:
             decomposition = functools.wraps(decompose)(lambda *a, **k: only(decompose(*a, **k)))
         return Symbol(printed, impl, kind=sym.kind, decomposition=decomposition, tags=sym.tags, flops=sym.flops)
 
-    def collective(self, name: str, impl, kwargs: dict, written: torch.Tensor) -> None:
-        """A torch.distributed collective the call ran: its functional form (collectives.py),
-        the tensor it wrote given a new Value, as an in-place update is."""
-        where = self.where()
-        if written._base is not None:
-            return self.refuse_collective(name, "on a view")
-        printed = self._unique(impl.__name__)
-        self.extra_globals[printed] = impl
-        sym = Symbol(printed, impl, kind=SymbolKind.OPAQUE,
-                     tags=frozenset({OpTag.LIBRARY_CALL, OpTag.COLLECTIVE, OpTag.NON_DIFFERENTIABLE}))
-        self.updated_at.setdefault(id(written), where)
-        vkwargs = pytree.tree_map(self.argument, kwargs)
-        # no note: a collective is no fallback (fusion ends its regions at it: BoundaryCode.COLLECTIVE)
-        self.bound_symbols.append(BoundSymbol(sym, (), vkwargs, [self.new_output(written)], None, where))
-
-    def record_symbol(self, sym: Symbol, args: tuple, out: torch.Tensor) -> None:
-        """`out = sym(*args)`, run by a wrapping that records it itself (tensor_parallel), at the user's line."""
-        self.taken.add(sym.name)
-        self.extra_globals[sym.name] = sym.impl
-        self.bound_symbols.append(BoundSymbol(sym, tuple(map(self.argument, args)), {}, [self.new_output(out)], None,
-                                              self.where()))
-
-    def refuse_collective(self, name: str, how: str = "") -> None:
-        if self.eager_only is None:
-            self.eager_only = (f"torch.distributed.{name}{' ' + how if how else ''} is not traced: calls with this "
-                               "signature run eagerly")
-            self.notes.append(Note("warning", self.eager_only, self.where(), DiagnosticCode.COLLECTIVE))
+    # the Recorder interface (frontend/recorder.py) the wrappings record through is Recording's
+    def _refused(self, message: str) -> None:
+        """The signature runs eagerly: a wrapping cannot record what the call did (`message`)."""
+        self.eager_only = message
+        self.notes.append(Note(Severity.WARNING, message, self.where(), DiagnosticCode.COLLECTIVE))
 
     def opaque(self, func, label, args, kwargs, where, why=None, called=None):
         """A call with no FusionLens symbol, run as one torch call; `called` is the torch
@@ -327,14 +298,6 @@ class Tracer:
         sym = Symbol(printed, func, kind=SymbolKind.OPAQUE, tags=torch_ops.fallback_tags(called or func))
         reason = f"{why or f'FusionLens has no symbol for {printed}'}; it runs as one torch call"
         return sym, args, kwargs, reason
-
-    def note_data_dependent(self, name, args, out):
-        where = self.where()
-        src = args[0] if args and isinstance(args[0], torch.Tensor) else None
-        v = self.values.get(id(src)) if src is not None else None
-        self.notes.append(Note("warning", f"Python control flow read a tensor's value ({v.name if v else 'a tensor'}"
-                               f".{name}() -> {out!r}); the trace is specialised to it and may be wrong "
-                               "for other input values", where, DiagnosticCode.DATA_DEPENDENT))
 
 
 def _is_default(value, default) -> bool:
@@ -380,6 +343,8 @@ class TraceResult:
         self.states = states or []
         self.passed = passed or []  # every object passed in (the program's result refers to them: PassedRef)
         self.objects_passed = len(self.passed)  # kept by release()
+        self.reads: list = []  # value_guards.Read: the branches the call took on tensor values
+        self.hooks: Sequence[recorder_api.TraceHook] = ()  # the wrappings' it was traced with (a retrace's too)
 
     def release(self) -> None:
         """Drop what only compiling and the first call need (eager's result, the copies traced
@@ -408,24 +373,32 @@ class TraceResult:
         return result
 
 
-def trace(fn, args=(), kwargs=None, name: str | None = None, clone=None) -> TraceResult:
+def trace(fn, args=(), kwargs=None, name: str | None = None, clone=None, replay=None,
+          hooks: Sequence[recorder_api.TraceHook] = ()) -> TraceResult:
     """Run `fn(*args, **kwargs)` once, recording it. Errors in user code raise TraceError.
+    `hooks`: what the parallel wrappings add to tracing (the driver's; they record through the
+    Recorder interface, recorder.py).
     `clone`: what the call runs on in place of each of the caller's tensors (a copy, by default;
-    fusionlens/frontend/dynamic.py's fake tensors with symbolic sizes)."""
+    fusionlens/frontend/dynamic.py's fake tensors with symbolic sizes); `replay`: the values a
+    fake tensor's reads return ([(name, value)], the real trace's, value_guards.call)."""
     kwargs = kwargs or {}
     tracer = Tracer(_sanitize(name) if name else target_name(fn))  # the program's def: an identifier
     tracer.stop = sys._getframe(0).f_code
     tracer.call = provenance.caller(sys._getframe(1))
+    tracer.replay = replay
     # Trace on copies of the caller's tensors and of the module's buffers: an in-place update
     # in `fn` must not change them (the program writes it back when it runs; eager's final
     # values are what its check compares with).
-    why = collectives.dtensor_arguments(args, kwargs) or collectives.unsupported_wrapping(fn)
+    tracer.hooks = hooks
+    why = next(filter(None, (hook.refuses(fn, args, kwargs) for hook in hooks)), None)
     if why is not None:  # records nothing: eager calls only
         tracer.eager_only, tracer.recording = why, False
-        tracer.notes.append(Note("warning", why, tracer.call, DiagnosticCode.COLLECTIVE))
+        tracer.notes.append(Note(Severity.WARNING, why, tracer.call, DiagnosticCode.COLLECTIVE))
     with _buffer_copies(fn) as originals:
         tracer.known = parameter_names(fn)
-        return _trace(tracer, fn, args, kwargs, originals, clone or _clone)
+        result = _trace(tracer, fn, args, kwargs, originals, clone or _clone)
+    result.reads, result.hooks = tracer.reads, hooks
+    return result
 
 
 def _trace(tracer: Tracer, fn, args, kwargs, originals: dict, clone) -> TraceResult:
@@ -445,11 +418,11 @@ def _trace(tracer: Tracer, fn, args, kwargs, originals: dict, clone) -> TraceRes
         for i, leaf in enumerate(leaves):
             label = pname if len(leaves) == 1 and leaf is value else f"{pname}_{i}"
             if isinstance(leaf, torch.Tensor):
-                tracer.bind_input(leaf, _sanitize(label), "input")
+                tracer.bind_input(leaf, _sanitize(label), ValueRole.INPUT)
             signature.append(describe_input(label, leaf))
     for label, tensor in states.tensors():
         if id(tensor) not in tracer.inputs_by_id:
-            tracer.bind_input(tensor, _sanitize(label), "input")
+            tracer.bind_input(tensor, _sanitize(label), ValueRole.INPUT)
             signature.append(describe_input(label, tensor))
     user_inputs = list(tracer.inputs)
     module = fn if isinstance(fn, torch.nn.Module) else getattr(fn, "__self__", None)
@@ -458,7 +431,7 @@ def _trace(tracer: Tracer, fn, args, kwargs, originals: dict, clone) -> TraceRes
     try:
         # in the caller's grad mode, as eager runs it: user code that asks torch.is_grad_enabled()
         # or x.requires_grad sees what eager sees, and what autograd would not track is known
-        with _Recorder(tracer), tracer.dynamic, collectives.recording(tracer), tensor_parallel.recording(tracer):
+        with _Recorder(tracer), tracer.dynamic, _hooked(tracer), modules.module_paths():
             out = fn(*args, **kwargs)
     except TraceError:
         raise
@@ -469,7 +442,7 @@ def _trace(tracer: Tracer, fn, args, kwargs, originals: dict, clone) -> TraceRes
     # objects (no pytree node) holding tensors the call computed: taken apart to be rebuilt,
     # unless the caller passed them in (the call updated the caller's object: eager only)
     passed = {id(x) for x in pytree.tree_leaves((args, kwargs)) if not isinstance(x, torch.Tensor)}
-    computed = lambda t: id(t) in tracer.values and tracer.values[id(t)].role == ""  # noqa: E731
+    computed = lambda t: id(t) in tracer.values and tracer.values[id(t)].role is ValueRole.COMPUTED  # noqa: E731
     output = pytree.tree_map(lambda leaf: leaf if isinstance(leaf, Value) else objects.template(
         leaf, tracer.to_value, computed, passed), output)
     output = objects.refer_to_passed(output, states.objects)  # the call's own object, at each call
@@ -479,13 +452,13 @@ def _trace(tracer: Tracer, fn, args, kwargs, originals: dict, clone) -> TraceRes
         output, out = (output, changes), (out, states.changes(lambda x: x))
     states.restore()
     if not any(isinstance(leaf, Value) for leaf in pytree.tree_leaves(output)):
-        tracer.notes.append(Note("warning", f"{tracer.name} returned {type(out).__name__} and no tensor: "
+        tracer.notes.append(Note(Severity.WARNING, f"{tracer.name} returned {type(out).__name__} and no tensor: "
                                  "there is nothing to compile", None, DiagnosticCode.NOTHING_TO_COMPILE))
     # what is left holding computed tensors could not be templated (passed in, or no attributes)
     hidden = [type(leaf).__name__ for leaf in pytree.tree_leaves(output) if not isinstance(leaf, Value)
               and objects.template(leaf, lambda t: None, computed, set()) is not leaf]
     if hidden:
-        tracer.notes.append(Note("warning", f"the result holds computed tensors inside {', '.join(hidden)}, "
+        tracer.notes.append(Note(Severity.WARNING, f"the result holds computed tensors inside {', '.join(hidden)}, "
                                  "which FusionLens cannot rebuild (an object the caller passed in, or one "
                                  "without attributes to set): compiled calls with this signature run eagerly",
                                  None, DiagnosticCode.HIDDEN_TENSORS))
@@ -498,8 +471,8 @@ def _trace(tracer: Tracer, fn, args, kwargs, originals: dict, clone) -> TraceRes
         tracer.eager_only = (f"{inside[0]} is updated in place inside a torch call, and a shape the program checks "
                              "depends on the data: a call where it differs could not rerun eagerly without "
                              "updating it twice, so calls with this signature run eagerly")
-        tracer.notes.append(Note("warning", tracer.eager_only, None, DiagnosticCode.DATA_DEPENDENT))
-    t = Trace(tracer.name, tracer.inputs, tracer.bound_symbols, output, "acquired", signature,
+        tracer.notes.append(Note(Severity.WARNING, tracer.eager_only, None, DiagnosticCode.DATA_DEPENDENT))
+    t = Trace(tracer.name, tracer.inputs, tracer.bound_symbols, output, Stage.ACQUIRED, signature,
               tracer.extra_globals, writeback, frozen=frozenset(tracer.frozen))
     eager_only = tracer.eager_only or (
         "the result holds tensors FusionLens cannot take apart" if hidden else None)
@@ -532,18 +505,27 @@ def _mutations(tracer: Tracer, versions: dict, originals: dict) -> tuple:
             writeback.append((v, final))
             where[v.name] = tracer.updated_at.get(id(t))
         mutated[v.name] = _clone(t.detach())
-        params += [(v, t)] if v.role == "param" else []
+        params += [(v, t)] if v.role is ValueRole.PARAM else []
     if (why := tracer.views.eager_because(originals)) is not None and tracer.eager_only is None:
         tracer.eager_only, at = why
-        tracer.notes.append(Note("warning", tracer.eager_only, at, DiagnosticCode.INPLACE_VIEW))
+        tracer.notes.append(Note(Severity.WARNING, tracer.eager_only, at, DiagnosticCode.INPLACE_VIEW))
     if params and not tracer.views.restore(tracer, [t for _, t in params], originals) and tracer.eager_only is None:
         tracer.eager_only = (f"the call updates the parameter {params[0][0].name} in place: calls with this "
                              "signature run eagerly")
-        tracer.notes.append(Note("warning", tracer.eager_only, None, DiagnosticCode.INPLACE_PARAMETER))
+        tracer.notes.append(Note(Severity.WARNING, tracer.eager_only, None, DiagnosticCode.INPLACE_PARAMETER))
     for v, final in writeback:
-        tracer.notes.append(Note("information", f"{v.name} is updated in place: the compiled program writes "
+        tracer.notes.append(Note(Severity.INFORMATION, f"{v.name} is updated in place: the compiled program writes "
                                  f"{final.name} back into it, as eager does", where[v.name], DiagnosticCode.WRITEBACK))
     return writeback, mutated
+
+
+@contextlib.contextmanager
+def _hooked(tracer: Tracer):
+    """The tracer is the current recorder, and each hook's recording is active."""
+    with recorder_api.active(tracer), contextlib.ExitStack() as stack:
+        for hook in tracer.hooks:
+            stack.enter_context(hook.recording(tracer))
+        yield
 
 
 def _differentiable(t: torch.Tensor) -> bool:
@@ -563,8 +545,8 @@ def _clone(x: torch.Tensor) -> torch.Tensor:
 
 
 def _same_values(a: torch.Tensor, b: torch.Tensor) -> bool:
-    if isinstance(a, FakeTensor) or isinstance(b, FakeTensor):
-        return True  # no values (a dynamic trace, fusionlens/frontend/dynamic.py): version counters tell updates
+    if torch_compat.is_fake(a) or torch_compat.is_fake(b) or a.is_meta or b.is_meta:
+        return True  # no values (a dynamic trace, a plan's meta trace): version counters tell updates
     if a.shape != b.shape or a.dtype != b.dtype or a.layout != b.layout:
         return False
     if a.layout != torch.strided:

@@ -26,6 +26,7 @@ import torch
 from torch.utils import _pytree as pytree
 
 from fusionlens.ir.trace import BoundSymbol, Symbol, SymbolKind, Value
+from fusionlens.ir.vocabulary import ValueRole
 from fusionlens.ops import torch_ops
 from fusionlens.ir.provenance import Provenance
 
@@ -33,8 +34,9 @@ SETITEM = torch_ops.registered("setitem")
 RESHAPE = torch_ops.registered("torch.reshape")
 PERMUTE = torch_ops.registered("torch.permute")
 GETITEM = torch_ops.registered("operator.getitem")
-INDEX_PUT = torch_ops.registered("torch.index_put")
+INDEX_COPY = torch_ops.registered("torch.index_copy")
 ARANGE = torch_ops.registered("torch.arange")
+DIAGONAL_SCATTER = torch_ops.registered("torch.diagonal_scatter")
 
 # how each view op's update goes back into its parent (by the recorded symbol's name)
 _RESHAPES = {"torch.reshape", "torch.Tensor.view_as", "torch.flatten", "torch.unflatten", "torch.squeeze",
@@ -51,8 +53,6 @@ _UNREPLAYABLE = {"torch.as_strided"}  # reads the storage, not the parent's elem
 _METADATA = {"t_", "transpose_", "squeeze_", "unsqueeze_", "swapdims_", "swapaxes_", "as_strided_", "resize_",
              "resize_as_", "set_", "detach_"}
 _NOT_DATA = {"requires_grad_", "retain_grad", "share_memory_", "rename_"}
-_REMADE = "made again from its updated base"
-_WRITTEN = "an in-place update of a view, written back into its base"
 
 
 class _NewValues(torch.autograd.Function):
@@ -84,7 +84,8 @@ class Link:
     source: Value  # the parent's Value `made` read
     generation: int  # the parent's generation the view's current Value was made from
     why: str = ""  # why an update of it cannot be written back (no inverse)
-    # ("box", key) | ("reshape",) | ("permute", dims) | ("expand", key) | ("alias",) | ("index",);
+    # ("box", key) | ("reshape",) | ("permute", dims) | ("expand", key) | ("alias",) | ("diagonal", offset,
+    # dim1, dim2) | ("index",);
     # () where there is none; None until an update asks (most views are never updated)
     _inverse: tuple[Any, ...] | None = None
 
@@ -131,7 +132,7 @@ class Views:
         args, kwargs = pytree.tree_map(swap, (link.made.args, link.made.kwargs))
         outs = [Value(tracer.names.next(), o.shape, o.dtype, o.device) for o in link.made.outputs]
         tracer.bound_symbols.append(BoundSymbol(link.made.sym, args, kwargs, outs, link.made.out_spec,
-                                                link.made.provenance, note=_REMADE))
+                                                link.made.provenance))  # made again from its updated base
         tracer.values[id(t)] = outs[link.index]
         _freeze(tracer, outs[link.index], t)
         link.generation = self.generation.get(id(link.parent), 0)
@@ -162,7 +163,7 @@ class Views:
                 hasattr(torch.Tensor, name) or kwargs.get("inplace") is True):
             _refuse_leaf_copies(tracer, t)
         root = self.root(t)
-        if tracer.known.get(id(root), ("",))[0] == "param" and id(root) not in self.snapshots and \
+        if tracer.known.get(id(root), (None,))[0] is ValueRole.PARAM and id(root) not in self.snapshots and \
                 torch._C._get_dispatch_mode(torch._C._TorchDispatchModeKey.FAKE) is None:
             self.snapshots[id(root)] = root.detach().clone()
 
@@ -211,7 +212,7 @@ class Views:
         first, made, storage = tensors[0], tracer.bound_symbols[-1], None
         outs = [x for x in flat if isinstance(x, torch.Tensor)]
         known = tracer.inputs_by_id.get(id(first))
-        if func in _BY_STRIDES and (known is None or known.role == "input"):  # a parameter's strides stay
+        if func in _BY_STRIDES and (known is None or known.role is ValueRole.INPUT):  # a parameter's strides stay
             self.by_strides.update(id(o) for o in outs)
         for i, o in enumerate(outs):
             if o.layout != torch.strided or any(o is x for x in tensors):
@@ -276,6 +277,8 @@ class Views:
                                                                           where)
         if kind == "permute":
             return _emit(tracer, PERMUTE, (view, link.inverse[1]), p, where)
+        if kind == "diagonal":
+            return _emit(tracer, DIAGONAL_SCATTER, (base, view, *link.inverse[1:]), p, where)
         if kind == "expand":
             return _emit(tracer, GETITEM, (view, link.inverse[1]), p, where)
         if kind == "alias":  # .detach(), .data: the update is not autograd's
@@ -366,8 +369,10 @@ def _freeze(tracer, v: Value, t: torch.Tensor) -> None:
 
 def _emit(tracer, sym: Symbol, args: tuple[Any, ...], like: torch.Tensor, where, kwargs: dict[str, Any] | None = None,
           shape: tuple[int, ...] | None = None, dtype: torch.dtype | None = None) -> Value:
+    """Record a write-back op at the update's line, with no note: each decomposes into what fusion
+    takes (a scatter prim, a view), where a note would list it as a fallback and end a region."""
     out = Value(tracer.names.next(), like.shape if shape is None else shape, dtype or like.dtype, like.device)
-    tracer.bound_symbols.append(BoundSymbol(sym, args, kwargs or {}, [out], None, where, note=_WRITTEN))
+    tracer.bound_symbols.append(BoundSymbol(sym, args, kwargs or {}, [out], None, where))
     _freeze(tracer, out, like)
     return out
 
@@ -409,6 +414,8 @@ def _inverse(made: BoundSymbol, index: int, parent: torch.Tensor, view: torch.Te
         return ("alias",)
     if name in _PERMUTES:
         return ("permute", _inverse_permutation(made, parent))
+    if name in ("torch.diagonal", "torch.linalg.diagonal"):
+        return _diagonal(made)
     if name in _EXPANDS:
         if view.numel() == parent.numel():
             return ("reshape",)
@@ -431,6 +438,12 @@ def _inverse(made: BoundSymbol, index: int, parent: torch.Tensor, view: torch.Te
     return ("index",) if made.sym.kind != SymbolKind.OPAQUE else ()
 
 
+def _diagonal(made: BoundSymbol) -> tuple[Any, ...]:
+    """("diagonal", offset, dim1, dim2) of a diagonal view, from its recorded arguments."""
+    a = dict(zip(("input", "offset", "dim1", "dim2"), made.args)) | dict(made.kwargs)
+    return ("diagonal", a.get("offset", 0), a.get("dim1", 0), a.get("dim2", 1))
+
+
 def _inverse_permutation(made: BoundSymbol, parent: torch.Tensor) -> tuple[int, ...]:
     """The dims that undo a permuting op: it is run on a meta tensor of distinct strides."""
     nd = parent.ndim
@@ -447,8 +460,9 @@ def _inverse_permutation(made: BoundSymbol, parent: torch.Tensor) -> tuple[int, 
 
 
 def _scatter_by_index(tracer, link: Link, base: Value, view: Value, where) -> Value:
-    """Any other view op (diagonal, unfold, hsplit, ...): it is replayed on the parent's flat
-    element numbers, and the view's new elements are put at the numbers it holds."""
+    """Any other view op (unfold, hsplit, ...): it is replayed on the parent's flat element
+    numbers, and the view's new elements are put at the numbers it holds (an index_copy: one
+    scatter prim, which the fusion executors take)."""
     p, made = link.parent, link.made
     n, device = p.numel(), p.device
     flat_numbers = _emit(tracer, ARANGE, (n,), p, where, {"dtype": torch.int64, "device": device}, (n,), torch.int64)
@@ -456,10 +470,10 @@ def _scatter_by_index(tracer, link: Link, base: Value, view: Value, where) -> Va
     swap = lambda x: numbers if isinstance(x, Value) and x.name == link.source.name else x  # noqa: E731
     args, kwargs = pytree.tree_map(swap, (made.args, made.kwargs))
     outs = [Value(tracer.names.next(), o.shape, torch.int64, o.device) for o in made.outputs]
-    tracer.bound_symbols.append(BoundSymbol(made.sym, args, kwargs, outs, made.out_spec, where, note=_WRITTEN))
+    tracer.bound_symbols.append(BoundSymbol(made.sym, args, kwargs, outs, made.out_spec, where))
     m = view.numel()
     at = _emit(tracer, RESHAPE, (outs[link.index], (m,)), p, where, shape=(m,), dtype=torch.int64)
     flat = _emit(tracer, RESHAPE, (base, (n,)), p, where, shape=(n,))
     values = _emit(tracer, RESHAPE, (view, (m,)), p, where, shape=(m,))
-    put = _emit(tracer, INDEX_PUT, (flat, (at,), values), p, where, shape=(n,))
+    put = _emit(tracer, INDEX_COPY, (flat, 0, at, values), p, where, shape=(n,))
     return _emit(tracer, RESHAPE, (put, tuple(p.shape)), p, where)

@@ -5,5 +5,8 @@
 symbolic), `program_calls` (what a printed program calls), `interpret` (the op-by-op
 interpreter every executor is compared with).
 
-Invariant: the IR knows no op, no stage and no executor; it imports only `fusionlens.report`.
+`vocabulary` (a trace's Stage, a value's ValueRole: enums the compiler compares).
+
+Invariant: the IR knows no op and no executor and runs no stage; of ours it imports only
+`fusionlens.report.discovery` (which frames are model code), never the report's types.
 """

@@ -23,7 +23,6 @@ import traceback
 from dataclasses import dataclass, field
 
 from fusionlens.report.discovery import CodeRoots, is_model_code
-from fusionlens.report.schema import Frame
 
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # fusionlens/
 # FusionLens's own folders: the package, its former name (the `compiler` alias) and the server
@@ -57,6 +56,9 @@ def is_user_file(filename: str) -> bool:
 # The user's own call of what is traced, when FusionLens's caller is not the user
 # (compile_target runs an example's returned callable: its call site is the example's line).
 _CALL_SITE: contextvars.ContextVar = contextvars.ContextVar("fusionlens_call_site", default=None)
+# The path of the nn.Module whose forward is running ("h.0.attn"), set by the frontend's module
+# hooks (fusionlens/frontend/modules.py) while it traces; every op captured then carries it.
+MODULE: contextvars.ContextVar[str] = contextvars.ContextVar("fusionlens_module", default="")
 
 
 @contextlib.contextmanager
@@ -92,6 +94,15 @@ def user_location(exc: BaseException, fallback_file: str | None = None) -> tuple
 
 
 @dataclass(frozen=True)
+class Frame:
+    """One model-code frame of an op's call stack (fusionlens/driver/wire.py makes the report's)."""
+
+    file: str
+    line: int
+    function: str
+
+
+@dataclass(frozen=True)
 class Provenance:
     file: str
     line: int
@@ -99,6 +110,7 @@ class Provenance:
     col: int
     end_col: int
     stack: tuple[Frame, ...] = field(default=())  # user frames, innermost first
+    module: str = ""  # the nn.Module whose forward made it, as named in the model ("h.0.attn"; "" the outermost)
 
     def source(self) -> str:
         return linecache.getline(self.file, self.line).strip()
@@ -129,14 +141,13 @@ def _whole_line(frame: Frame) -> Provenance:
     return Provenance(frame.file, frame.line, frame.line, start, max(len(text.rstrip()), start + 1), (frame,))
 
 
-_positions_cache: dict = {}
-
-
-def _positions(code):
-    found = _positions_cache.get(code)
-    if found is None:
-        found = _positions_cache[code] = list(code.co_positions())
-    return found
+# Bounded: it keeps each code object it saw alive, and a long-lived process (the language
+# server's worker, a notebook) traces code objects without end; 4096 is far more functions than
+# one trace runs through (a transformers model's forward reaches a few hundred).
+@functools.lru_cache(maxsize=4096)
+def _positions(code) -> tuple:
+    """A code object's instruction positions (line, end line, column, end column), each."""
+    return tuple(code.co_positions())
 
 
 @functools.lru_cache(maxsize=1 << 16)
@@ -164,8 +175,10 @@ def capture(start_frame=None, stop=None, call: Provenance | None = None):
     if call is not None and call.stack[0] not in stack:
         stack.append(call.stack[0])
     if first is None:
-        return dataclasses.replace(call, stack=tuple(stack)) if call is not None else None
-    return _at(first, tuple(stack))
+        return dataclasses.replace(call, stack=tuple(stack), module=MODULE.get()) if call is not None else None
+    found = _at(first, tuple(stack))
+    module = MODULE.get()
+    return dataclasses.replace(found, module=module) if module else found
 
 
 def _at(frame, stack: tuple) -> Provenance:

@@ -28,15 +28,18 @@ def hint(x):
 
 
 def dim_text(d) -> int | str:
-    """A dim as a report holds it: an int, or a symbol's expression (`s0`, `3*s0`)."""
-    return d if type(d) is int else str(d.node.expr)
+    """A dim as a report holds it: an int, or a symbol's expression (`s0`, `3*s0`); a symbol a
+    later guard made a constant (`s0 == 2`) as that int, as a Value made after the guard has it."""
+    if type(d) is int:
+        return d
+    return int(d.node.expr) if d.node.expr.is_number else str(d.node.expr)
 
 
 def known_equal(x, y) -> bool:
     """`x == y` for sizes that may be symbols: True only where provably so, with no guard."""
     if type(x) is int and type(y) is int:
         return x == y
-    from torch.fx.experimental.symbolic_shapes import statically_known_true
+    from fusionlens.ir.torch_compat import statically_known_true
     return statically_known_true(x == y)
 
 

@@ -16,16 +16,43 @@ import functools
 
 import sympy
 import torch
-from torch._subclasses.fake_tensor import FakeTensorMode
-from torch.fx.experimental.symbolic_shapes import ShapeEnv
 from torch.utils._sympy.printers import PythonPrinter
 
-from fusionlens.ir import sizes
+from fusionlens.ir import provenance, sizes
+from fusionlens.ir.torch_compat import FakeTensorMode, ShapeEnv
+from fusionlens.ir import trace as _trace
+
+
+class _Located(list):
+    """The ShapeEnv's guards, each with the user line that made it (`where[i]` for guard i):
+    the op a decomposition was decomposing, else the first user frame on the stack."""
+
+    def __init__(self, items=()):
+        super().__init__(items)
+        self.where: list[provenance.Provenance | None] = [None] * len(self)
+
+    def append(self, guard) -> None:
+        super().append(guard)
+        ctx = _trace._current()
+        self.where.append(ctx.provenance if ctx is not None and ctx.provenance is not None else provenance.capture())
 
 
 class SymbolEnv(ShapeEnv):
     """A ShapeEnv naming its symbols s0, s1, ... in the order they are made (torch's own
-    names hash the source, s49 for the first): the names users read in signatures."""
+    names hash the source, s49 for the first): the names users read in signatures. Each
+    guard keeps the user line that made it (`where`), for the diagnostic of a recompile."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.guards = _Located(self.guards)
+
+    def where(self, guard) -> provenance.Provenance | None:
+        """The user line where `guard` (one of `guards`) was made."""
+        located = self.guards
+        for i, g in enumerate(located):
+            if g is guard:
+                return located.where[i] if isinstance(located, _Located) else None
+        return None
 
     def _generate_unique_id(self, source_name: str) -> int:
         n = len(self.unique_ids)
@@ -46,7 +73,11 @@ def env_of(shape) -> SymbolEnv:
 
 
 def empty(shape, dtype: torch.dtype) -> torch.Tensor:
-    """A fake tensor standing in for a Value of a symbolic shape (a meta tensor cannot have one)."""
+    """A fake tensor standing in for a Value of a symbolic shape (a meta tensor cannot have one);
+    a meta tensor where a later guard made every symbol of the shape a constant (a split's
+    count of pieces specialises its size)."""
+    if not is_symbolic(shape):
+        return torch.empty(hint(shape), dtype=dtype, device="meta")
     with env_of(shape).fake:
         return torch.empty(shape, dtype=dtype, device="meta")
 

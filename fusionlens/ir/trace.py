@@ -9,6 +9,7 @@ printed at the torch level with its prims nested beneath. The printer emits runn
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import enum
 import functools
 import inspect
@@ -23,6 +24,7 @@ from torch.utils import _pytree as pytree
 
 from fusionlens.ir.provenance import Provenance
 from fusionlens.ir.sizes import SIZES, as_dim, symbol_bindings
+from fusionlens.ir.vocabulary import Stage, ValueRole
 
 DTYPE_SHORT = {
     torch.float64: "f64", torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16",
@@ -40,12 +42,13 @@ class Value:
 
     __slots__ = ("name", "shape", "dtype", "device", "role")
 
-    def __init__(self, name: str, shape, dtype: torch.dtype, device: torch.device, role: str = ""):
+    def __init__(self, name: str, shape, dtype: torch.dtype, device: torch.device,
+                 role: ValueRole = ValueRole.COMPUTED):
         self.name = name
         self.shape = tuple(as_dim(s) for s in shape)
         self.dtype = dtype
         self.device = torch.device(device)
-        self.role = role  # "input", "param", "buffer", "const" for trace inputs; "" otherwise
+        self.role = role if type(role) is ValueRole else ValueRole(role)  # a misspelt role raises
 
     @property
     def ndim(self) -> int:
@@ -125,6 +128,7 @@ class OpTag(enum.StrEnum):
     # the prims': one shape in and out, reduced dims dropped, views, from nothing, indexing, cat
     ELEMENTWISE, REDUCTION, SHAPE = "elementwise", "reduction", "shape"
     FACTORY, GATHER, CAT = "factory", "gather", "cat"
+    SCATTER = "scatter"  # a window of its first operand replaced: fusion ends a region at its result
     LIBRARY_CALL = "library"  # runs whole (no decomposition, or one only fusion uses)
     RANDOM = "random"  # draws random numbers: its values differ from eager's run to run
     NON_DIFFERENTIABLE = "nondifferentiable"  # no gradient flows through it
@@ -209,7 +213,7 @@ class Trace:
     inputs: list[Value]  # in call order
     bound_symbols: list[BoundSymbol]
     output: Any  # pytree of Values (and constants)
-    stage: str = "acquired"
+    stage: Stage = Stage.ACQUIRED
     signature: list[str] = field(default_factory=list)  # human-readable specialisation assumptions
     extra_globals: dict[str, Any] = field(default_factory=dict)  # name -> object the program refers to
     # (input Value, Value) for each input the call updates in place: the program copies the
@@ -226,7 +230,10 @@ class Trace:
     # to each, and frees it after its last use)
     packed: int | None = None
 
-    def with_(self, stage: str, bound_symbols: list, output=None, rename: dict | None = None) -> Trace:
+    def __post_init__(self):
+        self.stage = Stage(self.stage)  # a misspelt stage raises here
+
+    def with_(self, stage: Stage, bound_symbols: list, output=None, rename: dict | None = None) -> Trace:
         """A trace of the same program with other ops; `rename` (name -> Value) renames what
         it returns and writes back (an op replaced by an earlier one's result)."""
         output = self.output if output is None else output
@@ -329,20 +336,20 @@ class NameGen:
                 return name
 
 
-_stack: list = []
-
-
-def _current() -> TraceContext | None:
-    return _stack[-1] if _stack else None
+# The context symbols record into while a trace is made (None: they run on real tensors). A
+# ContextVar, not a module global: two threads (or tasks) tracing at once each see their own.
+_CURRENT: contextvars.ContextVar[TraceContext | None] = contextvars.ContextVar("fusionlens_trace_context",
+                                                                               default=None)
+_current = _CURRENT.get
 
 
 @contextlib.contextmanager
 def _use(ctx: TraceContext):
-    _stack.append(ctx)
+    token = _CURRENT.set(ctx)
     try:
         yield ctx
     finally:
-        _stack.pop()
+        _CURRENT.reset(token)
 
 
 tracing = _use
@@ -465,11 +472,14 @@ def format_arg(x) -> str:
         return "..."
     if isinstance(x, torch.memory_format):
         return str(x)
-    named = _NAMED.get(id(x)) if _NAMED else None
+    named = (_NAMED.get() or {}).get(id(x))
     return named if named is not None else repr(x)
 
 
-_NAMED: dict = {}  # id(object) -> the program global naming it, while a program is printed
+# id(object) -> the program global naming it, while a program is printed: a ContextVar, so a
+# printer in another thread never names an object by this program's globals
+_NAMED: contextvars.ContextVar[dict[int, str] | None] = contextvars.ContextVar("fusionlens_printed_globals",
+                                                                              default=None)
 
 
 def format_call(bsym: BoundSymbol) -> str:
@@ -495,12 +505,11 @@ class TracePrinter:
         self.last_loc: tuple[str, int] | None = None  # the last source comment's (file, line)
 
     def source(self) -> str:
-        global _NAMED
-        previous, _NAMED = _NAMED, {id(obj): name for name, obj in self.trace.extra_globals.items()}
+        token = _NAMED.set({id(obj): name for name, obj in self.trace.extra_globals.items()})
         try:
             return self._source()
         finally:
-            _NAMED = previous
+            _NAMED.reset(token)
 
     def _source(self) -> str:
         t = self.trace
@@ -522,12 +531,13 @@ class TracePrinter:
             names[:t.packed] = [packed]
         out.append(f"def {t.name}({', '.join(names)}):")
         for v in t.inputs:
-            out.append(f"  # {v.name}: {v.type_str()}" + (f"  ({v.role})" if v.role and v.role != "input" else ""))
+            shown = v.role not in (ValueRole.COMPUTED, ValueRole.INPUT)
+            out.append(f"  # {v.name}: {v.type_str()}" + (f"  ({v.role})" if shown else ""))
         if t.packed:
             out.append(f"  {', '.join(v.name for v in t.inputs[:t.packed])}, = {packed}")
             out.append(f"  {packed}.clear()  # the caller's list: each tensor lives to its last use here")
         out.extend(f"  {line}" for line in symbol_bindings(t.inputs, t.bound_symbols, SIZES in t.extra_globals))
-        frees = self.frees() if t.stage == "execution" else {}
+        frees = self.frees() if t.stage is Stage.EXECUTION else {}
         for i, bsym in enumerate(t.bound_symbols):
             if i in t.ranges:
                 self.last_loc = None  # the source comment goes inside the block, with its op

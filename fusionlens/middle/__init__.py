@@ -1,8 +1,9 @@
 """Trace -> trace stages between the frontend and code generation.
 
-`passes` (decomposition, DCE, CSE), `autograd` (the joint trace and its split), `cost` (a
-region's bytes and FLOPs), `contract` (what fusion hands an executor), `fusion` (the
-partitioner), `verify` (the checks between stages).
+`programs` (ProgramKind and each kind's stages), `passes` (decomposition, DCE, CSE),
+`autograd` (the joint trace and its split), `cost` (a region's bytes and FLOPs), `contract`
+(what fusion hands an executor), `fusion` (the partitioner), `verify` (the checks between
+stages).
 
 Invariant: every stage here is a function of traces; none runs the program.
 """

@@ -17,14 +17,20 @@ A FusionGroup is what a fusion executor (triton, nvfuser) turns into code. Its c
   whose middle values have neither shape (`[4,8,8] -> [1,4,8,8] -> [2,4,8,8]`: the executors
   compose such a chain into one index map, and nothing reads its middle as data); they may
   have any strides.
+- a scatter prim (tag "scatter": `strided_scatter`, `scatter`; a view update's write-back)
+  iterates over its window: its src (and index) have shape `domain`, its base is an input of
+  the group (any shape), its result has the base's shape and is an output that no op of the
+  group reads; a group with a scatter has no reduction. Executors write the result as a new
+  tensor: the base copied, the window stored into it (Triton: a store at the window's
+  addresses; nvFuser: `fd.ops.scatter`).
 - `outputs` are the values used outside the group, in a fixed order; the generated
   callable takes `inputs` (tensors, in order) and returns a tuple of `outputs`, freshly
   allocated and contiguous.
 
 An executor raises `Decline` for a group it refuses (its prims then run through torch), and
 writes the code of a group for given input `Layout`s (fusionlens/executors/base.py).
-`BoundaryCode` is the kind of a region's end, typed: `boundary` makes the report's Boundary
-of one.
+`BoundaryCode` is the kind of a region's end, typed: `boundary` makes a `Boundary` of one (the
+compiler's own frozen type; fusionlens/driver/wire.py turns it into the report's).
 """
 
 from __future__ import annotations
@@ -35,7 +41,6 @@ from dataclasses import dataclass, field
 import torch
 
 from fusionlens.ir.trace import BoundSymbol, Provenance, Value, contiguous_strides, distinct_lines
-from fusionlens.report.schema import Boundary
 
 
 @dataclass
@@ -131,6 +136,19 @@ _REASONS = {
 }
 
 
+@dataclass(frozen=True)
+class Boundary:
+    """Why a region ends where it does: its kind, the detail in words, the op that ends it."""
+
+    code: BoundaryCode
+    detail: str
+    where: Provenance | None = None
+
+    @property
+    def reason(self) -> str:
+        return self.code.reason
+
+
 def boundary(code: BoundaryCode, detail: str, where: Provenance | None = None) -> Boundary:
-    """The report's Boundary of this kind, at the user line of `where` (the op that ends it)."""
-    return Boundary(code.reason, detail, where.file if where else None, where.line if where else None, code=code)
+    """A Boundary of this kind, at the user line of `where` (the op that ends it)."""
+    return Boundary(code, detail, where)

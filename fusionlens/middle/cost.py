@@ -2,14 +2,16 @@
 
 bytes: every input read once and every output written once (numel x itemsize), the least
 traffic any kernel for it has; a region of views only (reshape, transpose, split: shape
-prims) moves nothing. flops: per prim, per element of its output (elementwise, weighted for
-transcendental functions) or of its input (reductions); a library call by the formula its
+prims) moves nothing. A scatter's region (a view update's write-back) writes a new base, its
+base read and its result written whole, as the executors run it (a copy, then the window).
+flops: per prim, per element of its output (elementwise, weighted for transcendental functions) or of its input (reductions); a library call by the formula its
 symbol was registered with (ops/torch_ops/flops.py: matmul 2MNK, convolution, attention).
 math: which peak bounds the FLOPs, from the dtype and the call's MATMUL / CONVOLUTION tag.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 
 import torch
 
@@ -17,7 +19,6 @@ from fusionlens.middle import passes
 from fusionlens.ir.trace import OpTag, Symbol, SymbolKind, Value
 from fusionlens.ir.sizes import hint
 from fusionlens.ops import prims as P
-from fusionlens.report.schema import Cost
 
 # FLOPs per element of elementwise prims that are not one arithmetic op: about the FP32
 # instructions a GPU's math library spends on them (exp = ex2 of a product, erf a polynomial).
@@ -28,6 +29,15 @@ TRANSCENDENTAL: dict[Symbol, int] = {
 FREE = {P.convert_element_type, P.bitwise_not, P.bitwise_and, P.bitwise_or, P.bitwise_xor, P.logical_not}
 REDUCTION: dict[Symbol, int] = {P.var_mean: 4}  # per input element: sum for the mean, subtract, square, sum; others 1
 _TENSOR_CORES = {OpTag.MATMUL, OpTag.CONVOLUTION}
+
+
+@dataclass(frozen=True)
+class Cost:
+    """The least a region must do; fusionlens/driver/wire.py makes the report's Cost of it."""
+
+    bytes: int  # every input read once and every output written once
+    flops: int  # counted per prim; library calls by their own formulas
+    math: str = "fp32"  # which peak bounds its FLOPs: a fusionlens.report.roofline math ("fp32", "tf32", "bf16")
 
 
 def region_cost(bsyms, inputs, outputs) -> Cost:

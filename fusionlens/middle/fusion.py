@@ -16,10 +16,10 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from fusionlens.middle import passes
-from fusionlens.middle.contract import BoundaryCode, Decline, FusionGroup, boundary, source_comments
-from fusionlens.ir.trace import BoundSymbol, NameGen, OpTag, Trace, Value, external_inputs
+from fusionlens.middle.contract import Boundary, BoundaryCode, Decline, FusionGroup, boundary, source_comments
+from fusionlens.ir.trace import BoundSymbol, NameGen, OpTag, SymbolKind, Trace, Value, external_inputs
+from fusionlens.ir.vocabulary import Stage
 from fusionlens.ops import prims as P
-from fusionlens.report.schema import Boundary
 
 __all__ = ["Cluster", "Decline", "FusionGroup", "clusters", "partition", "prepare", "sink_broadcasts",
            "source_comments", "unfused"]  # Decline, FusionGroup, source_comments: from fusionlens.middle.contract
@@ -27,7 +27,13 @@ __all__ = ["Cluster", "Decline", "FusionGroup", "clusters", "partition", "prepar
 
 # --- the partitioner ----------------------------------------------------------------------
 
-_FUSIBLE_TAGS = {P.ELEMENTWISE, P.REDUCTION}
+_FUSIBLE_TAGS = {P.ELEMENTWISE, P.REDUCTION, OpTag.SCATTER}
+
+
+def _is_scatter(b) -> bool:
+    """A view update's write-back (strided_scatter, scatter): it iterates over its src (the window),
+    reads its base whole and makes the base's shape, which nothing else in its region reads."""
+    return OpTag.SCATTER in b.sym.tags
 
 
 def _is_broadcast(b) -> bool:
@@ -36,7 +42,7 @@ def _is_broadcast(b) -> bool:
 
 def _claims(b, fusers) -> tuple:
     """(executor that takes this op, or None; why none does)."""
-    if b.sym.kind != "prim" or not (b.sym.tags & _FUSIBLE_TAGS or _is_broadcast(b)):
+    if b.sym.kind is not SymbolKind.PRIM or not (b.sym.tags & _FUSIBLE_TAGS or _is_broadcast(b)):
         return None, ""
     reasons = []
     for ex in fusers:
@@ -54,13 +60,13 @@ def _blocking_reason(b: BoundSymbol, why_not: str) -> Boundary:
         return boundary(BoundaryCode.COLLECTIVE, f"{name} communicates with the other ranks", where)
     if b.note:
         return boundary(BoundaryCode.UNSUPPORTED_OP, b.note, where)
-    if b.sym.kind == "opaque":
+    if b.sym.kind is SymbolKind.OPAQUE:
         return boundary(BoundaryCode.UNSUPPORTED_OP, f"{name} has no FusionLens symbol", where)
-    if b.sym.kind == "torch" and b.subsymbols and all(
+    if b.sym.kind is SymbolKind.TORCH and b.subsymbols and all(
             leaf.sym.tags & {P.SHAPE, P.CAT} for leaf in passes.flatten([b])):
         return boundary(BoundaryCode.VIEW_OR_LAYOUT, f"{name} changes the layout; torch runs it (a view where it can)",
                         where)
-    if b.sym.kind == "torch":
+    if b.sym.kind is SymbolKind.TORCH:
         return boundary(BoundaryCode.LIBRARY_CALL, f"{name} runs as a library call", where)
     if b.sym.tags & {P.SHAPE, P.CAT}:
         return boundary(BoundaryCode.VIEW_OR_LAYOUT, f"{name} of an intermediate value is not fused", where)
@@ -83,6 +89,7 @@ class Cluster:
         self.gid, self.ex, self.domain, self.rdims = gid, ex, domain, rdims
         self.ops: list[BoundSymbol] = []
         self.produced: set[str] = set()
+        self.scattered: set[str] = set()  # outputs of its scatters: the region's results only
         self.boundary: Boundary | None = None
 
     def space(self, shape) -> str | None:
@@ -98,6 +105,12 @@ class Cluster:
 
     def refuse(self, b: BoundSymbol) -> Refusal | None:
         """None if op `b` fits this group's iteration space; else why it does not."""
+        if any(v.name in self.scattered for v in b.inputs()):
+            return Refusal(BoundaryCode.OUTPUT_NEEDED, "it reads a base a scatter of the region writes")
+        if _is_scatter(b):
+            return self._refuse_scatter(b)
+        if b.sym.tags & {P.REDUCTION} and self.scattered:
+            return Refusal(BoundaryCode.REDUCTION_AXIS, "a reduction in a region that scatters")
         if b.sym.tags & {P.REDUCTION}:
             x = b.args[0]
             dims = tuple(b.args[1]) if b.sym is not P.argmax else None
@@ -117,6 +130,17 @@ class Cluster:
                 return Refusal(BoundaryCode.SHAPE_REFUSED, "iteration shape differs")
         return None
 
+    def _refuse_scatter(self, b: BoundSymbol) -> Refusal | None:
+        base, window = b.args[0], [v for v in b.inputs() if v is not b.args[0]]
+        if self.rdims:
+            return Refusal(BoundaryCode.REDUCTION_AXIS, "a scatter in a region that reduces")
+        if base.name in self.produced:
+            return Refusal(BoundaryCode.SHAPE_REFUSED, "it scatters into a value the region computes")
+        if any(tuple(v.shape) != self.domain for v in window):
+            return Refusal(BoundaryCode.SHAPE_REFUSED,
+                           f"its window {list(window[0].shape)} differs from the region's {list(self.domain)}")
+        return None
+
     def has_work(self) -> bool:
         """False for a cluster of broadcasts only: index arithmetic, not a kernel."""
         return any(b.sym.tags & _FUSIBLE_TAGS for b in self.ops)
@@ -126,11 +150,15 @@ class Cluster:
             self.rdims = tuple(sorted(b.args[1]))
         self.ops.append(b)
         self.produced.update(o.name for o in b.outputs)
+        if _is_scatter(b):
+            self.scattered.update(o.name for o in b.outputs)
 
 
 def _new_group_for(gid: int, ex, b: BoundSymbol) -> Cluster:
     if b.sym.tags & {P.REDUCTION} and b.sym is not P.argmax:
         return Cluster(gid, ex, tuple(b.args[0].shape), None)
+    if _is_scatter(b):  # over its window
+        return Cluster(gid, ex, tuple(b.args[2 if b.sym is P.scatter else 1].shape), None)
     return Cluster(gid, ex, tuple(b.outputs[0].shape), None)
 
 
@@ -187,6 +215,7 @@ class _Partitioner:
         # backward puts every layer's recomputed attention probabilities in one)
         into.ops.extend(other.ops)
         into.produced |= other.produced
+        into.scattered |= other.scattered
         into.rdims = into.rdims or other.rdims
         self.deps_of[id(into)] |= self.deps_of[id(other)]
         self.producer.update(dict.fromkeys(other.produced, into))
@@ -339,12 +368,12 @@ def prepare(optimised: Trace, fusers: list) -> Trace:
     others whole), clean up again (CSE, DCE) and sink broadcasts into their consumers. With
     no fusion executor the trace is unchanged."""
     if not fusers:
-        return optimised.with_("fusion", list(optimised.bound_symbols))
+        return optimised.with_(Stage.FUSION, list(optimised.bound_symbols))
     leaves: list[BoundSymbol] = []
     for b in optimised.bound_symbols:
         leaves.extend(passes.flatten([b]) if b.subsymbols and _fuses_anything(b, fusers) else [b])
-    flat = passes.dce(passes.cse(optimised.with_("fusion", leaves)))
-    return flat.with_("fusion", sink_broadcasts(flat, fusers))
+    flat = passes.dce(passes.cse(optimised.with_(Stage.FUSION, leaves)))
+    return flat.with_(Stage.FUSION, sink_broadcasts(flat, fusers))
 
 
 def sink_broadcasts(trace: Trace, fusers) -> list:
@@ -415,5 +444,5 @@ def clusters(flat: Trace, fusers: list) -> tuple[list[Node], Callable[[Cluster, 
 def unfused(b: BoundSymbol, fusers: list) -> tuple[Boundary | None, str]:
     """(Boundary or None, why no fusion executor took op `b`) for an op left to torch."""
     why = _claims(b, fusers)[1]
-    needs_boundary = b.sym.kind != "prim" or b.note or why or b.sym.tags & {P.SHAPE, P.CAT}
+    needs_boundary = b.sym.kind is not SymbolKind.PRIM or b.note or why or b.sym.tags & {P.SHAPE, P.CAT}
     return (_blocking_reason(b, why) if needs_boundary else None), why

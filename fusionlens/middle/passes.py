@@ -9,6 +9,7 @@ from torch.utils import _pytree as pytree
 from fusionlens.ir.trace import BoundSymbol, NameGen, OpTag, SymbolKind, Trace, TraceContext, Value, format_arg, tracing
 from fusionlens.ops.torch_ops import NoDecomposition
 from fusionlens.ir.sizes import same_shape
+from fusionlens.ir.vocabulary import Stage
 
 
 def max_index(trace: Trace) -> int:
@@ -91,7 +92,7 @@ def decompose(trace: Trace) -> Trace:
         mapping = {n.name: o for n, o in zip(flat, b.outputs)}
         out.append(BoundSymbol(b.sym, b.args, b.kwargs, b.outputs, b.out_spec, b.provenance,
                                [s.replace(mapping) for s in ctx.bound_symbols], b.note))
-    return trace.with_("decomposed", out, rename=alias)
+    return trace.with_(Stage.DECOMPOSED, out, rename=alias)
 
 
 def _expose(exposed: set[str], done: list[BoundSymbol]) -> None:
@@ -163,5 +164,5 @@ def cse(trace: Trace) -> Trace:
 
 def optimise(trace: Trace) -> Trace:
     t = dce(cse(trace))
-    t.stage = "optimised"
+    t.stage = Stage.OPTIMISED
     return t

@@ -14,6 +14,8 @@ The rules:
 - SSA: every name is defined once (no output shadows an input, a decomposition's
   intermediates are fresh names);
 - results: what the trace returns and writes back is defined; write-backs go into inputs;
+- asynchronous work (ir.pending: a collective issued ahead): what an issue makes is pending
+  until exactly one wait takes it; no other op reads it, and nothing returns it;
 - the stage's vocabulary: no region call before lowering; the fusion stage holds prims and
   the ops it leaves whole (none of them holding a prim a fusion executor would fuse); the
   execution stage holds region calls and ops the torch executor runs, each named so the
@@ -32,7 +34,8 @@ from fusionlens.middle.contract import FusionGroup
 from fusionlens.ir.trace import PROFILE_RANGE, BoundSymbol, OpTag, SymbolKind, Trace, Value, format_call, values_in
 from fusionlens.ops import prims as P
 from fusionlens.ir.provenance import Provenance
-from fusionlens.report.schema import ALL_STAGES
+from fusionlens.ir.pending import Phase, phase_of
+from fusionlens.ir.vocabulary import Stage
 from fusionlens.ir.sizes import dim_text
 
 
@@ -69,17 +72,19 @@ class VerifyError(Exception):
         return self._text()
 
 
-def verify(trace: Trace, stage: str, fusers: Sequence[Fuser] | None = None) -> None:
+def verify(trace: Trace, stage: Stage | str, fusers: Sequence[Fuser] | None = None) -> None:
     """Raise VerifyError where `trace`, made by `stage`, breaks an invariant. `fusers`: the
     fusion executors the fusion stage was prepared for (then no op it left whole may hold a
     prim one of them fuses); None skips that check."""
-    if stage not in ALL_STAGES:
-        raise ValueError(f"unknown stage {stage!r}; stages: {', '.join(ALL_STAGES)}")
-    if trace.stage != stage:
-        raise VerifyError(stage, f"the trace {trace.name} says it is at stage {trace.stage!r}")
+    if stage not in Stage.__members__.values():
+        raise ValueError(f"unknown stage {stage!r}; stages: {', '.join(Stage)}")
+    stage = Stage(stage)
+    if trace.stage is not stage:
+        raise VerifyError(stage, f"the trace {trace.name} says it is at stage '{trace.stage}'")
     check_names_unique(trace, stage)  # first: a name defined twice misleads every later rule
     check_defined_before_use(trace, stage)
     check_results_defined(trace, stage)
+    check_pending_waited(trace, stage)
     check_stage_ops(trace, stage, fusers)
 
 
@@ -239,6 +244,45 @@ def check_results_defined(trace: Trace, stage: str) -> None:
                                      f"{len(trace.bound_symbols)} ops")
 
 
+# --- asynchronous work: issued, waited for once, before its first use ---------------------
+
+def check_pending_waited(trace: Trace, stage: Stage | str) -> None:
+    """What an issue (ir.pending: a collective issued ahead) makes is pending: exactly one wait
+    takes it (its first argument), and no other op reads it, before or after; a wait takes a
+    pending value. The execution stage holds region calls, not these ops: it is not checked."""
+    if stage == Stage.EXECUTION:
+        return
+    pending: dict[str, BoundSymbol] = {}  # pending value -> the op that issued it
+    waited: dict[str, BoundSymbol] = {}  # once pending -> the wait that took it
+    for b in trace.bound_symbols:
+        phase = phase_of(b.sym)
+        taken = b.args[0] if phase is Phase.WAIT and b.args and isinstance(b.args[0], Value) else None
+        if phase is Phase.WAIT and taken is None:
+            raise VerifyError(stage, f"{b.sym.name} waits for no value", b)
+        for v in _reads(b):
+            if v is taken or (taken is not None and v.name == taken.name):
+                continue
+            if v.name in pending or v.name in waited:
+                issuer = (pending.get(v.name) or waited[v.name]).sym.name
+                raise VerifyError(stage, f"{v.name} is pending (issued by {issuer}): only its wait may read it, "
+                                         "the others read the wait's result", b)
+        if taken is not None:
+            if taken.name in waited:
+                raise VerifyError(stage, f"{taken.name} is waited for twice (first by "
+                                         f"{waited[taken.name].sym.name})", b)
+            if taken.name not in pending:
+                raise VerifyError(stage, f"{b.sym.name} waits for {taken.name}, which no issue made pending", b)
+            waited[taken.name] = pending.pop(taken.name)
+        if phase is Phase.ISSUE and b.outputs:
+            pending[b.outputs[0].name] = b
+    for name, issue in pending.items():
+        raise VerifyError(stage, f"{name}, issued by {issue.sym.name}, is never waited for", issue)
+    returned = {v.name for v in values_in(trace.output)} & waited.keys()
+    if returned:
+        raise VerifyError(stage, f"{trace.name} returns the pending {', '.join(sorted(returned))}, not its wait's "
+                                 "result")
+
+
 # --- the stage's vocabulary ---------------------------------------------------------------
 
 _PROGRAM_NAMES = frozenset({"torch", "operator", "math", "prims"})  # ir.program_globals and the printed imports
@@ -246,13 +290,13 @@ _PROGRAM_NAMES = frozenset({"torch", "operator", "math", "prims"})  # ir.program
 
 def check_stage_ops(trace: Trace, stage: str, fusers: Sequence[Fuser] | None = None) -> None:
     """The ops a stage may hold (see the module docstring)."""
-    if stage == "execution":
+    if stage is Stage.EXECUTION:
         _check_execution_ops(trace, stage)
         return
     for b in trace.bound_symbols:
         if b.sym.kind is SymbolKind.REGION:
             raise VerifyError(stage, "a region call before lowering", b)
-    if stage == "fusion":
+    if stage is Stage.FUSION:
         _check_fusion_ops(trace, stage, fusers)
 
 
@@ -327,11 +371,12 @@ def verify_group(group: FusionGroup) -> None:
 def check_group_ops(group: FusionGroup, label: str) -> None:
     """Elementwise prims, broadcast_in_dim and the reductions a kernel writes, nothing else."""
     for b in group.bsyms:
-        kernel_op = OpTag.ELEMENTWISE in b.sym.tags or b.sym is P.broadcast_in_dim or b.sym in _GROUP_REDUCTIONS
+        kernel_op = OpTag.ELEMENTWISE in b.sym.tags or b.sym is P.broadcast_in_dim or b.sym in _GROUP_REDUCTIONS \
+            or b.sym in P.SCATTERS
         ok = b.sym.kind is SymbolKind.PRIM and kernel_op
         if not ok or b.subsymbols:
             raise VerifyError(label, f"{b.sym.name} may not be in a fusion group (elementwise prims, "
-                                     "broadcast_in_dim, sum, amax, amin, prod, var_mean)", b)
+                                     "broadcast_in_dim, sum, amax, amin, prod, var_mean, a scatter)", b)
 
 
 def check_group_dataflow(group: FusionGroup, label: str) -> None:
@@ -396,6 +441,9 @@ def check_group_shapes(group: FusionGroup, label: str) -> None:
     reduces = False
     for b in group.bsyms:
         is_view = b.sym is P.broadcast_in_dim and b.args[0].name in views
+        if b.sym in P.SCATTERS:
+            _check_scatter(b, group, allowed, spaces, label)
+            continue
         if b.sym in _GROUP_REDUCTIONS:  # first: a reduction over other dims makes another shape
             reduces = True
             _check_reduction(b, domain, rdims, label)
@@ -422,6 +470,21 @@ def _check_operands(b: BoundSymbol, allowed: set[tuple[int | str, ...]], spaces:
         if _key(v.shape) != _key(b.outputs[0].shape):
             raise VerifyError(label, f"its operand {v.name} has shape {_shape(v)}, its result "
                                      f"{_shape(b.outputs[0])}", b)
+
+
+def _check_scatter(b: BoundSymbol, group: FusionGroup, allowed: set, spaces: str, label: str) -> None:
+    """A scatter (contract: its window over the domain, its base an input, its result read by no
+    op of the group) in a group without reductions."""
+    base = b.args[0]
+    if group.reduction_dims:
+        raise VerifyError(label, "a scatter in a group that reduces", b)
+    if base.name not in {v.name for v in group.inputs}:
+        raise VerifyError(label, f"it scatters into {base.name}, which is not an input of the group", b)
+    for v in _reads(b):
+        if v is not base and _key(v.shape) not in allowed:
+            raise VerifyError(label, f"its window {v.name} has shape {_shape(v)}, not {spaces}", b)
+    if any(o.name in {v.name for c in group.bsyms for v in _reads(c)} for o in b.outputs):
+        raise VerifyError(label, f"{b.outputs[0].name}, a scatter's result, is read inside the group", b)
 
 
 def _check_reduction(b: BoundSymbol, domain: tuple[int, ...], rdims: tuple[int, ...], label: str) -> None:

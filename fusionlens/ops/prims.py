@@ -76,6 +76,10 @@ def _extent(start, stop, step) -> int:
     """len(range(start, stop, step)), for bounds that may be symbols (a dynamic program's)."""
     if type(start) is int and type(stop) is int:
         return len(range(start, stop, step))
+    from fusionlens.ir.torch_compat import statically_known_true
+    if statically_known_true(stop >= start) or statically_known_true(stop - start >= 0):  # torch guarded it (a
+        # split's piece): the size torch gives it
+        return (stop - start + step - 1) // step
     return torch.sym_max(0, (stop - start + step - 1) // step)
 
 
@@ -226,6 +230,39 @@ def _pad_meta(a, padding_value, padding_config):
 pad = _prim("pad", _pad, OpTag.SHAPE, meta=_pad_meta)
 scatter_add = _prim("scatter_add", lambda a, index, src, dim: a.scatter_add(dim, index, src), OpTag.GATHER,
                     meta=lambda a, index, src, dim: _empty(a.shape, a.dtype))
+
+
+
+# --- scatters: a window of the first operand replaced (a view update written back) -----------
+# The window is addressed by the row-major numbers of `a`'s elements, whatever a's strides:
+# element i of src goes to number offset + sum(i[d] * strides[d]) (strided_scatter: slices,
+# selects, diagonals, strided views and chains of them), or, for `scatter`, to a's element whose
+# index is src's with dim `dim` replaced by index's value (index_copy_, a KV cache's positions).
+# The result is a new tensor (row-major); executors may write it where `a` was.
+
+def _flat(a):
+    return a.reshape(-1)
+
+
+def _window(a, shape, offset, strides):
+    """The strided window of a's row-major elements, a view where a is contiguous."""
+    flat = _flat(a)
+    return torch.as_strided(flat, tuple(shape), tuple(strides), flat.storage_offset() + offset)
+
+
+def _strided_scatter(a, src, offset, strides):
+    out = a.clone(memory_format=torch.contiguous_format)
+    _window(out, src.shape, offset, strides).copy_(src)
+    return out
+
+
+strided_window = _prim("strided_window", _window, OpTag.SHAPE,
+                       meta=lambda a, shape, offset, strides: _empty(shape, a.dtype))
+strided_scatter = _prim("strided_scatter", _strided_scatter, OpTag.SCATTER,
+                        meta=lambda a, src, offset, strides: _empty(a.shape, a.dtype))
+scatter = _prim("scatter", lambda a, index, src, dim: a.scatter(dim, index, src), OpTag.SCATTER,
+                meta=lambda a, index, src, dim: _empty(a.shape, a.dtype))
+SCATTERS = (strided_scatter, scatter)
 
 # --- reductions (the reduced dims are dropped) ---------------------------------------------
 

@@ -26,6 +26,7 @@ class TargetInfo:
     return_line: int  # its last `return` (where a wrong return value is written), else the `def`
     train: bool = False  # @fusionlens.example(train=True): compiled for training, backward included
     nproc: int | None = None  # @fusionlens.example(nproc=2): a distributed target, run on that many ranks
+    plan: dict | None = None  # @fusionlens.example(train=True, plan=dict(cluster=..., tp=8)): planned at scale
 
 
 def _dotted(node: ast.AST) -> str:
@@ -47,6 +48,20 @@ def _keyword(dec: ast.AST, name: str):
     return None
 
 
+def _plan(dec: ast.AST) -> dict | None:
+    """`plan=dict(tp=8, ...)` or `plan={"tp": 8}` with literal values, else None."""
+    if not isinstance(dec, ast.Call):
+        return None
+    node = next((k.value for k in dec.keywords if k.arg == "plan"), None)
+    try:
+        if isinstance(node, ast.Call) and _dotted(node.func) == "dict" and not node.args:
+            return {k.arg: ast.literal_eval(k.value) for k in node.keywords if k.arg}
+        value = ast.literal_eval(node) if node is not None else None
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
 def find_targets(source: str, filename: str = "<unknown>") -> list[TargetInfo]:
     """Top-level functions decorated as examples. Raises SyntaxError on bad source."""
     tree = ast.parse(source, filename=filename)
@@ -62,7 +77,7 @@ def find_targets(source: str, filename: str = "<unknown>") -> list[TargetInfo]:
                 nproc = nproc if type(nproc) is int and nproc >= 1 else None
                 targets.append(TargetInfo(node.name, node.lineno, node.end_lineno or node.lineno,
                                           node.col_offset, dec.lineno, max(returns, default=node.lineno), train,
-                                          nproc))
+                                          nproc, _plan(dec)))
                 break
     return targets
 

@@ -115,6 +115,9 @@ class RegionTiming:
     spread_ms: float | None = None
     slowest_ms: float | None = None  # a launch on N ranks: the largest median_ms of any rank
     slowest_rank: int | None = None  # which rank that was (a straggler)
+    # on a GPU: the host time of one call (the Python launcher, its allocations, the driver), kept
+    # out of median_ms (CUDA-graph replay or events over many launches: fusionlens/driver/timing.py)
+    launch_ms: float | None = None
 
 
 @dataclass
@@ -152,6 +155,37 @@ class Roofline:
 
 
 @dataclass
+class KernelLaunch:
+    """How one kernel of a region launches, at the example's sizes (docs/kernels.md)."""
+
+    kernel: str
+    grid: list[int]  # programs along each grid axis
+    num_warps: int
+    num_stages: int = 1
+    blocks: dict[str, int] = field(default_factory=dict)  # its block sizes (BLOCK_M, BLOCK_N, ...)
+
+
+@dataclass
+class KernelStatic:
+    """One kernel compiled for a target GPU here, nothing run (docs/kernels.md): what its PTX and
+    cubin say, and what that means on the GPU's SMs."""
+
+    kernel: str
+    arch: str  # "sm_90"
+    gpu: str  # the roofline table's GPU whose SMs the occupancy and waves are for
+    load_bits: int | None = None  # the widest global load a thread issues (128: ld.global.v4.b32)
+    store_bits: int | None = None
+    regs: int | None = None  # registers a thread (cuobjdump; None where it is not there)
+    spill_bytes: int | None = None  # local memory a thread: spills and stack
+    shared_bytes: int = 0
+    blocks_per_sm: int = 0  # resident programs an SM, from warps, registers and shared memory
+    waves: float = 0.0  # programs / (SMs x blocks_per_sm)
+    passes: int = 1  # passes over the region's largest input
+    read_ratio: float | None = None  # bytes this kernel reads / the least bytes the region must read
+    error: str = ""  # why it did not compile
+
+
+@dataclass
 class DevicePeaks:
     """The GPU a report's rooflines are for, and the copy bandwidth measured where it ran."""
 
@@ -180,13 +214,19 @@ class Region:
     note: str = ""  # e.g. why an executor declined it
     cost: Cost | None = None
     roofline: Roofline | None = None
+    # the nn.Module path its ops share ("h.0.attn": the longest common one; "" the whole model),
+    # by which the report's fusion graph groups regions
+    module: str = ""
+    launch: list[KernelLaunch] = field(default_factory=list)  # a Triton region's kernels, as they launch
+    static: list[KernelStatic] = field(default_factory=list)  # those kernels compiled for the target GPU
+    findings: list[str] = field(default_factory=list)  # what `launch` and `static` mean, in plain words
 
     @property
     def ref(self) -> RegionRef | None:
         return RegionRef.parse(self.id, self.executor)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Collective:
     """A collective the program runs on torch.distributed: traced at the user's line, or run
     by the engine's own hooks (DDP's gradient buckets), listed so a report shows every one."""
@@ -210,7 +250,7 @@ class Collective:
     rank_ms: list[float | None] = field(default_factory=list)  # a launch's: each rank's time_ms, in rank order
 
 
-@dataclass
+@dataclass(frozen=True)
 class RankSpread:
     """A time measured on every rank of a launch: its least, median and largest value, ms."""
 
@@ -219,7 +259,7 @@ class RankSpread:
     max: float
 
 
-@dataclass
+@dataclass(frozen=True)
 class RankReport:
     """One rank of a launch on N ranks (`fusionlens compile --nproc N`): where it ran and what
     it measured there. The merged report is rank 0's with one of these per rank."""
@@ -234,7 +274,7 @@ class RankReport:
     calibration: Calibration | None = None  # this rank's fit of all_reduce on its backend
 
 
-@dataclass
+@dataclass(frozen=True)
 class Calibration:
     """A launch's short calibration (fusionlens/report/comm_model.py `calibrate`): all_reduce over the
     whole world timed at a few sizes, fitted to `seconds = alpha + beta * bytes`."""
@@ -247,7 +287,7 @@ class Calibration:
     median_s: list[float] = field(default_factory=list)  # the median time of each size, seconds
 
 
-@dataclass
+@dataclass(frozen=True)
 class OpRecord:
     """One traced torch-level op: where it came from and where it went."""
 
@@ -264,7 +304,7 @@ class OpRecord:
     prims: list[str]  # names of the prims it decomposed into
 
 
-@dataclass
+@dataclass(frozen=True)
 class Fallback:
     op: str
     reason: str
@@ -272,7 +312,7 @@ class Fallback:
     line: int | None
 
 
-@dataclass
+@dataclass(frozen=True)
 class Diagnostic:
     """Lines are 1-based, columns 0-based UTF-8 byte offsets (as Python's ast and code
     positions count them)."""
@@ -297,6 +337,7 @@ class DiagnosticCode(enum.StrEnum):
     EAGER_FALLBACK = "eager-fallback"  # the signature runs eagerly (jit)
     TRAINING_EAGER = "training-eager"  # the training program runs eagerly
     DATA_DEPENDENT = "data-dependent"  # control flow or a shape depends on tensor values
+    VALUE_GUARD = "value-guard"  # a branch on a tensor's value: checked at each call, or why a call recompiled
     INPLACE_VIEW = "inplace-view"  # an in-place update through a view
     CAPTURED_CONSTANT = "captured-constant"  # a tensor that is no input was captured
     NOTHING_TO_COMPILE = "nothing-to-compile"  # the call returned no tensor
@@ -322,7 +363,7 @@ class ProgramTimings:
     speedup_vs_torch_compile: float | None = None
 
 
-@dataclass
+@dataclass(frozen=True)
 class SavedTensor:
     """A tensor the forward program keeps for the backward."""
 
@@ -335,7 +376,7 @@ class SavedTensor:
     line: int | None = None
 
 
-@dataclass
+@dataclass(frozen=True)
 class Preview:
     """The code a fusion executor that cannot run here (Triton or nvFuser on a CPU) would run
     for a program: why it did not run, and the regions it would make. Nothing in it ran; their
@@ -346,7 +387,7 @@ class Preview:
     regions: list[Region] = field(default_factory=list)
 
 
-@dataclass
+@dataclass(frozen=True)
 class ProgramReport:
     """One program of a compile: an inference or training forward, or a training backward."""
 
@@ -361,7 +402,7 @@ class ProgramReport:
         return next((r for r in self.regions if r.id == region_id), None)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Training:
     """What a training compile adds to its two programs: what the forward saves for the
     backward, what the backward recomputes, which inputs get gradients, one step's time."""
@@ -381,7 +422,7 @@ class Target:
     end_line: int | None
 
 
-@dataclass
+@dataclass(frozen=True)
 class CompileReport:
     target: Target
     status: str = "ok"  # "ok" | "error"
@@ -465,7 +506,7 @@ def format_ms(ms: float | None, missing: str = "?") -> str:
     return f"{ms * 1000:.1f} µs"
 
 
-@functools.cache
+@functools.lru_cache(maxsize=256)  # keyed by dataclasses: the report's and the worker protocol's, a few dozen
 def _nested_fields(cls: type) -> dict[str, type]:
     """field -> the dataclass it holds (alone, optional, or as a list's elements), read from the
     field's annotation: `list[Region]`, `Training | None`."""

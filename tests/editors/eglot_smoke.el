@@ -113,7 +113,7 @@
       (with-eval-after-load 'eglot
         (add-to-list 'eglot-server-programs
                      `((python-mode python-ts-mode)
-                       . (,fl-python "-m" "lsp_server" "--stdio" :initializationOptions
+                       . (,fl-python "-P" "-m" "lsp_server" "--stdio" :initializationOptions
                                      (:compileTrigger "manual" :benchmarkRepeats 2)))))
       (setq eglot-sync-connect t          ; M-x eglot returns once initialized
             eglot-connect-timeout 60)

@@ -34,7 +34,7 @@ local ok, err = pcall(function()
   local uri = vim.uri_from_bufnr(bufnr)
   local client_id = vim.lsp.start_client({
     name = "fusionlens",
-    cmd = { python, "-m", "lsp_server", "--stdio" },
+    cmd = { python, "-P", "-m", "lsp_server", "--stdio" },
     cmd_cwd = repo,
     cmd_env = { PYTHONPATH = os.getenv("FL_PYTHONPATH") or repo },
     root_dir = repo,

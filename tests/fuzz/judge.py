@@ -43,6 +43,12 @@ class Verdict:
     detail: str = ""
     eager_only: bool = False  # FusionLens chose to run a call eagerly, with a warning (no error)
     hits: int = 0  # calls the cached program served
+    # dynamic mode: the first program's ops and fallback ops, how many programs the calls
+    # compiled, and how many of the recompiles said why (a "compiled again" diagnostic)
+    ops: int = 0
+    fallbacks: int = 0
+    compiles: int = 0
+    explained: int = 0
 
     def key(self) -> str:
         """What a shrunk program must keep failing with: its category (and exception type)."""
@@ -155,15 +161,20 @@ def describe(e: BaseException) -> str:
 
 
 def check(fn: Callable, make_inputs: Callable[[int], list[torch.Tensor]], executors: list[str] | None,
-          grad: bool) -> Verdict:
-    """`fn` compiled once with `executors` (None: the defaults), called CALLS times on
-    `make_inputs(call)`; the first thing it gets wrong, or PASS (SKIP where eager raises)."""
-    jfn = compiler.jit(fn, executors=executors, options=CompileOptions(verify=True))
+          grad: bool, dynamic: bool = False, calls: int = CALLS) -> Verdict:
+    """`fn` compiled once with `executors` (None: the defaults), called `calls` times on
+    `make_inputs(call)`; the first thing it gets wrong, or PASS (SKIP where eager raises).
+    `dynamic`: compiled with dynamic=True, each call at other sizes; a later call where eager
+    raises (a line that needs the first sizes) is left out, and the Verdict counts programs."""
+    jfn = compiler.jit(fn, executors=executors, options=CompileOptions(verify=True), dynamic=True if dynamic else None)
     eager_only = False
-    for call in range(CALLS):
+    first = None
+    for call in range(calls):
         try:
             expected = observe(fn, make_inputs(call), grad, call)
         except Exception as e:  # noqa: BLE001 - eager raises: nothing to compare with
+            if dynamic and call > 0:
+                continue
             return Verdict(SKIP, call=call, detail=f"eager raises {describe(e)}")
         exact = lambda call=call, expected=expected: float64_run(fn, make_inputs(call), grad, call, expected)
         try:
@@ -172,6 +183,7 @@ def check(fn: Callable, make_inputs: Callable[[int], list[torch.Tensor]], execut
             return Verdict(FAIL, RAISES, call, describe(e), eager_only, jfn.hits)
         entry = jfn.last
         assert entry is not None
+        first = first or entry
         found = problems(got, expected, exact)
         if found:
             return Verdict(FAIL, found[0], call, found[1], eager_only, jfn.hits)
@@ -192,4 +204,9 @@ def check(fn: Callable, make_inputs: Callable[[int], list[torch.Tensor]], execut
                 return Verdict(FAIL, CAUGHT, call, f"{found[1]} (the jit's check caught it: this signature runs "
                                "eagerly)", eager_only, jfn.hits)
             return Verdict(FAIL, REJECTS, call, errors[0], eager_only, jfn.hits)
-    return Verdict(PASS, eager_only=eager_only, hits=jfn.hits)
+    if not dynamic or first is None:
+        return Verdict(PASS, eager_only=eager_only, hits=jfn.hits)
+    said = {id(e): e for e in jfn.cache.values()}.values()
+    explained = sum(any(d.message.startswith("compiled again") for d in e.report.diagnostics) for e in said)
+    return Verdict(PASS, eager_only=eager_only, hits=jfn.hits, ops=len(first.report.ops),
+                   fallbacks=len(first.report.fallbacks), compiles=jfn.cache_info()["compiles"], explained=explained)

@@ -4,6 +4,9 @@
 - `triton`: `executors=["triton"]`; on a machine without a GPU the kernels run under Triton's
   interpreter (TRITON_INTERPRET=1), which is slow, so these programs are smaller.
 - `backward`: the default executors, floating inputs requiring grad; gradients are compared.
+- `dynamic`: `jit(fn, dynamic=True)`, each call at another consistent set of sizes (every size
+  of 2 or more grown by `SIZE_SHIFTS[call]`); the fallback ops of its first program are
+  compared with those of the same program compiled statically (docs/fuzzing.md's figures).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ class Mode:
     ops: tuple[int, int]  # lines a program has, at least and at most
     max_numel: int  # elements an input may have
     dtypes: tuple[tuple[str, float], ...]  # (dtype, weight) of an input
+    dynamic: bool = False  # compiled with dynamic=True, each call at the sizes SIZE_SHIFTS gives
 
 
 MODES: dict[str, Mode] = {m.name: m for m in (
@@ -36,10 +40,17 @@ MODES: dict[str, Mode] = {m.name: m for m in (
          (("float32", 5), ("float16", 2), ("bfloat16", 1.5), ("int64", 1), ("bool", 0.5))),
     Mode("backward", None, False, True, (2, 7), 240,
          (("float32", 7), ("float16", 1), ("bfloat16", 1), ("int64", 1))),
+    Mode("dynamic", None, False, False, (2, 8), 240,
+         (("float32", 5), ("float16", 1.5), ("bfloat16", 1.5), ("int64", 1.5), ("bool", 1)), dynamic=True),
 )}
 
-# The CI tier (tests/test_fuzz.py): seeds 0..n-1 of each mode, about 30 s on two cores.
-CI_PROGRAMS: dict[str, int] = {"default": 400, "triton": 200, "backward": 300}
+# dynamic mode: call k grows every size of 2 or more by SIZE_SHIFTS[k] (0 and 1 stay: torch
+# specialises them), so the sizes of one call are consistent (what broadcast still does)
+SIZE_SHIFTS = (0, 1, 3, 2)
+
+# The CI tier (tests/test_fuzz.py): seeds 0..n-1 of each mode, about 30 s on two cores (the dynamic
+# mode's 40 about a minute more: four calls, a static compile to compare with).
+CI_PROGRAMS: dict[str, int] = {"default": 400, "triton": 200, "backward": 300, "dynamic": 40}
 
 
 def device() -> torch.device:

@@ -132,6 +132,12 @@ class Program:
         exec(compile(path.read_text(), str(path), "exec"), scope)  # noqa: S102 - our own generated text
         return scope["program"]
 
+    def resized(self, shift: int) -> Program:
+        """The program at other sizes: every size of 2 or more grown by `shift` in every input
+        alike (sizes that were equal stay equal, so broadcasts still hold; 0 and 1 stay)."""
+        grow = lambda shape: tuple(n + shift if n >= 2 else n for n in shape)  # noqa: E731
+        return self.replace(inputs=tuple(dataclasses.replace(s, shape=grow(s.shape)) for s in self.inputs))
+
     def make_inputs(self, call: int, device: torch.device) -> list[torch.Tensor]:
         g = torch.Generator().manual_seed(self.value_seed + call)
         scope = {"torch": torch, "g": g, "device": device}

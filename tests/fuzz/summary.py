@@ -12,6 +12,8 @@ def summary(result: Campaign, plan: dict[str, range]) -> str:
     lines = [f"# Fuzz campaign: {seeds}", "",
              f"{result.ran} programs in {result.seconds:.0f} s: {len(result.failed)} failed, "
              f"{result.skipped} skipped (eager raises), {result.eager_only} ran eagerly by design.", ""]
+    if result.figures.programs:
+        lines += [result.figures.text() + ".", ""]
     for (mode, key), found in sorted(result.classes().items()):
         lines += [f"## {mode}: {key} ({len(found)} programs)", ""]
         for f in found:

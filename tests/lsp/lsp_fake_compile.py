@@ -12,7 +12,7 @@ import ast
 import os
 
 from fusionlens.report.schema import (Boundary, CompileReport, Diagnostic, OpRecord, ProgramReport, ProgramTimings, Region,
-                             RegionTiming, SourceLine, Target, Timing)
+                                      RegionTiming, SourceLine, Target, Timing)
 
 
 def compile_target(path, target_name, executors=None, options=None, benchmark=True, repeats=20, device="auto",
@@ -77,5 +77,43 @@ def hanging_compile_target(*args, **kwargs):
     """Never returns (a stand-in for user code that hangs): for timeout and cancel tests."""
     import time
 
+    while True:
+        time.sleep(0.05)
+
+
+def flooding_compile_target(path, target_name, *args, **kwargs):
+    """Output past every bound the server sets: `crash_example` writes lines of 1 MiB and
+    the worker dies; any other target first writes $FL_FLOOD_MIB MiB without a newline."""
+    if target_name == "crash_example":
+        for i in range(12):
+            os.write(2, (f"line {i} " + "y" * (1 << 20) + "\n").encode())
+        os._exit(3)
+    chunk = b"x" * (1 << 20)
+    for _ in range(int(os.environ.get("FL_FLOOD_MIB", "32"))):
+        os.write(2, chunk)
+    os.write(2, b"\nthe end of the flood\n")
+    return compile_target(path, target_name, *args, **kwargs)
+
+
+_SLEEPER = ("import os, sys, time\n"
+            "open(os.path.join(sys.argv[1], str(os.getpid())), 'w').close()\n"
+            "time.sleep(600)\n")
+_DAEMON = ("import subprocess, sys\n"
+           "subprocess.Popen([sys.executable, '-c', sys.argv[2], sys.argv[1]], start_new_session=True)\n")
+
+
+def forking_compile_target(*args, **kwargs):
+    """Starts processes that a kill of the worker's process group alone would leave running,
+    then hangs: a child in the worker's group, one in a session of its own (os.setsid), and
+    a daemon (a child that starts a grandchild in a new session, then exits). Each sleeper
+    writes its pid to a file in $FL_PIDS."""
+    import subprocess
+    import sys
+    import time
+
+    pids = os.environ["FL_PIDS"]
+    subprocess.Popen([sys.executable, "-c", _SLEEPER, pids])
+    subprocess.Popen([sys.executable, "-c", _SLEEPER, pids], start_new_session=True)
+    subprocess.Popen([sys.executable, "-c", _DAEMON, pids, _SLEEPER]).wait()
     while True:
         time.sleep(0.05)

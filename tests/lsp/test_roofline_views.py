@@ -2,7 +2,7 @@
 region a line would join, % of peak where measured on a GPU, regions by what can be won."""
 
 from fusionlens.report.schema import (CompileReport, Cost, DevicePeaks, OpRecord, Preview, ProgramReport, ProgramTimings, Region,
-                             RegionTiming, Roofline, SourceLine, Target, Timing)
+                                      RegionTiming, Roofline, SourceLine, Target, Timing)
 from lsp_server.annotations import Result, build_annotations, norm_path
 from lsp_server.commands import _by_what_can_be_won, _roofline_fields
 from lsp_server.views import HINT_MAX, hint_label, hover_markdown, lens_title, region_tooltip

@@ -10,7 +10,7 @@ import re
 import pytest
 
 from fusionlens.report.schema import (CompileReport, Cost, DevicePeaks, OpRecord, Preview, ProgramReport, ProgramTimings,
-                             Region, RegionTiming, Roofline, SavedTensor, SourceLine, Target, Timing, Training)
+                                      Region, RegionTiming, Roofline, SavedTensor, SourceLine, Target, Timing, Training)
 from lsp_helpers import EXAMPLES, HINT_MAX, SUMMARY_RE, hover_text, line_of, tooltip_text
 from lsp_server.annotations import Result, build_annotations, norm_path
 from lsp_server.commands import _target_entry, _trace

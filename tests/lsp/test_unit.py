@@ -1,5 +1,6 @@
 """Unit tests of the server's pure parts (no server process, no torch)."""
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -7,7 +8,7 @@ import sys
 from pathlib import Path
 
 from fusionlens.report.schema import (Boundary, CompileReport, DiagnosticCode, OpRecord, ProgramReport, ProgramTimings, Region,
-                             RegionTiming, SourceLine, Target, Timing)
+                                      RegionTiming, SourceLine, Target, Timing)
 from lsp_server.linemap import LineMap
 from lsp_server.protocol import (CompileAnswer, CompileRequest, Failure, Ready, ReproAnswer, ReproScript, Stacks, Started,
                                  UserFrame, Where, WhereEvent, decode, encode)
@@ -91,8 +92,7 @@ def test_boundaries_fallbacks_and_errors_land_on_user_lines():
     from lsp_server.annotations import build_annotations
     from lsp_server.views import boundary_label, hover_markdown
 
-    rep = _report()
-    rep.fallbacks = [Fallback("torch.cumsum", "no symbol", "/x/model.py", 6)]
+    rep = dataclasses.replace(_report(), fallbacks=[Fallback("torch.cumsum", "no symbol", "/x/model.py", 6)])
     path = norm_path("/x/model.py")
     res = Result("t", path, None, "ok", "", rep, {}, 9)
     ann = build_annotations(res, path)

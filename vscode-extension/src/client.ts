@@ -12,6 +12,8 @@ import { readSettings } from './config';
 export interface ClientSetup {
   python: string;
   cwd: string | undefined;
+  /** The server's environment (logic/interpreter.ts serverEnv). */
+  env: NodeJS.ProcessEnv;
   log: vscode.LogOutputChannel;
   generated: GeneratedDocuments;
   initializationOptions: ServerSettings;
@@ -33,7 +35,7 @@ export function createConnection(setup: ClientSetup): ServerConnection {
     stderrTail = [];
     const child = cp.spawn(setup.python, SERVER_ARGS, {
       cwd: setup.cwd,
-      env: { ...process.env, PYTHONUNBUFFERED: '1' },
+      env: setup.env,
       stdio: 'pipe',
       windowsHide: true,
     });

@@ -27,8 +27,9 @@ export function findRepoRoot(): string | undefined {
 
 /** Where the server runs. */
 export function serverCwd(extensionPath: string): string | undefined {
-  // In a trusted workspace run from the first folder, so a FusionLens checkout opened as the
-  // workspace is importable without installing. Untrusted: never let the workspace shadow modules.
+  // In a trusted workspace run from the first folder (user code run by the server's worker
+  // sees it as its working folder; the server itself starts with -P, so the folder is not on
+  // its sys.path: a checkout opened as the workspace goes on PYTHONPATH instead, serverEnv).
   const folders = workspaceFolderPaths();
   return vscode.workspace.isTrusted && folders.length ? folders[0] : extensionPath;
 }

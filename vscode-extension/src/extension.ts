@@ -1,4 +1,4 @@
-// FusionLens VS Code extension: starts `python -m lsp_server`, adds commands, the status bar
+// FusionLens VS Code extension: starts `python -P -m lsp_server`, adds commands, the status bar
 // item, the regions view and read-only generated code. The protocol is docs/lsp.md.
 //
 // Modules, each owning its state: server.ts (lifecycle; client.ts the language client,

@@ -62,13 +62,13 @@ export class PythonInterpreters implements vscode.Disposable {
 }
 
 /** Run the import probe under `python` (logic/serverCheck.ts reads what it says). */
-export function probe(python: string, cwd: string | undefined): Promise<RawProbe> {
+export function probe(python: string, cwd: string | undefined, env: NodeJS.ProcessEnv): Promise<RawProbe> {
   return new Promise((resolve) => {
     let done = false;
     const child = cp.execFile(
       python,
       ['-c', PROBE_SCRIPT],
-      { cwd, timeout: 30000, env: { ...process.env, PYTHONDONTWRITEBYTECODE: '1' }, windowsHide: true },
+      { cwd, timeout: 30000, env: { ...env, PYTHONDONTWRITEBYTECODE: '1' }, windowsHide: true },
       (err, stdout, stderr) => {
         if (done) {
           return;

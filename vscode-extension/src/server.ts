@@ -1,8 +1,8 @@
-// The server's lifecycle: probe the interpreter, start `python -m lsp_server`, say what is
+// The server's lifecycle: probe the interpreter, start `python -P -m lsp_server`, say what is
 // wrong when it cannot start, restart it (one at a time), pass settings changes on.
 import * as vscode from 'vscode';
 import { DidChangeConfigurationNotification, LanguageClient, State } from 'vscode-languageclient/node';
-import { InterpreterChoice, SERVER_ARGS } from './logic/interpreter';
+import { InterpreterChoice, SERVER_ARGS, serverEnv } from './logic/interpreter';
 import { ServerSettings } from './logic/settings';
 import { ServerState } from './logic/status';
 import { METHOD_STATUS, StatusParams } from './logic/protocol';
@@ -92,7 +92,9 @@ export class Server implements vscode.Disposable {
       }
       const cwd = serverCwd(this.extensionPath);
       this.log.info(`Python: ${choice.command} (from ${choice.source}); server: ${choice.command} ${SERVER_ARGS.join(' ')} in ${cwd}`);
-      const raw = await probe(choice.command, cwd);
+      // a FusionLens checkout opened as a trusted workspace imports from it (-P: not from the cwd)
+      const importRoot = vscode.workspace.isTrusted ? findRepoRoot() : undefined;
+      const raw = await probe(choice.command, cwd, serverEnv(process.env, importRoot, true));
       const outcome = classifyProbe(raw);
       if (outcome.kind !== 'ok') {
         if (raw.stderr.trim()) {
@@ -103,7 +105,7 @@ export class Server implements vscode.Disposable {
         return;
       }
       this.log.info(`lsp_server imports under Python ${outcome.version}`);
-      const connection = this.connect(choice.command, cwd);
+      const connection = this.connect(choice.command, cwd, serverEnv(process.env, importRoot));
       this.connection = connection;
       await connection.client.start();
       this.setState('running');
@@ -122,15 +124,16 @@ export class Server implements vscode.Disposable {
     const why = (failed?.stderrTail() ?? []).filter((l) => /Error|error:/.test(l)).pop() ?? (e as Error).message ?? String(e);
     this.log.error(`Server failed to start: ${(e as Error).message ?? e}`);
     this.fail({
-      message: `FusionLens: the server (${this.interpreter?.command ?? 'python'} -m lsp_server) failed to start: ${why}. See the FusionLens log.`,
+      message: `FusionLens: the server (${this.interpreter?.command ?? 'python'} ${SERVER_ARGS.join(' ')}) failed to start: ${why}. See the FusionLens log.`,
       install: /ModuleNotFoundError|ImportError/.test(why) ? installCommand(this.interpreter?.command ?? 'python3', findRepoRoot()) : undefined,
     });
   }
 
-  private connect(python: string, cwd: string | undefined): ServerConnection {
+  private connect(python: string, cwd: string | undefined, env: NodeJS.ProcessEnv): ServerConnection {
     const connection = createConnection({
       python,
       cwd,
+      env,
       log: this.log,
       generated: this.generated,
       initializationOptions: this.startSettings(),

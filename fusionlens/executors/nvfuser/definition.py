@@ -231,6 +231,12 @@ class _Writer:
             self._emit_op(b.outputs[0], f"fd.ops.{REDUCTIONS[sym]}({self.value(a)}, {dims})", result_dtype, comment)
         elif sym is prims.var_mean:
             self._var_mean(b, comment)
+        elif sym is prims.scatter:
+            a, index, src, dim = b.args
+            self._emit_op(b.outputs[0], f"fd.ops.scatter({self.value(a)}, {self.value(index)}, "
+                                        f"{self.cast(self.value(src), a.dtype)}, {dim})", a.dtype, comment)
+        elif sym is prims.strided_scatter:
+            self._strided_scatter(b, comment)
         else:  # can_take said yes to something op() does not know: a bug here
             raise Decline(f"{sym.name} has no nvFuser translation")
 
@@ -295,6 +301,47 @@ class _Writer:
         self.lines[-1] += comment
         self.names[var.name] = self.cast(vs, var.dtype)
         self.names[mean.name] = self.cast(ms, mean.dtype)
+
+    def _strided_scatter(self, b, comment: str):
+        """The window's row-major numbers in the base, offset + sum(iota(n_d) * stride_d), then one
+        fd.ops.scatter into the base flattened, reshaped back."""
+        a, src, offset, strides = b.args
+        n, m = math.prod(a.shape), math.prod(src.shape)
+        window = list(src.shape) or [1]
+        flat = self.fresh(f"{self.value(a)}_flat")
+        self.emit(f"{flat} = fd.ops.reshape({self.value(a)}, [{n}])")
+        terms = []
+        for d, (size, stride) in enumerate(zip(src.shape, strides)):
+            if size == 1:
+                continue
+            it = self.fresh(f"{b.outputs[0].name}_at{d}")
+            self.emit(f"{it} = fd.ops.iota({self.scalar(size)}, {self.scalar(0)}, {self.scalar(stride)}, "
+                      "dtype=DataType.Int)")
+            if len(window) == 1:
+                terms.append(it)
+                continue
+            terms.append(self.fresh(f"{it}_b"))
+            self.emit(f"{terms[-1]} = fd.ops.broadcast_in_dim({it}, shape={window}, broadcast_dims=[{d}])")
+        at = self.fresh(f"{b.outputs[0].name}_at")
+        if not terms:  # one element
+            self.emit(f"{at} = fd.ops.iota({self.scalar(1)}, {self.scalar(offset)}, {self.scalar(1)}, "
+                      "dtype=DataType.Int)")
+        else:
+            total = terms[0]
+            for t in terms[1:]:
+                nxt = self.fresh(f"{at}_sum")
+                self.emit(f"{nxt} = fd.ops.add({total}, {t})")
+                total = nxt
+            if offset:
+                nxt = self.fresh(f"{at}_off")
+                self.emit(f"{nxt} = fd.ops.add({total}, {self.scalar(offset)})")
+                total = nxt
+            self.emit(f"{at} = fd.ops.reshape({total}, [{m}])" if len(window) > 1 else f"{at} = {total}")
+        values = self.fresh(f"{self.value(src)}_flat")
+        self.emit(f"{values} = fd.ops.reshape({self.cast(self.value(src), a.dtype)}, [{m}])")
+        put = self.fresh(f"{b.outputs[0].name}_flat")
+        self.emit(f"{put} = fd.ops.scatter({flat}, {at}, {values}, 0)")
+        self._emit_op(b.outputs[0], f"fd.ops.reshape({put}, {list(a.shape)})", a.dtype, comment)
 
     @staticmethod
     def _as(x, dtype):

@@ -12,7 +12,7 @@ import torch
 
 from fusionlens.middle.contract import Layout
 from fusionlens.executors import symbolic
-from fusionlens.ir.trace import Value, contiguous_strides, dtype_name
+from fusionlens.ir.trace import SymbolKind, Value, contiguous_strides, dtype_name
 from fusionlens.ops import prims
 
 # torch dtype -> nvFuser DataType member
@@ -46,6 +46,7 @@ COMPARISONS = set(prims.COMPARISONS)
 BITWISE = {prims.bitwise_and, prims.bitwise_or, prims.bitwise_xor, prims.bitwise_not}
 REDUCTIONS = {prims.sum: "sum", prims.amax: "max", prims.amin: "min", prims.prod: "prod"}
 OTHERS = {prims.where, prims.convert_element_type, prims.broadcast_in_dim, prims.var_mean}
+SCATTERS = {prims.strided_scatter, prims.scatter}  # fd.ops.scatter (a window: into the base flattened)
 INTEGER_ACCUMULATING = {prims.sum, prims.prod}  # nvFuser gives Int for integer and bool inputs
 
 
@@ -135,11 +136,30 @@ def _scalar_operands_share_dtype(scalars_and_tensors, tensor: Value) -> str | No
     return None
 
 
+def _scatter_problem(bsym) -> str | None:
+    """A scatter's base, window and index as nvFuser takes them: static sizes and offsets (a
+    dynamic program's symbolic windows are not written yet), dtypes it has, a base of rank >= 1."""
+    base = bsym.args[0]
+    values = list(bsym.inputs()) + list(bsym.outputs)
+    if any(not _dtype_ok(v.dtype) for v in values):
+        return "a scatter of a dtype with no nvFuser DataType here"
+    if symbolic.is_symbolic(base.shape) or any(symbolic.is_symbolic(v.shape) for v in values):
+        return "a scatter of symbolic sizes is not written for nvFuser"
+    if base.ndim == 0:
+        return "a scatter into a 0-dim tensor"
+    if bsym.sym is prims.strided_scatter and not all(
+            type(x) is int for x in (bsym.args[2], *bsym.args[3])):
+        return "a window at symbolic offsets is not written for nvFuser"
+    return None
+
+
 def can_take(bsym) -> str | None:
     """None when this op maps to fd.ops; otherwise why it does not."""
     sym = bsym.sym
-    if sym.kind != "prim":
+    if sym.kind is not SymbolKind.PRIM:
         return f"{sym.name} is not a prim; nvFuser takes prims only"
+    if sym in SCATTERS:
+        return _scatter_problem(bsym)
     if sym not in UNARY and sym not in BINARY and sym not in REDUCTIONS and sym not in OTHERS:
         return (f"{sym.name} is not in the fusion vocabulary (fusionlens/middle/contract.py: elementwise, "
                 "broadcast_in_dim, sum/amax/amin/prod/var_mean)")

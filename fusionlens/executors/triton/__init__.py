@@ -75,6 +75,11 @@ class TritonExecutor(FusionExecutor):
         or even importing triton: for reports on machines where the executor is unavailable."""
         return source_only(group)
 
+    def describe_kernels(self, pairs: list, gpu: str, compile_static: bool) -> None:
+        from . import static  # the report's kernel analysis: docs/kernels.md
+
+        static.describe(pairs, gpu, compile_static)
+
     def source_for(self, group: FusionGroup, layouts: list[Layout], device: str = "cuda") -> str:
         """The module (kernels and launcher) for inputs of these strides, as `generate` would
         make it for them; the kernels do not depend on `device`."""

@@ -36,7 +36,8 @@ def _literal(x) -> str:
 _RESERVED = set(keyword.kwlist) | {
     "tl", "triton", "torch", "pid", "offs", "mask", "rows", "cols", "row_mask", "col_mask", "start",
     "float", "int", "range", "min", "max", "abs", "sum", "len", "print", "BLOCK", "BLOCK_M", "BLOCK_N",
-    "grid", "math", "True", "False", "None", "INDEX_64", "index_64",
+    "grid", "math", "True", "False", "None", "INDEX_64", "index_64", "SPLIT", "split_id", "splits", "part_mask",
+    "num_warps",
 }
 
 
@@ -45,9 +46,17 @@ def _ident(name: str) -> str:
     if not clean or clean[0].isdigit():
         clean = "v_" + clean
     if (clean in _RESERVED or clean.startswith(("_fl_", "acc_", "on_", "wf_", "r_", "c_", "i_", "fl_", "sz_", "st_"))
-            or re.fullmatch(r"(out|s)\d+(_ptr)?", clean) or clean.endswith("_ptr")):  # s0: a size symbol
+            or re.fullmatch(r"(out|s|part)\d+(_ptr)?", clean) or clean.endswith("_ptr")):  # s0: a size symbol
         clean = "v_" + clean
     return clean
+
+
+def _scatters(group: FusionGroup) -> dict[str, BoundSymbol]:
+    """Output name -> the scatter making it: a store of its window into a copy of its base."""
+    out = {b.outputs[0].name: b for b in group.bsyms if b.sym in prims.SCATTERS}
+    if out and group.reduction_dims:
+        raise Decline("a scatter in a reduction region is not generated for Triton")
+    return out
 
 
 def _value_args(b: BoundSymbol) -> list[Value]:
@@ -79,7 +88,11 @@ class _Analysis:
             for o in b.outputs:
                 self.producer[o.name] = b
                 self.values[o.name] = o
-        devices = sorted({str(v.device) for v in self.inputs + self.outputs})
+        # a 0-dim CPU tensor beside GPU tensors is a scalar, as in eager: the launcher moves it over
+        self.host_scalars = {v.name for v in self.inputs if v.ndim == 0 and str(v.device) == "cpu"}
+        devices = sorted({str(v.device) for v in self.inputs + self.outputs if v.name not in self.host_scalars})
+        if not devices:
+            self.host_scalars = set()
         if len(devices) > 1:
             raise Decline(f"the region's tensors are on different devices ({', '.join(devices)}); "
                           "one kernel reads one device")
@@ -96,6 +109,7 @@ class _Analysis:
         for o in self.outputs:
             if o.name not in self.producer and o.name not in self.input_index:
                 raise Decline(f"output {o.name} is not computed in the region")
+        self.scatters = _scatters(group)
         # A value is "pure" when no reduction is upstream: it can be computed anywhere.
         self.pure = {v.name: True for v in self.inputs}
         self.reductions: list[BoundSymbol] = []
@@ -120,14 +134,23 @@ class _Analysis:
         # rows and their elements
         self.nrows = math.prod(self.reduced_shape) if self.is_reduction else 1
         self.ncols = math.prod(self.domain[d] for d in self.rdims) if self.is_reduction else 1
-        if self.is_reduction and self.nrows == 1 and self.hint(self.ncols) > tuning.ONE_PROGRAM_LIMIT:
-            raise Decline(f"a reduction of all {self.ncols} elements to one value would run on one program; "
-                          "torch runs it")
         for o in self.outputs:
-            if self.level_shape(o) is None:
+            if o.name not in self.scatters and self.level_shape(o) is None:
                 raise Decline(f"output {o.name} has shape {list(o.shape)}, neither the region's domain "
                               f"{list(self.domain)} nor its reduced shape")
         self._passes()
+        self.sms = tuning.SM_COUNT  # the SMs a split reduction fills (runtime.generate: the device's)
+        if self.is_reduction and self.nrows == 1 and self.hint(self.ncols) > tuning.ONE_PROGRAM_LIMIT \
+                and not self.splittable():
+            raise Decline(f"a reduction of all {self.ncols} elements to one value would run on one program "
+                          "(only a one-pass sum, prod, amax or amin of a static size is split); torch runs it")
+
+    def splittable(self) -> bool:
+        """Can a row be split across programs (reduction.py `_pick_split`)? A static row length,
+        one pass of sum/prod/amax/amin, no full-shape output (it would need the row's result)."""
+        return (self.env is None and self.npasses == 1 and not self.online
+                and not any(b.sym is prims.var_mean for b in self.reductions)
+                and not any(self.level_shape(o) == "full" for o in self.outputs))
 
     def shape(self, v: Value) -> tuple:
         """v's shape as ints and expressions (symbolic.dims)."""

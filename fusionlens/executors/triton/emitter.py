@@ -99,6 +99,22 @@ def _fl_min(a, b):
     # NaN-propagating min, as torch.amin
     return tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)
 ''',
+    "_fl_welford": '''@triton.jit
+def _fl_welford(mean_a, m2_a, n_a, mean_b, m2_b, n_b):
+    # two Welford states (mean, M2, count) as one (Chan et al.): the block-wide combine
+    n = n_a + n_b
+    delta = mean_b - mean_a
+    frac = tl.where(n == 0.0, 0.0, n_b / tl.where(n == 0.0, 1.0, n))
+    return mean_a + delta * frac, m2_a + m2_b + delta * delta * n_a * frac, n
+''',
+    "_fl_online": '''@triton.jit
+def _fl_online(m_a, s_a, m_b, s_b):
+    # two online-softmax states (running max, sum of exp(x - max)) as one
+    m = tl.maximum(m_a, m_b, propagate_nan=tl.PropagateNan.ALL)
+    sa = tl.where(m_a == float("-inf"), 0.0, s_a * tl.exp(m_a - m))
+    sb = tl.where(m_b == float("-inf"), 0.0, s_b * tl.exp(m_b - m))
+    return m, sa + sb
+''',
 }
 HELPER_DEPS: dict[str, list[str]] = {}  # helper -> the helpers it calls
 
@@ -145,6 +161,7 @@ class _Emitter:
         self.runs = runs  # group name -> [_Run]; None in the collecting dry run
         self.rid = rid
         self.accesses: list[tuple[int, ...]] = []  # domain-stride vectors of every load
+        self.loads: list[tuple[int, str]] = []  # (id of the scope, input name) of every load: the passes
         self.helpers: set[str] = set()
         self.counter = itertools.count()
         self.alt_names: dict[tuple[str, DimMap], str] = {}
@@ -253,6 +270,7 @@ class _Emitter:
     def emit_load(self, v, mapping, name, scope):
         ds = self.dstrides(v, mapping)
         self.accesses.append(ds)
+        self.loads.append((id(scope), v.name))
         off, used = self.offset(ds)
         mask = self.mask_for(used)
         ptr = f"{_ident(v.name)}_ptr"

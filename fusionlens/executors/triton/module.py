@@ -3,17 +3,20 @@
 
 from __future__ import annotations
 
+import collections
 import itertools
 import linecache
+import math
 import os
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from collections.abc import Callable
 from typing import Any
 
 from fusionlens.middle.contract import FusionGroup
 from fusionlens.executors import symbolic
 
+from . import tuning
 from .analysis import _Analysis, _ident
 from .emitter import HELPER_DEPS, HELPERS, _type_str
 from .pointwise import PointwiseWriter
@@ -24,7 +27,7 @@ from .writer import INDEX_LIMIT
 
 # the order helpers appear in a module
 _HELPER_ORDER = ("_fl_expm1", "_fl_log1p", "_fl_tanh", "_fl_round", "_fl_trunc", "_fl_bf16", "_fl_imod", "_fl_mul",
-                 "_fl_max", "_fl_min")
+                 "_fl_max", "_fl_min", "_fl_welford", "_fl_online")
 
 
 @dataclass
@@ -35,6 +38,14 @@ class KernelSpec:
     signature: dict[str, str]  # arg name -> "*fp32" | "constexpr" ...
     constexprs: dict[str, int]  # arg name -> value
     num_warps: int
+    num_stages: int = 1
+    grid: list[int] = field(default_factory=list)  # programs along each grid axis, at the example's sizes
+    hints: dict[str, int] = field(default_factory=dict)  # integer arguments' example values (aot: divisibility)
+    bytes_read: int = 0  # bytes the kernel reads, an input read in two passes counted twice
+    min_read: int = 0  # bytes the region must read: each input once
+    passes: int = 1  # passes over the region's largest input
+    row_bytes: int = 0  # a reduction's row of its largest input, in bytes (0: pointwise)
+    autotune: list[int] = field(default_factory=list)  # the num_warps a GPU launch times (tuning.autotune_warps)
 
 
 def _region_ident(rid: str) -> str:
@@ -49,12 +60,36 @@ def variant_strides(an: _Analysis, key: list[tuple]) -> list[tuple]:
     return [pattern_strides(an.shape(v), tuple(k), _ident(v.name)) for v, k in zip(an.inputs, key)]
 
 
-def build_source(group: FusionGroup, an: _Analysis, key: list[tuple]) -> tuple[str, str, str, KernelSpec]:
-    """(source, kernel name, launcher name, KernelSpec) of the variant for `key` (runtime.py)."""
+def _nbytes(an: _Analysis, v) -> int:
+    return math.prod(int(an.hint(d)) for d in an.shape(v)) * v.dtype.itemsize
+
+
+def _reads(an: _Analysis, em, extra: int = 0) -> tuple[int, int]:
+    """(bytes a kernel reads, passes over its largest input) from the loads its emitter wrote:
+    an input loaded in two loops (two passes over each row) is read twice."""
+    scopes: dict[str, set[int]] = {}
+    for scope, name in em.loads:
+        scopes.setdefault(name, set()).add(scope)
+    read = extra + sum(len(scopes.get(v.name, ())) * _nbytes(an, v) for v in an.inputs)
+    largest = max(an.inputs, key=lambda v: _nbytes(an, v), default=None)
+    return read, max(1, len(scopes.get(largest.name, ()))) if largest is not None else 1
+
+
+def _kernel_lines(name: str, args: list[str], consts: list[str], lines: list[str]) -> list[str]:
+    return (["@triton.jit", f"def {name}({', '.join(args + [c + ': tl.constexpr' for c in consts])}):"]
+            + lines + ["", ""])
+
+
+def build_source(group: FusionGroup, an: _Analysis, key: list[tuple]) -> tuple[str, str, str, list[KernelSpec]]:
+    """(source, kernel name, launcher name, a KernelSpec a kernel) of the variant for `key`
+    (runtime.py); a split reduction has two kernels (reduction.py)."""
     rid = _region_ident(group.id)
     strides = variant_strides(an, key)
     w = (ReductionWriter if an.is_reduction else PointwiseWriter)(an, strides, rid)
     lines, helpers, runs = w.write()
+    combine = w.combine_kernel() if isinstance(w, ReductionWriter) and w.split > 1 else None
+    if combine is not None:
+        helpers = helpers | combine[1]
     for h in list(helpers):
         helpers.update(HELPER_DEPS.get(h, []))
     kname = f"{rid}_kernel"
@@ -76,10 +111,10 @@ def build_source(group: FusionGroup, an: _Analysis, key: list[tuple]) -> tuple[s
     for h in _HELPER_ORDER:
         if h in helpers:
             out += HELPERS[h].rstrip("\n").split("\n") + ["", ""]
-    out.append("@triton.jit")
-    out.append(f"def {kname}({', '.join(args + [c + ': tl.constexpr' for c in const_names])}):")
-    out += lines
-    out += ["", ""]
+    out += _kernel_lines(kname, args, const_names, lines)
+    if combine is not None:
+        assert isinstance(w, ReductionWriter)
+        out += _kernel_lines(f"{rid}_combine", args, list(w.constexprs2), combine[0])
     out += _launcher(w, an, kname, lname)
     source = "\n".join(out) + "\n"
     sig: dict[str, str] = {}
@@ -87,20 +122,41 @@ def build_source(group: FusionGroup, an: _Analysis, key: list[tuple]) -> tuple[s
         sig[a] = PTR_TYPE[v.dtype]
     for k, o in enumerate(an.outputs):
         sig[f"out{k}_ptr"] = PTR_TYPE[o.dtype]
+    for p, dt in w.partials():
+        sig[p] = PTR_TYPE[dt]
     sig.update(w.sizes.signature())
-    for c in const_names:
-        sig[c] = "constexpr"
+    hints = {n: int(w.sizes.hint(e)) for e, n in w.sizes.names.items() if n not in w.sizes.floats}
+    min_read = sum(_nbytes(an, v) for v in an.inputs)
+    largest = max(an.inputs, key=lambda v: _nbytes(an, v), default=None)
+    row_bytes = int(an.hint(an.ncols)) * largest.dtype.itemsize if an.is_reduction and largest is not None else 0
+    read, passes = _reads(an, w.em)
     constexprs = dict(w.constexprs) | ({"INDEX_64": False} if w.symbolic else {})
-    spec = KernelSpec(kname, sig, constexprs, w.warps)
-    return source, kname, lname, spec
+    specs = [KernelSpec(kname, sig | {c: "constexpr" for c in const_names}, constexprs, w.warps, w.stages,
+                        list(w.grid_size), hints, read, min_read, passes, row_bytes, tuning.autotune_warps(w.warps))]
+    if combine is not None:
+        assert isinstance(w, ReductionWriter)
+        part_bytes = w.split * int(an.nrows) * 4 * len(w.partials())
+        read2, _ = _reads(an, w.em2, part_bytes)
+        specs.append(KernelSpec(f"{rid}_combine", sig | {c: "constexpr" for c in w.constexprs2}, dict(w.constexprs2),
+                                w.warps2, 1, [math.ceil(int(an.nrows) / w.bm2)], hints, read2, min_read, 1, 0,
+                                [w.warps2]))
+    return source, kname, lname, specs
 
 
 def _launcher(w, an: _Analysis, kname: str, lname: str) -> list[str]:
     """The launcher: it takes the region's inputs, allocates the outputs and launches the
     kernel; for a symbolic group it first computes every size argument from the inputs."""
-    dev = f"{_ident(an.inputs[0].name)}.device" if an.inputs else "torch.device('cuda')"
+    on_device = [v for v in an.inputs if v.name not in an.host_scalars]
+    dev = f"{_ident(on_device[0].name)}.device" if on_device else "torch.device('cuda')"
     largs = [_ident(v.name) for v in an.inputs]
-    out = [f"def {lname}({', '.join(largs)}):"]
+    out = [f"def {lname}({', '.join(largs)}, num_warps={w.warps}):"]
+    if on_device:  # Triton launches on the current GPU: make it the inputs' one
+        out += [f"    if {dev}.type == 'cuda' and {dev}.index != torch.cuda.current_device():",
+                f"        with torch.cuda.device({dev}):",
+                f"            return {lname}({', '.join(largs)}, num_warps=num_warps)"]
+    for v in an.inputs:
+        if v.name in an.host_scalars:  # a 0-dim CPU tensor read as a scalar (eager's rule)
+            out.append(f"    {_ident(v.name)} = {_ident(v.name)}.to({dev})")
     consts = ", ".join(f"{c}={v}" for c, v in w.constexprs.items())
     if w.symbolic:
         from fusionlens.ir import symbols  # sympy: only a dynamic program's regions'
@@ -111,10 +167,23 @@ def _launcher(w, an: _Analysis, kname: str, lname: str) -> list[str]:
         out.append(f"    index_64 = {far if len(worst) == 1 else f'max({far})'} >= {INDEX_LIMIT}")
         consts += ", INDEX_64=index_64"
     for k, o in enumerate(an.outputs):
+        if o.name in an.scatters:  # a new base: the kernel stores the window into a copy (pointwise.py)
+            base = _ident(an.scatters[o.name].args[0].name)
+            out.append(f"    out{k} = {base}.clone(memory_format=torch.contiguous_format)  # {o.name}")
+            continue
         shape = symbols.source(symbolic.dims(o.shape)) if w.symbolic else repr(tuple(o.shape))
         out.append(f"    out{k} = torch.empty({shape}, dtype={o.dtype}, device={dev})  # {o.name}")
-    call_args = ", ".join(largs + [f"out{k}" for k in range(len(an.outputs))] + w.sizes.args)
-    out.append(f"    {kname}[{w.grid}]({call_args}, {consts}, num_warps={w.warps})")
+    parts = w.partials()
+    for p, dt in parts:  # a split reduction's partial results: [split, rows]
+        out.append(f"    {p[:-4]} = torch.empty(({w.split}, {an.nrows}), dtype={dt}, device={dev})")
+    call_args = ", ".join(largs + [f"out{k}" for k in range(len(an.outputs))] + [p[:-4] for p, _ in parts]
+                          + w.sizes.args)
+    stages = f", num_stages={w.stages}" if w.stages != 1 else ""
+    out.append(f"    {kname}[{w.grid}]({call_args}, {consts}, num_warps=num_warps{stages})")
+    if parts:
+        consts2 = ", ".join(f"{c}={v}" for c, v in w.constexprs2.items())
+        out.append(f"    {kname.removesuffix('_kernel')}_combine[{w.grid2}]({call_args}, {consts2}, "
+                   f"num_warps={w.warps2})")
     ret = ", ".join(f"out{k}" for k in range(len(an.outputs)))
     out.append(f"    return ({ret},)" if len(an.outputs) == 1 else f"    return ({ret})")
     return out
@@ -155,8 +224,14 @@ def build_empty_source(group: FusionGroup) -> tuple[str, str]:
 
 
 _module_ids = itertools.count()
-# (source, interpreted?) -> namespace: identical regions share compiled kernels
-_MODULES: dict[tuple[str, bool], dict[str, Any]] = {}
+# (source, interpreted?) -> namespace, least recently loaded first: identical regions share
+# compiled kernels. Bounded: each namespace holds a kernel's compiled binaries, and a process
+# that compiles many programs (the language server's worker, a sweep) must not keep every one.
+# 1024 distinct sources is several times a large model's forward and backward (a 12-layer
+# GPT's are under 200); past it the least recently loaded is dropped, which costs only a
+# later identical region its exec and JIT: a program already loaded keeps its own kernels.
+MAX_MODULES = 1024
+_MODULES: collections.OrderedDict[tuple[str, bool], dict[str, Any]] = collections.OrderedDict()
 _MODULES_LOCK = threading.Lock()
 
 
@@ -169,6 +244,9 @@ def load_source(source: str, launcher: str, label: str) -> Callable:
         namespace = _MODULES.get(key)
         if namespace is None:
             namespace = _MODULES[key] = _exec_source(source, label)
+            while len(_MODULES) > MAX_MODULES:
+                _MODULES.popitem(last=False)
+        _MODULES.move_to_end(key)
     return namespace[launcher]
 
 

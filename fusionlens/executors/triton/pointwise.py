@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import math
 
-from fusionlens.ir.trace import Value
+from fusionlens.ir.trace import Value, contiguous_strides
+from fusionlens.ops import prims
 
 from . import tuning
 from .emitter import _Emitter, _Scope, _type_str
@@ -37,8 +38,16 @@ class PointwiseWriter(_Writer):
         body = _Scope("    ")
         em.loop, em.prologue, em.rowscope = body, body, body
         outs: list[tuple[int, Value, str]] = []  # (index, output, its variable)
+        stores: dict[int, tuple[tuple, str, str]] = {}  # scatter outputs: (strides, extra offset, mask)
         for k, o in enumerate(an.outputs):
-            outs.append((k, o, em.val(o, an.canonical(o))))
+            b = an.scatters.get(o.name)
+            if b is None:
+                outs.append((k, o, em.val(o, an.canonical(o))))
+                continue
+            src = b.args[2] if b.sym is prims.scatter else b.args[1]
+            outs.append((k, o, em.val(src, an.canonical(src))))
+            stores[k] = self._window(em, b)
+            em.accesses.append(stores[k][0])
         head = self.pid_lines(int64) + [
             "offs = pid * BLOCK + tl.arange(0, BLOCK)",
             f"mask = offs < {self.sz(numel, 'numel')}",
@@ -47,6 +56,9 @@ class PointwiseWriter(_Writer):
             head += self.index_lines("offs", em.runs["offs"])
         lines = ["    " + h for h in head] + body.lines
         for k, o, v in outs:
+            if k in stores:
+                lines += self._store_window(em, k, o, v, *stores[k])
+                continue
             off, _ = em.offset(self.out_ds(o)) if em.runs is not None else ("offs", None)
             off = "offs" if off == "0" else off
             lines.append(f"    tl.store(out{k}_ptr + {off}, {_store_cast(v, o)}, mask=mask)  # {o.name}: "
@@ -54,3 +66,28 @@ class PointwiseWriter(_Writer):
         self.constexprs = {"BLOCK": self.block}
         self.grid = self.grid_for(numel, self.block)
         return lines
+
+    def _window(self, em: _Emitter, b) -> tuple[tuple, str, str]:
+        """(per domain dim, the stride of the scatter's window in its base's row-major numbers;
+        the offset added to it, as the kernel spells it; the mask beyond the domain's)."""
+        base = b.args[0]
+        if b.sym is prims.strided_scatter:
+            return tuple(b.args[3]), str(b.args[2]) if b.args[2] else "", ""
+        index, dim = b.args[1], b.args[3]  # scatter: dim `dim` goes to where index says
+        rm = contiguous_strides(base.shape)
+        ds = tuple(0 if d == dim else rm[d] for d in range(self.an.n))
+        i = em.val(index, self.an.canonical(index))
+        # an index out of range writes nothing (eager raises; a store there would corrupt memory)
+        inside = f"({i} >= 0) & ({i} < {base.shape[dim]})"
+        return ds, (f"{i} * {rm[dim]}" if rm[dim] != 1 else i), inside
+
+    def _store_window(self, em: _Emitter, k: int, o: Value, v: str, ds: tuple, extra: str, inside: str) -> list[str]:
+        """The store of a scatter's window into out{k}, a row-major copy of its base (the launcher's)."""
+        off, _ = em.offset(ds) if em.runs is not None else ("0", None)
+        terms = [t for t in (off, extra) if t and t != "0"]
+        if off == "0" or em.runs is None:  # no domain term: still a block of pointers, as the mask is a block
+            terms.append("offs * 0")
+        where = " + ".join(terms)
+        mask = f"(mask & {inside}) != 0" if inside else "mask"  # != 0: an int1 mask whatever the index's type
+        return [f"    tl.store(out{k}_ptr + {where}, {_store_cast(v, o)}, mask={mask})  # {o.name}: "
+                f"{_type_str(o)}, the window of {self.an.scatters[o.name].args[0].name} stored into its copy"]

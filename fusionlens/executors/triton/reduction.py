@@ -42,10 +42,27 @@ def _pick_reduction(an: _Analysis, rows_contiguous: bool) -> tuple[int, int, boo
     else:
         bn = min(_next_pow2(ncols), _next_pow2(tuning.LOOP_BLOCK_N))
         bm = min(_next_pow2(nrows), max(1, 2048 // bn), 64)
-    tile = bm * bn
-    warps = (1 if tile <= 128 else 2 if tile <= 512 else 4 if tile <= 2048 else 8 if tile <= 4096 else
-             16 if tile <= 8192 else 32)
-    return bm, bn, not single, warps
+    return bm, bn, not single, tuning.warps_for(bm * bn)
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _pick_split(an: _Analysis, bm: int, bn: int) -> tuple[int, int]:
+    """(programs a row is split over, elements of a row each reads): (1, ncols) unless the
+    region can be split (an.splittable) and its rows alone would leave SMs idle; docs/kernels.md."""
+    if not an.splittable():
+        return 1, an.ncols
+    bn = min(bn, _next_pow2(tuning.LOOP_BLOCK_N))  # a split row is looped over in chunks of this
+    programs = _cdiv(an.nrows, bm)
+    want = tuning.PROGRAMS_PER_SM * an.sms
+    read = an.nrows * an.ncols * max(v.dtype.itemsize for v in an.inputs)
+    if programs >= want or read < tuning.SPLIT_MIN_BYTES or an.ncols < 2 * bn:
+        return 1, an.ncols
+    split = min(_cdiv(want, programs), _cdiv(an.ncols, bn), tuning.MAX_SPLIT)
+    chunk = _cdiv(_cdiv(an.ncols, split), bn) * bn
+    return _cdiv(an.ncols, chunk), chunk
 
 
 def _plural(n: int, word: str) -> str:
@@ -55,6 +72,10 @@ def _plural(n: int, word: str) -> str:
 class ReductionWriter(_Writer):
     def kind_comment(self) -> str:
         an = self.an
+        if self.split > 1:
+            return (f"# kind: split reduction over dims {list(an.rdims)} of {list(an.domain)}: {an.nrows} rows of "
+                    f"{an.ncols} elements, each cut into {self.split} chunks of {self.chunk} (one program a "
+                    f"chunk), then a kernel combining the partial results")
         passes = "one pass in registers" if not self.looped else (
             f"{_plural(an.npasses + (1 if any(an.level_shape(o) == 'full' for o in an.outputs) else 0), 'pass')} "
             f"over each row in chunks of {self.bn}")
@@ -67,6 +88,13 @@ class ReductionWriter(_Writer):
         nontrivial = [d for d in range(an.n) if an.domain[d] != 1]
         rows_contiguous = bool(nontrivial) and nontrivial[-1] in an.kept
         self.bm, self.bn, self.looped, self.warps = _pick_reduction(an, rows_contiguous)
+        self.split, self.chunk = _pick_split(an, self.bm, self.bn)
+        if self.split > 1 and not self.looped:  # each program loops over its chunk of a row
+            self.bn = min(self.bn, _next_pow2(tuning.LOOP_BLOCK_N))
+            self.looped = True
+            self.split, self.chunk = _pick_split(an, self.bm, self.bn)
+            self.warps = tuning.warps_for(self.bm * self.bn)
+        self.stages = tuning.stages_for(self.looped)
         int64 = self.needs_int64()
         self.cast64 = ".to(tl.int64)" if int64 else ""
         em.prologue = _Scope("    ")
@@ -77,13 +105,90 @@ class ReductionWriter(_Writer):
             f"the kept dims {list(an.kept)}",
             f"row_mask = rows < {self.sz(an.nrows, 'rows')}",
         ]
+        if self.split > 1:
+            head.append(f"split_id = tl.program_id(1){self.cast64}  # which of the {self.split} chunks of each row")
         if em.runs is not None:
             head += self.index_lines("rows", em.runs["rows"])
         stored: set[int] = set()  # the row outputs stored so far
-        body = self._looped_body(em, stored) if self.looped else self._single_pass_body(em, stored)
+        if self.split > 1:
+            body = self._split_body(em)
+        else:
+            body = self._looped_body(em, stored) if self.looped else self._single_pass_body(em, stored)
         self.constexprs = {"BLOCK_M": self.bm, "BLOCK_N": self.bn}
         self.grid = self.grid_for(an.nrows, self.bm)
+        if self.split > 1:
+            self.grid = f"({_cdiv(an.nrows, self.bm)}, {self.split})"
+            self.grid_size = [_cdiv(an.nrows, self.bm), self.split]
         return ["    " + h for h in head] + body
+
+    # split reductions -------------------------------------------------------------------------
+    def partials(self) -> list[tuple[str, torch.dtype]]:
+        """(argument, dtype) of each reduction's partial results, [split, nrows] (split only)."""
+        if self.split <= 1:
+            return []
+        return [(f"part{j}_ptr", torch.float32 if b.outputs[0].dtype in FLOATS else b.outputs[0].dtype)
+                for j, b in enumerate(self.an.reductions)]
+
+    def _split_body(self, em: _Emitter) -> list[str]:
+        """This program's chunk of each row: the one pass, then each reduction's partial result
+        stored for the combine kernel."""
+        an = self.an
+        assert em.prologue is not None and em.rowscope is not None  # set by _body
+        pieces: list[str | _Scope] = [em.prologue, em.rowscope]
+        pieces += self._pass(em, 0)
+        tail = _Scope("    ")
+        for j, b in enumerate(an.reductions):
+            o = b.outputs[0]
+            var = em.rowmemo[(o.name, an.canonical(o))]
+            tail.add(f"tl.store(part{j}_ptr + split_id * {an.nrows} + rows, {var}, mask=row_mask)  "
+                     f"# {o.name}: this chunk's partial {b.sym.name}")
+        pieces.append(tail)
+        return [x for piece in pieces for x in (piece.lines if isinstance(piece, _Scope) else [piece])]
+
+    def combine_kernel(self) -> tuple[list[str], set[str]]:
+        """The split's second kernel: each row's partial results reduced in a fixed order (the
+        same sum at every run), then the region's row-level epilogue and row outputs."""
+        split_p2 = _next_pow2(self.split)
+        self.bm2 = min(_next_pow2(self.an.nrows), max(1, 4096 // split_p2), 64)
+        self.warps2 = tuning.warps_for(self.bm2 * split_p2)
+        self.grid2 = f"({_cdiv(self.an.nrows, self.bm2)},)"
+        self.constexprs2 = {"BLOCK_M": self.bm2, "SPLIT": split_p2}
+        dry = _Emitter(self.an, self.strides, None, self.rid, self.sizes)
+        self._combine_body(dry)
+        em = _Emitter(self.an, self.strides, self.make_runs(dry.accesses), self.rid, self.sizes)
+        lines = self._combine_body(em)
+        self.em2 = em
+        return lines, em.helpers
+
+    def _combine_body(self, em: _Emitter) -> list[str]:
+        an = self.an
+        body = _Scope("    ")
+        em.prologue = em.rowscope = body
+        em.loop = None
+        body.add("pid = tl.program_id(0)")
+        body.add("rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)[:, None]  # [BLOCK_M, 1]")
+        body.add(f"row_mask = rows < {an.nrows}")
+        if em.runs is not None:
+            for line in self.index_lines("rows", em.runs["rows"]):
+                body.add(line)
+        body.add("splits = tl.arange(0, SPLIT)[None, :]  # [1, SPLIT]: the partial results of a row")
+        body.add(f"part_mask = row_mask & (splits < {self.split})")
+        for j, b in enumerate(an.reductions):
+            o = b.outputs[0]
+            name = _ident(o.name)
+            ident, _ = _identity(b.sym, o.dtype)
+            body.add(f"{name}_parts = tl.load(part{j}_ptr + splits * {an.nrows} + rows, mask=part_mask, "
+                     f"other={ident})")
+            red = _reduce_expr(b.sym, o.dtype, em)
+            body.add(f"{name} = {red.format(v=name + '_parts')}[:, None]  # {b.sym.name}({b.args[0].name}, "
+                     f"{list(an.rdims)}): the {self.split} partials combined")
+            self._register(em, o, name)
+        stored: set[int] = set()
+        self._flush_rows(em, stored)
+        for k, o in self._outputs_at("row"):
+            if k not in stored:
+                raise Decline(f"internal: row output {o.name} was never ready")
+        return body.lines
 
     def _outputs_at(self, level: str) -> list[tuple[int, Value]]:
         """(index, output) of the outputs of shape `level` ("full" or "row")."""
@@ -193,8 +298,10 @@ class ReductionWriter(_Writer):
             self._looped_reduction(em, b, init, loop, fin)
         em.loop = None
         title = ", ".join(f"{b.sym.name} -> " + "/".join(o.name for o in b.outputs) for b in reds)
-        return [f"    # pass {p + 1} over the row: {title}", init,
-                f"    for start in range(0, {self.sz(an.ncols, 'cols')}, BLOCK_N):", loop, fin]
+        span = (f"split_id * {self.chunk}, split_id * {self.chunk} + {self.chunk}" if self.split > 1 else
+                f"0, {self.sz(an.ncols, 'cols')}")
+        return [f"    # pass {p + 1} over the row: {title}", init, f"    for start in range({span}, BLOCK_N):",
+                loop, fin]
 
     def _ready(self, v, em) -> bool:
         """Are all reductions upstream of v finished (in the row memo)?"""
@@ -262,17 +369,20 @@ class ReductionWriter(_Writer):
             a = em.val(mb.args[0], full)
             loop.mark(b)
             fin.mark(b)
-            init.add(f"on_{m} = tl.full([BLOCK_M, 1], float(\"-inf\"), tl.float32)  # running max")
-            init.add(f"on_{s} = tl.zeros([BLOCK_M, 1], tl.float32)  # running sum of exp(x - running max)")
-            em.helpers.add("_fl_max")
-            loop.add(f"on_{m}_new = tl.maximum(on_{m}, tl.reduce(tl.where(mask, {a}, float(\"-inf\")), 1, "
-                     "_fl_max)[:, None], propagate_nan=tl.PropagateNan.ALL)")
-            loop.add(f"on_{m}_scale = tl.where(on_{m}_new == float(\"-inf\"), 0.0, tl.exp(on_{m} - on_{m}_new))")
-            loop.add(f"on_{s} = on_{s} * on_{m}_scale + tl.sum(tl.where(mask, tl.exp({a} - on_{m}_new), 0.0), "
-                     "axis=1)[:, None]")
+            # each lane keeps its own running max and rescaled sum: no block-wide reduction in
+            # the loop, one combine (_fl_online) after it
+            em.helpers.add("_fl_online")
+            init.add(f"on_{m} = tl.full([BLOCK_M, BLOCK_N], float(\"-inf\"), tl.float32)  # running max, per lane")
+            init.add(f"on_{s} = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)  # running sum of exp(x - running max)")
+            loop.add(f"on_{m}_x = tl.where(mask, {a}, float(\"-inf\"))")
+            loop.add(f"on_{m}_new = tl.maximum(on_{m}, on_{m}_x, propagate_nan=tl.PropagateNan.ALL)")
+            loop.add(f"on_{s} = tl.where(on_{m}_new == float(\"-inf\"), 0.0, on_{s} * tl.exp(on_{m} - on_{m}_new) + "
+                     f"tl.exp(on_{m}_x - on_{m}_new))")
             loop.add(f"on_{m} = on_{m}_new")
-            fin.add(f"{m} = on_{m}  # prims.amax({mb.args[0].name}) (online)")
-            fin.add(f"{s} = on_{s}  # prims.sum(exp({mb.args[0].name} - max)) (online softmax)")
+            fin.add(f"{m}, {s} = tl.reduce((on_{m}, on_{s}), 1, _fl_online)  # prims.amax({mb.args[0].name}) and "
+                    "sum(exp(x - max)): one combine (online softmax)")
+            fin.add(f"{m} = {m}[:, None]")
+            fin.add(f"{s} = {s}[:, None]")
             self._register(em, m_o, m)
             self._register(em, s_o, s)
             return
@@ -282,21 +392,19 @@ class ReductionWriter(_Writer):
         if sym is prims.var_mean:
             var_o, mean_o, mv, vv, denom, corr = _var_mean_names(b, an.ncols)
             w = f"wf_{mv}"
-            init.add(f"{w}_n = tl.zeros([BLOCK_M, 1], tl.float32)  # Welford: count, mean, M2 per row")
-            init.add(f"{w}_mean = tl.zeros([BLOCK_M, 1], tl.float32)")
-            init.add(f"{w}_m2 = tl.zeros([BLOCK_M, 1], tl.float32)")
-            loop.add(f"{w}_cn = tl.sum(tl.where(mask, 1.0, 0.0), axis=1)[:, None]")
-            loop.add(f"{w}_cmean = tl.sum(tl.where(mask, {x}, 0.0), axis=1)[:, None] / tl.maximum({w}_cn, 1.0)")
-            loop.add(f"{w}_d = tl.where(mask, {x} - {w}_cmean, 0.0)")
-            loop.add(f"{w}_cm2 = tl.sum({w}_d * {w}_d, axis=1)[:, None]")
-            loop.add(f"{w}_nn = {w}_n + {w}_cn  # Chan et al.: combine the chunk into the running state")
-            loop.add(f"{w}_delta = {w}_cmean - {w}_mean")
-            loop.add(f"{w}_frac = {w}_cn / tl.maximum({w}_nn, 1.0)")
-            loop.add(f"{w}_mean = {w}_mean + {w}_delta * {w}_frac")
-            loop.add(f"{w}_m2 = {w}_m2 + {w}_cm2 + {w}_delta * {w}_delta * {w}_n * {w}_frac")
-            loop.add(f"{w}_n = {w}_nn")
-            fin.add(f"{mv} = {w}_mean  # prims.var_mean({src.name}): mean (Welford)")
-            fin.add(f"{vv} = {w}_m2 / {self._number(denom)}  # prims.var_mean({src.name}, "
+            # single-pass Welford, per lane (no block-wide reduction in the loop), then one combine
+            em.helpers.add("_fl_welford")
+            init.add(f"{w}_n = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)  # Welford: count, mean, M2 per lane")
+            init.add(f"{w}_mean = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)")
+            init.add(f"{w}_m2 = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)")
+            loop.add(f"{w}_n = {w}_n + tl.where(mask, 1.0, 0.0)")
+            loop.add(f"{w}_d = tl.where(mask, {x} - {w}_mean, 0.0)")
+            loop.add(f"{w}_mean = {w}_mean + {w}_d / tl.maximum({w}_n, 1.0)")
+            loop.add(f"{w}_m2 = {w}_m2 + {w}_d * tl.where(mask, {x} - {w}_mean, 0.0)")
+            fin.add(f"{w}_mean, {w}_m2, {w}_n = tl.reduce(({w}_mean, {w}_m2, {w}_n), 1, _fl_welford)  "
+                    "# the lanes' states combined")
+            fin.add(f"{mv} = {w}_mean[:, None]  # prims.var_mean({src.name}): mean (Welford)")
+            fin.add(f"{vv} = {w}_m2[:, None] / {self._number(denom)}  # prims.var_mean({src.name}, "
                     f"correction={corr}): var")
             self._register(em, mean_o, mv)
             self._register(em, var_o, vv)

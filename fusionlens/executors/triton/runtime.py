@@ -19,6 +19,8 @@ import os
 import threading
 from dataclasses import dataclass, field
 
+import torch
+
 from fusionlens.middle.contract import Decline, FusionGroup, Layout, check_layouts
 from fusionlens.executors import base, symbolic
 from fusionlens.ir.trace import contiguous_strides
@@ -112,7 +114,9 @@ def generate(group: FusionGroup, device=None) -> Generated:
     try:
         an = _Analysis(group)
         default = _contiguous_key(an)
-        source, kname, lname, spec = build_source(group, an, default)
+        if device is not None and torch.device(device).type == "cuda" and torch.cuda.is_available():
+            an.sms = torch.cuda.get_device_properties(torch.device(device)).multi_processor_count
+        source, kname, lname, specs = build_source(group, an, default)
         eager = symbolic.eager_callable(group)
     except Decline:
         raise
@@ -122,9 +126,11 @@ def generate(group: FusionGroup, device=None) -> Generated:
     variants = {tuple(default): source}
     launchers = {tuple(default): load_source(source, lname, label)}
     lock = threading.Lock()
-    gen = Generated(source, None, 1, eager, [spec], variants, tuple(default),
+    gen = Generated(source, None, len(specs), eager, specs, variants, tuple(default),
                     interpreted=os.environ.get("TRITON_INTERPRET") == "1", symbols=_symbol_names(an))
     key_of = _key_function(an, tuple(default))
+    configs = specs[0].autotune
+    tuned: dict[StrideSignature, int] = {}  # variant -> the num_warps its autotuning chose (a GPU's)
 
     def launch(*tensors):
         if len(tensors) != len(an.inputs):
@@ -138,6 +144,11 @@ def generate(group: FusionGroup, device=None) -> Generated:
                 src, _, name, _ = build_source(group, an, list(key))
                 fn = launchers[key] = load_source(src, name, label)
                 variants[key] = src
+        if len(configs) > 1 and tensors and tensors[0].is_cuda:
+            warps = tuned.get(key)
+            if warps is None:
+                warps = tuned[key] = autotune(fn, tensors, configs, _cuda_timer)
+            return fn(*tensors, num_warps=warps)
         return fn(*tensors)
 
     if gen.interpreted:
@@ -183,3 +194,23 @@ def _check_inputs(group: FusionGroup, an: _Analysis, tensors) -> None:
                 isinstance(s, int) and s != n for s, n in zip(shape, t.shape)):
             raise TypeError(f"region {group.id}: {v.name} was compiled for {v.dtype}{list(shape)}, got "
                             f"{t.dtype}{list(t.shape)}")
+
+
+def _cuda_timer(call) -> float:
+    """Milliseconds of `call()` on the current GPU: CUDA events around 5 launches after one."""
+    call()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(5):
+        call()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / 5
+
+
+def autotune(launcher, tensors, configs: list[int], timer) -> int:
+    """The num_warps of `configs` (at most four: tuning.autotune_warps) whose launch `timer`
+    finds fastest for these tensors; the first (the heuristic's) on a tie. Once per shape and
+    stride variant: the launcher's caller keeps the answer."""
+    times = [(timer(lambda w=w: launcher(*tensors, num_warps=w)), i, w) for i, w in enumerate(configs[:4])]
+    return min(times)[2]

@@ -15,7 +15,7 @@ import sys
 
 import torch
 
-from fusionlens.ir.trace import Value, values_in
+from fusionlens.ir.trace import SymbolKind, Value, values_in
 from fusionlens.ops import prims
 
 TL_DTYPE = {
@@ -118,7 +118,7 @@ def _dtype_problem(dtype: torch.dtype) -> str | None:
 def can_take(bsym) -> str | None:
     """None when the prim can join a Triton region; else why not."""
     sym = bsym.sym
-    if sym.kind != "prim":
+    if sym.kind is not SymbolKind.PRIM:
         return f"{sym.name} is not a prim"
     for v in values_in((bsym.args, bsym.kwargs)) + list(bsym.outputs):
         problem = _dtype_problem(v.dtype)
@@ -130,6 +130,8 @@ def can_take(bsym) -> str | None:
         return f"{sym.name} is not generated for Triton"
     if sym is prims.broadcast_in_dim:
         return None
+    if sym in prims.SCATTERS:
+        return _scatter_problem(bsym)
     if sym in REDUCTIONS:
         src = bsym.args[0]
         if src.dtype == torch.bool and sym is not prims.sum:
@@ -138,6 +140,18 @@ def can_take(bsym) -> str | None:
             return f"{sym.name} of {str(src.dtype).removeprefix('torch.')} is not generated for Triton"
         return None
     return f"{sym.name} is not generated for Triton"
+
+
+def _scatter_problem(bsym) -> str | None:
+    """A scatter is a store into the base's addresses: its window must be known when the kernel
+    is written (a dynamic program's symbolic offsets are not generated yet)."""
+    if bsym.sym is prims.strided_scatter:
+        offset, strides = bsym.args[2], bsym.args[3]
+        if type(offset) is not int or not all(type(s) is int for s in strides):
+            return "a window at symbolic offsets is not generated for Triton"
+    if not all(type(s) is int for s in bsym.args[0].shape):
+        return "a scatter into a base of symbolic size is not generated for Triton"
+    return None
 
 
 def _elementwise_problem(bsym) -> str | None:

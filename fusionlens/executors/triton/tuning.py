@@ -1,13 +1,48 @@
-"""Tuning knobs of the Triton generator.
+"""Tuning knobs of the Triton generator, and the heuristic that picks warps and stages.
 
 Module attributes, read at each generation, so that tests and benchmarks can lower or raise
-them (`monkeypatch.setattr(tuning, "MAX_SINGLE_PASS", 16)` forces the looped reductions).
+them (`monkeypatch.setattr(tuning, "MAX_SINGLE_PASS", 16)` forces the looped reductions,
+`monkeypatch.setattr(tuning, "SM_COUNT", 2)` with `SPLIT_MIN_BYTES = 0` the split ones).
+docs/kernels.md explains each choice.
 """
 
 # Largest row (reduced elements) kept in registers in one pass. At 16384 float32 elements
-# and 32 warps (16 per thread) the sm_90 cubins of softmax / LayerNorm / residual+LayerNorm
-# use 32-58 registers and spill nothing (cuobjdump); at 32768 they start to use stack.
+# and 16 warps (32 a thread) the sm_90 cubins of softmax / LayerNorm / residual+LayerNorm
+# spill nothing (tests/test_triton_static.py); longer rows loop in LOOP_BLOCK_N chunks and
+# read their input twice (one statistics pass, one output pass).
 MAX_SINGLE_PASS = 16384
 LOOP_BLOCK_N = 2048  # chunk of a row per loop iteration when the row does not fit
 POINTWISE_BLOCK = 1024
-ONE_PROGRAM_LIMIT = 1 << 16  # a full reduction (one row) larger than this is left to torch
+ONE_PROGRAM_LIMIT = 1 << 16  # a full reduction (one row) this large is split, or left to torch when it cannot be
+
+# Split reductions: a reduction of few rows (or over the leading dim) that launches fewer than
+# PROGRAMS_PER_SM x SM_COUNT programs cuts each row into chunks, one program a chunk, and a
+# second small kernel combines the partial results in a fixed order (deterministic).
+SM_COUNT = 132  # H100 SXM / H200; generate() on a GPU reads the device's own count
+PROGRAMS_PER_SM = 2
+SPLIT_MIN_BYTES = 4 << 20  # below this a second launch costs more than the idle SMs do
+MAX_SPLIT = 512  # partial results per row (the combine kernel reads them in one block)
+
+# warps: about ELEMENTS_PER_THREAD elements of a tile per thread (four 128-bit loads of
+# float32), between 1 and MAX_WARPS warps (32 warps would cap a block's registers at 64 a thread)
+ELEMENTS_PER_THREAD = 16
+MAX_WARPS = 16
+
+
+def warps_for(tile: int) -> int:
+    """num_warps for a block of `tile` elements (a power of two)."""
+    w = max(1, tile // (32 * ELEMENTS_PER_THREAD))
+    return min(MAX_WARPS, 1 << (w.bit_length() - 1))
+
+
+def stages_for(looped: bool) -> int:
+    """num_stages: a loop over a row prefetches its next chunk while it reduces this one
+    (Triton's software pipeliner); straight-line code has nothing to pipeline."""
+    return 2 if looped else 1
+
+
+def autotune_warps(warps: int) -> list[int]:
+    """The configurations a GPU launch times once per shape (at most four): the heuristic's
+    warps, half and double of it, within 1..MAX_WARPS."""
+    out = [warps] + [w for w in (warps // 2, warps * 2) if 1 <= w <= MAX_WARPS]
+    return list(dict.fromkeys(out))[:4]

@@ -35,7 +35,10 @@ class _Writer:
 
     constexprs: dict[str, int]  # the kernel's tl.constexpr arguments (block sizes) -> value
     grid: str  # the launch grid, as the launcher writes it
+    grid_size: list[int]  # the grid at the example's sizes
     warps: int
+    stages: int = 1  # num_stages (tuning.stages_for)
+    split: int = 1  # a split reduction's programs a row (reduction.py); 1: one kernel
 
     def __init__(self, an: _Analysis, strides: list[tuple], rid: str):
         self.an = an
@@ -55,6 +58,7 @@ class _Writer:
 
     def grid_for(self, count, block: int) -> str:
         """The grid of `count` work items in programs of `block` (a literal for static sizes)."""
+        self.grid_size = [math.ceil(int(self.an.hint(count)) / block)]
         if isinstance(count, int):
             return repr((math.ceil(count / block),))
         return f"(triton.cdiv({self.sz(count)}, {block}),)"
@@ -144,10 +148,15 @@ class _Writer:
         self.sizes = self._new_sizes()  # only what the kernel really spells becomes an argument
         em = _Emitter(self.an, self.strides, runs, self.rid, self.sizes)
         lines = self._body(em)
+        self.em = em
         return lines, em.helpers, runs
+
+    def partials(self) -> list[tuple[str, torch.dtype]]:
+        """(argument, dtype) of the buffers a split reduction's kernels pass partial results in."""
+        return []
 
     def _signature(self) -> list[str]:
         an = self.an
         args = [f"{_ident(v.name)}_ptr" for v in an.inputs]
         args += [f"out{k}_ptr" for k in range(len(an.outputs))]
-        return args + self.sizes.args
+        return args + [p for p, _ in self.partials()] + self.sizes.args

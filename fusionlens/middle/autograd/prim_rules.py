@@ -340,3 +340,30 @@ def _pad(b, cots):
     ends = [lo + s + max(s - 1, 0) * interior for s, (lo, hi, interior) in zip(a.shape, config)]
     strides = [interior + 1 for lo, hi, interior in config]
     return [P.slice(cots[0], starts, ends, strides), None, None]
+
+
+# --- scatters: the window's cotangent goes to src, the rest to the base --------------------
+
+@rule(P.strided_scatter)
+def _strided_scatter(b, cots):
+    a, src, offset, strides = b.args
+    g = cots[0]
+    if g is None or not g.dtype.is_floating_point:
+        return [None, None, None, None]
+    return [P.strided_scatter(g, zeros_like(src), offset, strides),
+            P.strided_window(g, src.shape, offset, strides), None, None]
+
+
+@rule(P.strided_window)
+def _strided_window(b, cots):
+    a, shape, offset, strides = b.args
+    return [P.strided_scatter(zeros_like(a), cots[0], offset, strides), None, None, None]
+
+
+@rule(P.scatter)
+def _scatter(b, cots):
+    a, index, src, dim = b.args
+    g = cots[0]
+    if g is None or not g.dtype.is_floating_point:
+        return [None, None, None, None]
+    return [P.scatter(g, index, zeros_like(src), dim), None, P.take_along_axis(g, index, dim), None]

@@ -458,7 +458,7 @@ def _sdpa(b, cots, query, key, value, attn_mask, dropout_p, is_causal, scale, en
 
 # --- forward rewrites: what a whole op hides from its backward -----------------------------
 
-@functools.cache
+@functools.lru_cache(maxsize=1024)  # torch callables: a few hundred; user functions must not pile up
 def _signature_of(fn):
     try:
         return inspect.signature(fn)

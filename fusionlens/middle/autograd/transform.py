@@ -28,6 +28,7 @@ from fusionlens.ir.trace import (BoundSymbol, NameGen, OpTag, Trace, TraceContex
                                  values_in)
 from fusionlens.ops import prims as P
 from fusionlens.ir.provenance import Provenance
+from fusionlens.ir.vocabulary import Stage, ValueRole
 
 
 class Unsupported(Exception):
@@ -152,7 +153,8 @@ def differentiate(trace: Trace, requires_grad: list) -> Differentiated:
     results = values_in(trace.output) + [src for _, src in written]
     differentiable = [v.name in needs for v in results]
     cot_gen = NameGen("g", 0, taken)  # g0, g1, ... unless an input is named so
-    cotangents = [Value(cot_gen.next(), v.shape, v.dtype, v.device, "input") for v in results if v.name in needs]
+    cotangents = [Value(cot_gen.next(), v.shape, v.dtype, v.device, ValueRole.INPUT)
+                  for v in results if v.name in needs]
     grads: dict = {}
     backward: list = []
 
@@ -225,12 +227,12 @@ def _split(trace, forward, backward, results, differentiable, cotangents, grad_i
     made = {o.name for f in forward for o in f.outputs}
     joint_backward = [b for b in backward if not b.outputs or not all(o.name in made for o in b.outputs)]
     joint = Trace(f"{trace.name}_joint", list(trace.inputs) + cotangents, forward + joint_backward,
-                  (tuple(results), tuple(outs)), "joint", trace.signature, dict(trace.extra_globals),
+                  (tuple(results), tuple(outs)), Stage.JOINT, trace.signature, dict(trace.extra_globals),
                   list(trace.writeback))
     fwd = passes.dce(Trace(f"{trace.name}_forward", list(trace.inputs), forward, tuple(results) + tuple(saved),
-                           "forward", trace.signature, dict(trace.extra_globals), list(trace.writeback)))
-    bwd_inputs = [Value(v.name, v.shape, v.dtype, v.device, "saved") for v in saved] + cotangents
-    bwd = Trace(f"{trace.name}_backward", bwd_inputs, backward, tuple(outs), "backward", [],
+                           Stage.FORWARD, trace.signature, dict(trace.extra_globals), list(trace.writeback)))
+    bwd_inputs = [Value(v.name, v.shape, v.dtype, v.device, ValueRole.SAVED) for v in saved] + cotangents
+    bwd = Trace(f"{trace.name}_backward", bwd_inputs, backward, tuple(outs), Stage.BACKWARD, [],
                 {b.sym.name: b.sym.impl for b in passes.iter_all(backward)
                  if OpTag.PROGRAM_GLOBAL in b.sym.tags})
     bwd = passes.dce(passes.cse(bwd))

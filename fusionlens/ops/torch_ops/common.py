@@ -67,7 +67,7 @@ def slice_indices(k: slice, size) -> tuple:
             return default
         if isinstance(x, int) and x < 0:
             x = x + size
-        from torch.fx.experimental.symbolic_shapes import statically_known_true
+        from fusionlens.ir.torch_compat import statically_known_true
         if statically_known_true(x <= size):  # s0 sliced to 64 when s0 <= 64 is known: s0, not Min(64, s0)
             return x if statically_known_true(x >= 0) else torch.sym_max(0, x)
         return torch.sym_max(0, torch.sym_min(x, size))

@@ -18,7 +18,8 @@ def _shape_arg(size):
 
 
 def _factory_device(device):
-    return torch.device(device) if device is not None else torch.device("cpu")
+    # no device given: torch's default device (torch.set_default_device, `with torch.device("cuda")`), as eager
+    return torch.device(device) if device is not None else torch.get_default_device()
 
 
 @register(torch.full)

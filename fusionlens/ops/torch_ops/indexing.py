@@ -1,8 +1,9 @@
 """Indexing: gathers by index (index_select, gather, take_along_dim, take: take_along_axis
-prims), their scatter counterparts (scatter, index_put, index_add, ...: library calls), the
-scatters of a slice (slice_scatter, select_scatter: a cat), data-dependent selections
-(masked_select, nonzero: library calls, their shape depends on the values) and `setitem`,
-the functional form of `x[key] = value`.
+prims), their scatter counterparts (scatter, index_put, index_add, ...: library calls;
+index_copy: a scatter prim), the scatters of a window (slice_scatter, select_scatter,
+diagonal_scatter: one strided_scatter prim, which fusion executors store into the base's
+addresses), data-dependent selections (masked_select, nonzero: library calls, their shape
+depends on the values) and `setitem`, the functional form of `x[key] = value`.
 
 Advanced `__getitem__` (tensor and list indices) is shapes.getitem's; it builds on the same
 `take_dim`.
@@ -18,7 +19,8 @@ from fusionlens.ops import prims
 from fusionlens.ops.torch_ops.common import _is_value, _scalar_as, broadcast_to_shape, cast, slice_indices
 from fusionlens.ops.torch_ops.pointwise import where
 from fusionlens.ops.torch_ops.registry import NoDecomposition, library, register, symbol_for
-from fusionlens.ops.torch_ops.shapes import _slice_dim, cat, reshape, take_dim, unsqueeze
+from fusionlens.ops.torch_ops.shapes import _slice_dim, reshape, take_dim, wrap_index
+from fusionlens.ir.sizes import known_equal
 
 
 @register(torch.index_select, torch.Tensor.index_select)
@@ -68,51 +70,71 @@ argwhere = library(torch.argwhere, torch.Tensor.argwhere)
 masked_scatter = library(torch.masked_scatter, torch.Tensor.masked_scatter)
 index_put = library(torch.index_put, torch.Tensor.index_put)
 index_add = library(torch.index_add, torch.Tensor.index_add)
-index_copy = library(torch.index_copy, torch.Tensor.index_copy)
 index_fill = library(torch.index_fill, torch.Tensor.index_fill)
 index_reduce = library(torch.index_reduce, torch.Tensor.index_reduce)
 scatter = library(torch.scatter, torch.Tensor.scatter)
 scatter_add = library(torch.scatter_add, torch.Tensor.scatter_add)
 scatter_reduce = library(torch.scatter_reduce, torch.Tensor.scatter_reduce)
 put = library(torch.put, torch.Tensor.put)
-diagonal_scatter = library(torch.diagonal_scatter)
 as_strided_scatter = library(torch.as_strided_scatter)
 
 
-def _put_slice(input, src, d, start, stop):
-    """input with [start, stop) along dim d replaced by src (of that slice's shape)."""
-    before = [_slice_dim(input, d, 0, start)] if start else []
-    after = [_slice_dim(input, d, stop, input.shape[d])] if stop < input.shape[d] else []
-    return cat(before + [cast(src, input.dtype)] + after, d)
+def row_major(shape) -> tuple:
+    """The strides of a row-major tensor of `shape`: how the scatter prims number elements."""
+    out, acc = [], 1
+    for size in reversed(tuple(shape)):
+        out.append(acc)
+        acc = acc * size
+    return tuple(reversed(out))
+
+
+def put_window(input, src, offset, strides):
+    """input with the window (src's shape, at row-major number `offset`, `strides` per dim of
+    src) replaced by src: one strided_scatter prim."""
+    if src.numel() == 0:
+        return input
+    return prims.strided_scatter(input, cast(src, input.dtype), offset, tuple(strides))
 
 
 @register(torch.slice_scatter, torch.Tensor.slice_scatter)
 def slice_scatter(input, src, dim=0, start=None, end=None, step=1):
     d = dim % input.ndim
     start, stop, step = slice_indices(slice(start, end, step), input.shape[d])
-    if step == 1:
-        return _put_slice(input, src, d, start, builtins.max(start, stop))
     if step < 1:
         raise NoDecomposition("a step that is not positive")  # torch raises
-    # src spread over every step-th position (interior padding), then chosen where it landed
-    n = src.shape[d]
-    if n == 0:
-        return input
-    config = [(0, 0, 0)] * input.ndim
-    config[d] = (start, input.shape[d] - start - (n - 1) * step - 1, step - 1)
-    spread = prims.pad(cast(src, input.dtype), _scalar_as(0, input.dtype), config)
-    position = prims.iota(input.shape[d], start=0, step=1, dtype=torch.int64, device=input.device)
-    offset = prims.sub(position, start)
-    hit = prims.bitwise_and(prims.bitwise_and(prims.ge(offset, 0), prims.lt(offset, n * step)),
-                            prims.eq(prims.remainder(offset, step), 0))
-    return prims.where(prims.broadcast_in_dim(hit, input.shape, (d,)), spread, input)
+    rm = row_major(input.shape)
+    strides = rm[:d] + (rm[d] * step,) + rm[d + 1:]
+    return put_window(input, src, start * rm[d], strides)
 
 
 @register(torch.select_scatter, torch.Tensor.select_scatter)
 def select_scatter(input, src, dim, index):
     d = dim % input.ndim
-    i = index % input.shape[d]
-    return _put_slice(input, unsqueeze(src, d), d, i, i + 1)
+    rm = row_major(input.shape)
+    return put_window(input, src, (index % input.shape[d]) * rm[d], rm[:d] + rm[d + 1:])
+
+
+@register(torch.diagonal_scatter, torch.Tensor.diagonal_scatter)
+def diagonal_scatter(input, src, offset=0, dim1=0, dim2=1):
+    """The diagonal (input.diagonal(offset, dim1, dim2), its elements last) replaced by src."""
+    d1, d2 = dim1 % input.ndim, dim2 % input.ndim
+    rm = row_major(input.shape)
+    rest = tuple(rm[d] for d in range(input.ndim) if d not in (d1, d2))
+    first = offset * rm[d2] if offset >= 0 else -offset * rm[d1]
+    return put_window(input, src, first, rest + (rm[d1] + rm[d2],))
+
+
+@register(torch.index_copy, torch.Tensor.index_copy)
+def index_copy(input, dim, index, source):
+    """input with its slices along dim at `index` replaced by source's: one scatter prim, the
+    index spread along dim (a KV cache's positions: StaticCache's update)."""
+    if input.ndim == 0 or source.ndim != input.ndim or index.ndim > 1:
+        raise NoDecomposition("a 0-d input or a source of another rank")
+    d = dim % input.ndim
+    if source.numel() == 0:
+        return input
+    where_to = prims.broadcast_in_dim(reshape(cast(index, torch.int64), (-1,)), source.shape, (d,))
+    return prims.scatter(input, where_to, cast(source, input.dtype), d)
 
 
 @register(torch._unsafe_masked_index)
@@ -150,42 +172,40 @@ def _setitem(input, key, value):
     return out
 
 
-def _basic_entries(input, key):
-    """(per input dim: (start, stop), the shape x[key] has) for a key of ints, unit-step
-    slices, None and Ellipsis; None when the key has anything else."""
+def _normal_key(input, key):
+    """key with Ellipsis expanded and trailing full slices added."""
     consumed = builtins.sum(1 for k in key if k is not None and k is not Ellipsis)
     if Ellipsis in key:
         i = key.index(Ellipsis)
-        key = key[:i] + (slice(None),) * (input.ndim - consumed) + key[i + 1:]
-    else:
-        key = key + (slice(None),) * (input.ndim - consumed)
-    entries, view, dim = [], [], 0
-    for k in key:
+        return key[:i] + (slice(None),) * (input.ndim - consumed) + key[i + 1:]
+    return key + (slice(None),) * (input.ndim - consumed)
+
+
+def _basic_window(input, key):
+    """(offset, strides, window shape, the shape x[key] has) for a key of ints, slices with a
+    positive step, None and Ellipsis; None when the key has anything else."""
+    rm = row_major(input.shape)
+    offset, strides, window, view, dim = 0, [], [], [], 0
+    for k in _normal_key(input, key):
         if k is None:
             view.append(1)
             continue
         size = input.shape[dim]
         if type(k) is int:
-            entries.append((k % size, k % size + 1))
+            offset = offset + (k % size) * rm[dim]
         elif isinstance(k, slice):
             start, stop, step = slice_indices(k, size)
-            if step != 1:
+            if step < 1:
                 return None
-            entries.append((start, builtins.max(start, stop)))
-            view.append(entries[-1][1] - start)
+            n = prims._extent(start, stop, step)
+            offset = offset + start * rm[dim]
+            strides.append(rm[dim] * step)
+            window.append(n)
+            view.append(n)
         else:
             return None
         dim += 1
-    return entries, tuple(view)
-
-
-def _put(input, entries, src, d=0):
-    """input with the box `entries` (from dim d on) replaced by src (the box's shape)."""
-    if d == len(entries):
-        return src
-    start, stop = entries[d]
-    inner = src if d + 1 == len(entries) else _put(_slice_dim(input, d, start, stop), entries, src, d + 1)
-    return inner if (start, stop) == (0, input.shape[d]) else _put_slice(input, inner, d, start, stop)
+    return offset, tuple(strides), tuple(window), tuple(view)
 
 
 def _value_as(value, input, shape):
@@ -196,10 +216,28 @@ def _value_as(value, input, shape):
     return broadcast_to_shape(cast(value, input.dtype), shape)
 
 
+def _index_along(input, key, value):
+    """x[:, ..., index, ...] = value with one integer index tensor (1-D) among full slices: a
+    scatter along that dim (StaticCache's fallback `keys[:, :, cache_position] = k`)."""
+    key = _normal_key(input, key)
+    at = [i for i, k in enumerate(key) if _is_value(k)]
+    if len(key) != input.ndim or len(at) != 1 or key[at[0]].ndim != 1 or \
+            key[at[0]].dtype.is_floating_point or key[at[0]].dtype == torch.bool or builtins.any(
+            not (isinstance(k, slice) and k == slice(None)) for i, k in enumerate(key) if i != at[0]):
+        return None
+    d, index = at[0], key[at[0]]
+    shape = input.shape[:d] + (index.shape[0],) + input.shape[d + 1:]
+    if index.shape[0] == 0:
+        return input
+    where_to = prims.broadcast_in_dim(wrap_index(index, input.shape[d]), shape, (d,))
+    return prims.scatter(input, where_to, _value_as(value, input, shape), d)
+
+
 @register(torch.Tensor.__setitem__, name="setitem", impl=_setitem)
 def setitem(input, key, value):
-    """Basic keys (ints, unit-step slices, None, ...) write a box: a cat of the parts around
-    it. A boolean mask with a scalar is a where; integer tensor keys an index_put."""
+    """Basic keys (ints, slices with a positive step, None, ...) write a window: one
+    strided_scatter prim. A boolean mask with a scalar is a where; one integer index tensor
+    among full slices a scatter; other integer tensor keys an index_put."""
     key = key if isinstance(key, tuple) else (key,)
     if builtins.any(_is_value(k) for k in key):
         mask = key[0]
@@ -209,15 +247,21 @@ def setitem(input, key, value):
             fill = reshape(cast(value, input.dtype), ()) if _is_value(value) else _scalar_as(value, input.dtype)
             return where(mask, broadcast_to_shape(fill, input.shape) if _is_value(fill) else fill, input)
         if builtins.all(_is_value(k) and not k.dtype.is_floating_point and k.dtype != torch.bool for k in key):
+            along = _index_along(input, key, value) if len(key) == 1 else None
+            if along is not None:
+                return along
             values = value if _is_value(value) else prims.full((), _scalar_as(value, input.dtype),
                                                                dtype=input.dtype, device=input.device)
             return index_put(input, key, cast(values, input.dtype))
+        if builtins.all(_is_value(k) or k is Ellipsis or isinstance(k, slice) for k in key):
+            along = _index_along(input, key, value)
+            if along is not None:
+                return along
         raise NoDecomposition("these tensor indices")
-    basic = _basic_entries(input, key)
-    if basic is None:
-        raise NoDecomposition("a key with a step, a list or a bool")
-    entries, view = basic
-    box = tuple(stop - start for start, stop in entries)
-    if 0 in box:
+    window = _basic_window(input, key)
+    if window is None:
+        raise NoDecomposition("a key with a negative step, a list or a bool")
+    offset, strides, box, view = window
+    if builtins.any(known_equal(n, 0) for n in box):
         return input
-    return _put(input, entries, reshape(_value_as(value, input, view), box))
+    return put_window(input, reshape(_value_as(value, input, view), box), offset, strides)

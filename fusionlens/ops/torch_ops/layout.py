@@ -11,7 +11,7 @@ import builtins
 import torch
 
 from fusionlens.ops import prims
-from fusionlens.ops.torch_ops.common import _dims, _is_value, broadcast_to_shape
+from fusionlens.ops.torch_ops.common import _dims, _is_value, _scalar_as, broadcast_to_shape, cast
 from fusionlens.ops.torch_ops.pointwise import add, div, mul, sub
 from fusionlens.ops.torch_ops.reductions import sum
 from fusionlens.ops.torch_ops.registry import NoDecomposition, _pack_varargs, functional_form, library, register
@@ -141,8 +141,10 @@ def tensor_split(input, indices_or_sections, dim=0):
     if _is_value(indices_or_sections):
         raise NoDecomposition("split points in a tensor")
     if isinstance(indices_or_sections, int):
-        n = indices_or_sections
-        bounds = [i * (size // n) + builtins.min(i, size % n) for i in range(n + 1)]
+        # as torch: the first size % n pieces one longer (a guard per piece on a symbolic size)
+        n, bounds = indices_or_sections, [0]
+        for i in range(n):
+            bounds.append(bounds[-1] + size // n + (1 if i < size % n else 0))
     else:
         bounds = [0] + [builtins.min(builtins.max(i % size if i < 0 else i, 0), size)
                         for i in indices_or_sections] + [size]
@@ -236,6 +238,30 @@ unbind_copy = register(torch.unbind_copy)(lambda input, dim=0: unbind(input, dim
 alias_copy = register(torch.alias_copy)(lambda input: input)
 narrow_copy = register(torch.narrow_copy, torch.Tensor.narrow_copy)(
     lambda input, dim, start, length: narrow(input, dim, start, length))
+
+
+
+@register(torch.ops.aten.copy.default, name="torch.ops.aten.copy.default")
+def copy(input, src, non_blocking=False):
+    """What `x.copy_(src)` writes into x: src broadcast to x's shape in x's dtype (through a
+    view of x, its write-back is the view's scatter into the base)."""
+    if src.device != input.device or input.dtype.is_complex or src.dtype.is_complex:
+        raise NoDecomposition("a copy across devices or of complex values")
+    return broadcast_to_shape(cast(src, input.dtype), input.shape)
+
+
+functional_form(torch.Tensor.copy_, copy)
+
+
+@register(torch.ops.aten.fill, name="torch.ops.aten.fill")
+def fill(input, value):
+    """What `x.fill_(value)` writes into x: value (a number or a 0-dim tensor) everywhere."""
+    if _is_value(value):
+        return broadcast_to_shape(cast(reshape(value, ()), input.dtype), input.shape)
+    return prims.full(input.shape, _scalar_as(value, input.dtype), dtype=input.dtype, device=input.device)
+
+
+functional_form(torch.Tensor.fill_, fill)
 
 # x.resize_(...) and x.resize_as_(y): aten's functional resizes, which keep the storage's order
 # (a non-contiguous tensor's elements are read as laid out, not as indexed): run whole

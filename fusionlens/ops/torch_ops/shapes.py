@@ -259,13 +259,18 @@ def select(input, dim, index):
 def split(tensor, split_size_or_sections, dim=0):
     d = dim % tensor.ndim
     size = tensor.shape[d]
-    if isinstance(split_size_or_sections, int):
+    if isinstance(split_size_or_sections, (int, torch.SymInt)):
         step = split_size_or_sections
-        sizes = [builtins.min(step, size - i) for i in range(0, size, step)] or [0]
+        # how many pieces is a guard on a symbolic size (`(s0 + 1)//2 == 4`, as torch's own
+        # split makes), never `s0 == 8`; the last piece's size stays an expression (`s0 - 6`)
+        count = builtins.max(int((size + step - 1) // step), 1) if not known_equal(size, 0) else 1
+        sizes = [step] * (count - 1) + [size - step * (count - 1)]
     else:
         sizes = list(split_size_or_sections)
     out, start = [], 0
     for s in sizes:
+        if isinstance(s, torch.SymInt):  # torch's split guards each piece so: then its size has no max(0, ...)
+            bool(s >= 0)
         out.append(_slice_dim(tensor, d, start, start + s))
         start += s
     return tuple(out)
@@ -274,7 +279,7 @@ def split(tensor, split_size_or_sections, dim=0):
 @register(torch.chunk, torch.Tensor.chunk)
 def chunk(input, chunks, dim=0):
     size = input.shape[dim % input.ndim]
-    return split(input, -(-size // chunks), dim)
+    return split(input, (size + chunks - 1) // chunks, dim)  # torch's own expression for the piece
 
 
 @register(torch.unbind, torch.Tensor.unbind)

@@ -48,6 +48,7 @@ class RegionView:
     outputs: list[dict[str, Any]]
     # the saved tensors it makes (a forward region) or reads (a backward region)
     saved: list[str] = field(default_factory=list)
+    module: str = ""  # the nn.Module path its ops share ("h.0.attn"): the fusion graph's group
 
 
 @dataclass
@@ -125,7 +126,7 @@ def _region_view(r: R.Region, program: str, files: list[str], ran: bool) -> Regi
         roof, measured,
         r.timing.eager_median_ms if ran and r.timing is not None else None, boundary,
         r.code.splitlines(), code_lines(r.code, lines, files), [_tensor(t) for t in r.inputs],
-        [_tensor(t) for t in r.outputs])
+        [_tensor(t) for t in r.outputs], module=r.module)
 
 
 def _mark_saved(programs: dict[str, list[RegionView]], training: R.Training | None) -> None:
@@ -223,6 +224,16 @@ def plans(report: R.CompileReport, files: list[str]) -> list[Plan]:
         # a preview's lines cost their kernels' time and the library calls' between them
         plan.heat = _heat({**plan.programs, **{f"{k} calls": rs for k, rs in plan.calls.items()}})
     return out
+
+
+def default_plan(plans: list[Plan]) -> str:
+    """The plan the page opens on: what ran, unless only torch ran (a machine with no GPU: one
+    region an op, not what a GPU would run); then the first fusion executor's preview, the plan
+    for the target GPU, with what ran one choice away."""
+    ran = plans[0]
+    executors = {r.executor for rs in ran.programs.values() for r in rs}
+    previews = [p for p in plans[1:] if any(p.programs.values())]
+    return previews[0].key if executors <= {"torch"} and previews else ran.key
 
 
 def report_files(report: R.CompileReport) -> list[str]:

@@ -1,13 +1,17 @@
-// FusionLens report page: selection and linking between the source, the details panel and the
-// three Plotly pictures. The data is the JSON in #fl-data (compiler/html_report); nothing here
-// lays out or draws a chart: Plotly does.
+// FusionLens report page: the target menu, the plan menu, and selection and linking between
+// the source, the details panel and the pictures. The data is the JSON in #fl-data
+// (fusionlens/report/html/page.py), one entry a target; Plotly draws the roofline and the
+// timeline, graph.js the fusion graph.
 (function () {
   "use strict";
-  const data = JSON.parse(document.getElementById("fl-data").textContent);
+  const page = JSON.parse(document.getElementById("fl-data").textContent);
   const vscode = typeof acquireVsCodeApi === "function" ? acquireVsCodeApi() : null;
   const config = { displayModeBar: false, responsive: true };
-  const charts = { graph: "fusion-graph", roofline: "roofline", timeline: "timeline" };
+  const charts = { roofline: "roofline", timeline: "timeline" };
+  let target = page.targets[page.first];
+  let data = target.data || { plans: [], figures: {}, graphs: {}, ops: {} };
   let plan = data.plans[0];
+  let graph = null; // graph.js's view of #fusion-graph
   let selection = null; // {file, line, region, regions}
 
   const $ = (sel, root) => (root || document).querySelector(sel);
@@ -71,6 +75,7 @@
       });
       if (traces.length) Plotly.restyle(gd, { selectedpoints: picks }, traces);
     }
+    if (graph) graph.highlight(ids);
   }
 
   // The regions of the other program that share a region's saved tensors: a forward region's
@@ -137,11 +142,9 @@
     if (here) scrollWithin(here.parentElement, here);
   }
 
-  let reselect = null; // how the selection was made, to make it again after a redraw
 
   function selectLine(file, line, opts) {
     line = Number(line);
-    reselect = () => selectLine(file, line, { noScroll: true });
     const regions = linesOf(file, line);
     selection = { file: file, line: line, region: regions.length ? regions[0].id : null, regions: regions.map((r) => r.id) };
     highlight(selection.regions, file, line);
@@ -156,9 +159,9 @@
   function selectRegion(id, opts) {
     const r = regionById(id);
     if (!r) return null;
-    reselect = () => selectRegion(id);
     const first = r.lines[0];
     selection = { file: first ? first[0] : null, line: first ? first[1] : null, region: r.id, regions: [r.id] };
+    if (graph) graph.reveal(r.id);
     highlight([r.id].concat(savedPartners(r).map((o) => o.id))); // and where its saved tensors go (come from)
     const row = first && $('#source .ln[data-file="' + CSS.escape(first[0]) + '"][data-line="' + first[1] + '"]');
     if (row) scrollWithin($("#source"), row);
@@ -192,7 +195,50 @@
     return out;
   }
 
+  // What the page shows says which plan it is: a preview (the plan for the GPU, not run here)
+  // or what ran here, with the other one button away.
+  function planNote() {
+    const note = $("#plan-note");
+    note.replaceChildren();
+    const ran = data.plans.find((p) => p.ran), preview = data.plans.find((p) => !p.ran && p.key === data.default) ||
+      data.plans.find((p) => !p.ran);
+    note.className = plan.ran ? "ran" : "preview";
+    note.append(el("b", null, plan.ran ? "what ran here (" + data.device + ")" :
+      plan.key + " preview: the plan for " + data.gpu + ", estimated, not run on this machine"));
+    const other = plan.ran ? preview : ran;
+    if (other && other !== plan) {
+      const b = el("button", null, other.ran ? "show what ran here" : "show the " + other.key + " preview");
+      b.type = "button";
+      b.addEventListener("click", () => setPlan(other.key));
+      note.append(" ", b);
+    }
+  }
+
+  function setPlan(key) {
+    plan = data.plans.find((p) => p.key === key) || data.plans[0];
+    $("#plan").value = plan.key;
+    draw();
+  }
+
   function draw() {
+    planNote();
+    graph.show(data.graphs[plan.key]);
+    const legend = $("#graph-legend");
+    legend.replaceChildren(...data.graphs[plan.key].legend.map((l) => {
+      const s = el("span", "key", l.name);
+      s.style.setProperty("--key", l.color);
+      return s;
+    }));
+    drawCharts();
+    shadeSource();
+    selection = null;
+    $("#details").replaceChildren(el("p", "muted", "Click a line of the source, or a region in a picture."));
+  }
+
+  // The Plotly charts (roofline, timeline). plotly.js is the page's last script: the source and
+  // the graph show before it is even parsed, and the charts are drawn once it is there.
+  function drawCharts() {
+    if (typeof Plotly === "undefined" || !data.figures[plan.key]) return;
     const figs = data.figures[plan.key];
     for (const name of Object.keys(charts)) {
       const gd = document.getElementById(charts[name]);
@@ -206,10 +252,7 @@
         });
       }
     }
-    shadeSource();
-    selection = null;
-    reselect = null;
-    $("#details").replaceChildren(el("p", "muted", "Click a line of the source, or a region in a picture."));
+    if (selection) highlight(selection.regions);
   }
 
   document.getElementById("source").addEventListener("click", (ev) => {
@@ -221,10 +264,34 @@
     if (link) selectLine(link.dataset.file, Number(link.dataset.line), { reveal: true });
   });
   const picker = document.getElementById("plan");
-  picker.addEventListener("change", () => {
-    plan = data.plans.find((p) => p.key === picker.value) || data.plans[0];
-    draw();
-  });
+  picker.addEventListener("change", () => setPlan(picker.value));
+  for (const b of $$(".graph-tools button")) {
+    b.addEventListener("click", () => ({ expand: () => graph.expandAll(), collapse: () => graph.collapseAll(),
+      fit: () => graph.fit() })[b.dataset.graph]());
+  }
+
+  // A target of the file: its header, its source, its plans; the default plan first.
+  function setTarget(index) {
+    target = page.targets[index];
+    $("#target").value = String(index);
+    $("#target-name").textContent = target.name;
+    $("#target-where").textContent = target.where;
+    $("#target-head").replaceChildren(document.getElementById("head-" + index).content.cloneNode(true));
+    $("#source").replaceChildren(document.getElementById("source-" + index).content.cloneNode(true));
+    $("#target-error").hidden = !target.error;
+    $("#target-error").textContent = target.error || "";
+    $("#main").hidden = !!target.error;
+    $(".plan-bar").hidden = !!target.error;
+    if (target.error) return;
+    data = target.data;
+    picker.replaceChildren(...data.plans.map((p) => {
+      const o = el("option", null, p.label);
+      o.value = p.key;
+      return o;
+    }));
+    setPlan(data.default);
+  }
+  $("#target").addEventListener("change", () => setTarget(Number($("#target").value)));
   window.addEventListener("message", (ev) => {
     const m = ev.data;
     if (m && m.type === "cursor" && typeof m.file === "string" && Number.isInteger(m.line)) selectLine(m.file, m.line);
@@ -234,16 +301,25 @@
     selectRegion: (id) => selectRegion(id),
     selected: () => selection,
     plan: () => plan.key,
+    setPlan: (key) => setPlan(key),
+    target: () => target.name,
+    setTarget: (name) => setTarget(page.targets.findIndex((t) => t.name === name)),
+    graph: () => graph,
   };
-  draw();
+  graph = FusionGraph.create(document.getElementById("fusion-graph"), (id) => selectRegion(id, { reveal: true }));
+  setTarget(page.first);
+  // ms from the navigation's start: the source and the graph drawn, then the charts too
+  window.fusionlens.drawnAt = performance.now();
+  document.addEventListener("DOMContentLoaded", () => {
+    drawCharts();
+    window.fusionlens.chartsAt = performance.now();
+  });
   // VS Code sets the theme's class and variables when the webview loads and when the user switches
   // themes: redraw then, keeping the selection
   let dark = isDark();
   new MutationObserver(() => {
     if (isDark() === dark) return;
     dark = isDark();
-    const redo = reselect;
-    draw();
-    if (redo) redo();
+    drawCharts(); // the graph is drawn in the page's CSS variables: it keeps its open groups as they are
   }).observe(document.body, { attributes: true, attributeFilter: ["class"] });
 })();

@@ -1,6 +1,7 @@
-"""The HTML of the report page: one self-contained file (plotly.js, the page's script and
-style inlined; no network at view time), every <script> and <style> carrying the nonce a
-webview's Content-Security-Policy names."""
+"""The HTML of the report page: one self-contained file (a partial plotly.js bundle, dagre,
+the page's script and style inlined; no network at view time) holding every target of a file
+with a menu, every <script> and <style> carrying the nonce a webview's Content-Security-Policy
+names."""
 
 from __future__ import annotations
 
@@ -13,17 +14,17 @@ from importlib import resources
 from typing import Any
 
 from fusionlens.report import schema as R
-from fusionlens.report.html import figures, model, timeline
+from fusionlens.report.html import figures, graph, kernels, model, timeline
 
 
 def _asset(name: str) -> str:
     return resources.files("fusionlens.report.html").joinpath(name).read_text(encoding="utf-8")
 
 
-def _plotly_js() -> str:
-    import plotly.offline
-
-    return plotly.offline.get_plotlyjs()
+def _vendored(name: str) -> str:
+    """A bundle of vendor/ (README.md there says what, where from, and its licence), less its
+    source-map comment (the map is not shipped)."""
+    return re.sub(r"//# sourceMappingURL=\S+\s*$", "", _asset(f"vendor/{name}"))
 
 
 # plotly.js adds style elements of its own where none with their id exists: its rules' (which it
@@ -75,11 +76,14 @@ def page_data(report: R.CompileReport, sources: dict[str, str] | None) -> tuple[
                    "heat_text": {k: R.format_ms(v) for k, v in p.heat.items()},
                    "programs": {k: [_region_dict(r) for r in rs] for k, rs in p.programs.items()},
                    "calls": {k: [_region_dict(r) for r in rs] for k, rs in p.calls.items()}} for p in plans],
-        "figures": {p.key: {"graph": figures.graph(p, report.collectives),
-                            "roofline": figures.roofline(p, report.peaks, report.device_name),
+        "figures": {p.key: {"roofline": figures.roofline(p, report.peaks, report.device_name),
                             "timeline": timeline.timeline(p, stage_ms, report.compile_ms, report.collectives)}
                     for p in plans},
+        "graphs": {p.key: graph.graph(p, report.collectives) for p in plans},
         "ops": ops,
+        "default": model.default_plan(plans),
+        "gpu": report.peaks.device if report.peaks else "the target GPU",
+        "device": report.device_name or report.device,
     }
     return data, texts
 
@@ -140,23 +144,49 @@ def _diagnostics(report: R.CompileReport) -> str:
     return f'<details class="diagnostics"><summary>{len(shown)} warning(s)</summary><ul>{items}</ul></details>'
 
 
-def render_page(report: R.CompileReport, sources: dict[str, str] | None, nonce: str | None) -> str:
-    n = f' nonce="{html.escape(nonce, quote=True)}"' if nonce else ""
+def _target(report: R.CompileReport, sources: dict[str, str] | None) -> tuple[dict[str, Any], str, str]:
+    """A target's entry of the page's JSON, its header (summary, warnings) and its source."""
     t = report.target
+    entry: dict[str, Any] = {"name": t.name, "where": f"{model.short_path(t.file, t.file)}:{t.line}" if t.file else ""}
     if report.status != "ok":
         e = report.error
+        entry["error"] = f"{e.file}:{e.line}: {e.message}" if e else "compile failed"
+        return entry, "", ""
+    data, texts = page_data(report, sources)
+    entry["data"] = data
+    head = f'<div class="summary">{_summary(report)}</div>{_diagnostics(report)}{kernels.table(report)}'
+    return entry, head, _source_html(report, texts)
+
+
+def render_page(report: R.CompileReport, sources: dict[str, str] | None, nonce: str | None) -> str:
+    return render_pages([report], sources, nonce)
+
+
+def render_pages(reports: list[R.CompileReport], sources: dict[str, str] | None, nonce: str | None,
+                 selected: str | None = None) -> str:
+    """One page of every report (a file's targets), a menu choosing among them; `selected` the
+    target shown first (default: the first)."""
+    n = f' nonce="{html.escape(nonce, quote=True)}"' if nonce else ""
+    if len(reports) == 1 and reports[0].status != "ok":
+        e, t = reports[0].error, reports[0].target
         body = (f'<p class="error">{html.escape(f"{e.file}:{e.line}: {e.message}" if e else "compile failed")}</p>')
         return _TEMPLATE_ERROR.format(n=n, title=html.escape(t.name), css=_asset("page.css"), body=body)
-    data, texts = page_data(report, sources)
-    options = "".join(f'<option value="{html.escape(p["key"])}">{html.escape(p["label"])}</option>'
-                      for p in data["plans"])
-    where = f"{model.short_path(t.file, t.file)}:{t.line}" if t.file else ""
-    plotly = _plotly_js()
+    entries, templates = [], []
+    for i, report in enumerate(reports):
+        entry, head, source = _target(report, sources)
+        entries.append(entry)
+        templates.append(f'<template id="head-{i}">{head}</template><template id="source-{i}">'
+                         f'{source or "<p class=muted>The source is not available.</p>"}</template>')
+    names = [e["name"] for e in entries]
+    first = names.index(selected) if selected in names else 0
+    targets = "".join(f'<option value="{i}"{" selected" if i == first else ""}>{html.escape(name)}</option>'
+                      for i, name in enumerate(names))
+    plotly = _vendored("plotly-basic.min.js")
     return _TEMPLATE.format(
-        n=n, plotly_styles=_plotly_styles(plotly, n), title=html.escape(t.name), where=html.escape(where),
-        summary=_summary(report), options=options, diagnostics=_diagnostics(report),
-        source=_source_html(report, texts), css=_asset("page.css"),
-        data=_json_for_script(data), plotly=plotly, js=_asset("page.js"))
+        n=n, plotly_styles=_plotly_styles(plotly, n), title=html.escape(" · ".join(names)), css=_asset("page.css"),
+        targets=targets, single=" hidden" if len(reports) == 1 else "", templates="".join(templates),
+        data=_json_for_script({"targets": entries, "first": first}), plotly=plotly, dagre=_vendored("dagre.min.js"),
+        graph_js=_asset("graph.js"), js=_asset("page.js"))
 
 
 _TEMPLATE_ERROR = """<!doctype html>
@@ -175,30 +205,38 @@ _TEMPLATE = """<!doctype html>
 </head>
 <body>
 <header>
-  <h1>{title} <span class="muted">{where}</span></h1>
-  <div class="summary">{summary}</div>
-  <label class="plan">show <select id="plan">{options}</select></label>
-  {diagnostics}
+  <h1><span id="target-name"></span> <span class="muted" id="target-where"></span></h1>
+  <label class="target"{single}>target <select id="target">{targets}</select></label>
+  <div id="target-head"></div>
+  <div class="plan-bar"><label class="plan">show <select id="plan"></select></label>
+    <span id="plan-note"></span></div>
 </header>
-<main>
+<p class="error" id="target-error" hidden></p>
+<main id="main">
   <div class="top">
     <section class="pane source-pane">
       <h2>Source <span id="heat-note" class="muted"></span></h2>
-      <div id="source">{source}</div>
+      <div id="source"></div>
     </section>
     <aside class="pane" id="details"></aside>
   </div>
-  <section class="pane"><h2>Fusion graph <span class="muted">regions as nodes, tensors as edges (hover the dots);
-    a label after the id says why the region ended; drag a box to zoom, double-click to zoom out</span></h2>
-    <div id="fusion-graph" class="chart"></div></section>
+  <section class="pane graph-pane"><h2>Fusion graph <span class="muted">regions grouped by module (click a group to
+    open it, its header to close it); hover an edge for its tensor; drag to pan, wheel to zoom</span>
+    <span class="graph-tools"><button type="button" data-graph="expand">open all</button><button type="button"
+    data-graph="collapse">close all</button><button type="button" data-graph="fit">fit</button></span></h2>
+    <div id="graph-legend" class="legend"></div>
+    <div id="fusion-graph" class="graph"></div></section>
   <div class="bottom">
     <section class="pane"><h2>Roofline</h2><div id="roofline" class="chart"></div></section>
     <section class="pane"><h2>Timeline</h2><div id="timeline" class="chart"></div></section>
   </div>
 </main>
+{templates}
 <script type="application/json" id="fl-data"{n}>{data}</script>
-<script{n}>{plotly}</script>
+<script{n}>{dagre}</script>
+<script{n}>{graph_js}</script>
 <script{n}>{js}</script>
+<script{n}>{plotly}</script>
 </body>
 </html>
 """

@@ -82,5 +82,26 @@ export function chooseInterpreter(inp: InterpreterInputs): InterpreterChoice {
   return { command: platform === 'win32' ? 'python' : 'python3', source: 'default', skipped };
 }
 
-/** Arguments that start the server. */
-export const SERVER_ARGS = ['-m', 'lsp_server'];
+/**
+ * Arguments that start the server. `-P` (Python 3.11+, which the probe checks first): `-m`
+ * alone would put the server's working folder, the workspace, first on sys.path, where a
+ * workspace's own `lsp_server.py`, `compiler/` or `torch.py` would replace FusionLens's.
+ */
+export const SERVER_ARGS = ['-P', '-m', 'lsp_server'];
+
+/**
+ * The environment of the server (and of the probe). With -P the working folder is no longer
+ * importable, so a FusionLens checkout opened as a trusted workspace (`importRoot`) goes on
+ * PYTHONPATH instead; an untrusted one never does. `safePath`: PYTHONSAFEPATH=1, which the
+ * probe's `python -c` honours from 3.11 on (an older Python ignores it and says its version).
+ */
+export function serverEnv(base: NodeJS.ProcessEnv, importRoot: string | undefined, safePath = false): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = { ...base, PYTHONUNBUFFERED: '1' };
+  if (importRoot) {
+    env.PYTHONPATH = [importRoot, base.PYTHONPATH].filter((p) => p).join(path.delimiter);
+  }
+  if (safePath) {
+    env.PYTHONSAFEPATH = '1';
+  }
+  return env;
+}

@@ -1,6 +1,7 @@
 import { test } from 'node:test';
 import * as assert from 'node:assert/strict';
-import { chooseInterpreter, expandPath } from '../../src/logic/interpreter';
+import * as path from 'path';
+import { chooseInterpreter, expandPath, SERVER_ARGS, serverEnv } from '../../src/logic/interpreter';
 
 const ws = ['/home/u/proj'];
 const home = '/home/u';
@@ -61,4 +62,20 @@ test('expandPath: ~, ${userHome}, ${workspaceFolder}, relative paths, bare comma
   assert.equal(expandPath('.venv/bin/python', ws, home), '/home/u/proj/.venv/bin/python');
   assert.equal(expandPath('python3.11', ws, home), 'python3.11');
   assert.equal(expandPath('  /usr/bin/python3 ', ws, home), '/usr/bin/python3');
+});
+
+test('the server starts with -P: the workspace it runs in never shadows its modules', () => {
+  assert.deepEqual(SERVER_ARGS, ['-P', '-m', 'lsp_server']);
+});
+
+test('serverEnv: a trusted checkout goes on PYTHONPATH (not the cwd); the probe gets PYTHONSAFEPATH', () => {
+  const base = { PATH: '/bin', PYTHONPATH: '/elsewhere' };
+  const env = serverEnv(base, '/home/u/fusionlens');
+  assert.equal(env.PYTHONPATH, ['/home/u/fusionlens', '/elsewhere'].join(path.delimiter));
+  assert.equal(env.PYTHONUNBUFFERED, '1');
+  assert.equal(env.PYTHONSAFEPATH, undefined);
+  assert.equal(serverEnv(base, undefined).PYTHONPATH, '/elsewhere');
+  assert.equal(serverEnv({ PATH: '/bin' }, undefined).PYTHONPATH, undefined);
+  assert.equal(serverEnv(base, undefined, true).PYTHONSAFEPATH, '1');
+  assert.equal(base.PYTHONPATH, '/elsewhere'); // not changed
 });

@@ -1,0 +1,85 @@
+"""Parallelism as transforms applied on a device mesh (fusionlens/distributed/transform.py): with
+no process group (torch's fake one, made for the while), a mesh of any size, the module even on
+the meta device; and the collectives so found are those a real 2-rank run records."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from fusionlens.distributed.transform import DDP, FSDP2, Mesh, Program, Style, TensorParallel
+from fusionlens.distributed.vocabulary import CollectiveKind, ReduceOp
+
+sys.path.insert(0, str(Path(__file__).parent / "distributed"))
+import transform_models  # noqa: E402
+
+CHECKS = Path(__file__).parent / "distributed" / "transform_checks.py"
+
+
+def _records(name: str, world: int = 2) -> list[list]:
+    program = Program(transform_models.model(), (transform_models.example(),))
+    sharded = transform_models.TRANSFORMS[name](program, Mesh((world,), ("dp",)))
+    assert not dist.is_initialized()  # the fake process group is gone again
+    assert all(c.group.size == world and c.group.mesh_dim == "dp" for c in sharded.collectives)
+    return [[str(c.kind), c.program, c.bytes, c.group.size, c.file, c.line] for c in sharded.collectives]
+
+
+@pytest.mark.distributed
+@pytest.mark.skipif(not dist.is_available(), reason="torch.distributed is not built in")
+def test_a_transform_on_a_mesh_without_ranks_records_what_two_real_ranks_record(tmp_path):
+    out = tmp_path / "recorded.json"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore", "FUSIONLENS_TRANSFORM_OUT": str(out)}
+    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--standalone",
+                          str(CHECKS)], capture_output=True, text=True, timeout=600, env=env)
+    output = run.stdout + run.stderr
+    assert run.returncode == 0 and output.count("check_real_runs_record_their_collectives ok") == 2, output[-6000:]
+    real = json.loads(out.read_text())
+    for name in transform_models.TRANSFORMS:
+        assert _records(name) == real[name], name
+
+
+def test_transforms_apply_to_a_mesh_of_thousands_of_ranks_on_the_meta_device():
+    with torch.device("meta"):
+        model = torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.GELU(), torch.nn.Linear(4096, 1024))
+        x = torch.randn(8, 1024)
+    mesh = Mesh((512, 8), ("dp", "tp"))
+    fsdp = FSDP2("dp", units=("0", "2"))(Program(model, (x,)), mesh)
+    kinds = [(c.kind, c.program) for c in fsdp.collectives]
+    assert kinds.count((CollectiveKind.ALL_GATHER, "forward")) == 2  # one a unit, at its call
+    assert kinds.count((CollectiveKind.REDUCE_SCATTER, "backward")) == 2
+    gather = fsdp.collectives[0]
+    assert gather.group.size == 512 and gather.group.mesh_dim == "dp"
+    assert gather.bytes == (-(-1024 // 512) * 4096 + 4096 // 512) * 4  # the padded shards of a rank, sent
+    scatter = next(c for c in fsdp.collectives if c.kind is CollectiveKind.REDUCE_SCATTER)
+    assert scatter.reduce_op is ReduceOp.AVG
+    tp = TensorParallel("tp", {"0": Style.COLWISE, "2": Style.ROWWISE})(Program(model, (x,), train=False), mesh)
+    (reduce,) = tp.collectives
+    assert (reduce.kind, reduce.program, reduce.group.size, reduce.group.mesh_dim) == (
+        CollectiveKind.ALL_REDUCE, "forward", 8, "tp")
+    assert reduce.bytes == 8 * 1024 * 4 and reduce.reduce_op is ReduceOp.SUM  # the partial products, summed
+    assert tp.backward is None and not dist.is_initialized()
+
+
+def test_ddp_buckets_follow_the_cap_on_any_mesh():
+    program = Program(transform_models.model(), (transform_models.example(),))
+    grads = sum(p.numel() * 4 for p in program.module.parameters())
+    for world in (2, 64):
+        one = DDP("dp")(program, Mesh((world,), ("dp",))).collectives
+        assert [(c.kind, c.program, c.bytes, c.group.size) for c in one] == [
+            (CollectiveKind.ALL_REDUCE, "backward", grads, world)]  # one bucket holds every gradient
+    many = DDP("dp", bucket_cap_mb=0.001)(program, Mesh((4,), ("dp",))).collectives
+    assert len(many) > 1 and sum(c.bytes for c in many) == grads
+
+
+def test_a_mesh_dimension_the_transform_does_not_span_is_refused():
+    with pytest.raises(ValueError, match="spans 'tp'"):
+        DDP("tp")(Program(transform_models.model(), (transform_models.example(),)), Mesh((2,), ("dp",)))
+    with pytest.raises(ValueError, match="one distinct name"):
+        Mesh((2, 2), ("dp", "dp"))

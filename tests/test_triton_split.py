@@ -1,0 +1,131 @@
+"""Split reductions and the one-pass statistics of long rows, run (Triton's interpreter on a
+CPU, the GPU where there is one) and compared with eager on fresh random inputs.
+
+The split path is forced at small sizes by telling the generator the GPU has two SMs and that
+no reduction is too small to split (tuning.SM_COUNT, tuning.SPLIT_MIN_BYTES); the looped
+path by shrinking the register block (tuning.MAX_SINGLE_PASS, LOOP_BLOCK_N).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fusion_groups import group_from_fn
+from fusionlens.driver import checking
+from fusionlens.executors import triton as tx
+from fusionlens.executors.triton import tuning
+from test_triton import DEVICE, _interpreter  # noqa: F401  (the fixture that switches the interpreter on)
+
+
+@pytest.fixture
+def two_sms(monkeypatch):
+    monkeypatch.setattr(tuning, "SM_COUNT", 2)
+    monkeypatch.setattr(tuning, "SPLIT_MIN_BYTES", 0)
+    monkeypatch.setattr(tuning, "LOOP_BLOCK_N", 16)
+
+
+def _run(fn, *args):
+    group, inputs = group_from_fn(fn, *args)
+    gen = tx.generate(group, DEVICE)
+    out = list(gen.fn(*inputs))
+    with torch.no_grad():
+        ref = fn(*args)
+    ref = list(ref) if isinstance(ref, tuple) else [ref]
+    problem = checking.mismatch(out, ref)
+    assert problem is None, f"{problem}\n{gen.source}"
+    return gen, out, inputs
+
+
+def _t(*shape, dtype=torch.float32):
+    if dtype.is_floating_point:
+        return torch.randn(*shape, device=DEVICE).to(dtype)
+    return torch.randint(-50, 50, shape, device=DEVICE, dtype=dtype)
+
+
+SPLIT_CASES = {
+    "column sum": (lambda x: x.sum(0), lambda dt: (_t(40, 6, dtype=dt),)),
+    "row sum": (lambda x: x.sum(-1), lambda dt: (_t(3, 100, dtype=dt),)),
+    "sum of everything": (lambda x: x.sum(), lambda dt: (_t(1000, dtype=dt),)),
+    "middle dim mean": (lambda x: x.mean(1), lambda dt: (_t(2, 70, 3, dtype=dt),)),
+    "amax then bias": (lambda x, b: x.amax(-1) * 2 + b, lambda dt: (_t(3, 100, dtype=dt), _t(3, dtype=dt))),
+    "weight and bias gradients": (lambda dy, xhat: ((dy * xhat).sum(0), dy.sum(0)),
+                                  lambda dt: (_t(50, 8, dtype=dt), _t(50, 8, dtype=dt))),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("name", list(SPLIT_CASES))
+def test_split_reductions_match_eager(two_sms, name, dtype):
+    fn, make = SPLIT_CASES[name]
+    gen, out, inputs = _run(fn, *make(dtype))
+    assert gen.kernels == 2 and "_combine[" in gen.source, gen.source
+    assert "split_id" in gen.source
+    again = gen.fn(*inputs)  # the partials are combined in a fixed order: the same bits every run
+    assert all(torch.equal(a, b) for a, b in zip(out, again))
+
+
+def test_split_integer_and_nan(two_sms):
+    gen, *_ = _run(lambda x: x.sum(0), _t(40, 5, dtype=torch.int32))
+    assert gen.kernels == 2
+    x = torch.randn(3, 100, device=DEVICE)
+    x[1, 77] = float("nan")
+    gen, out, _ = _run(lambda x: x.amax(-1), x)
+    assert gen.kernels == 2 and torch.isnan(out[0][1]) and not torch.isnan(out[0][0])
+
+
+def test_no_split_where_rows_fill_the_gpu_or_a_row_needs_its_result(two_sms, monkeypatch):
+    gen, *_ = _run(lambda x: x.sum(-1), _t(64, 100))  # 4 programs of 16 rows: two an SM already
+    assert gen.kernels == 1
+    monkeypatch.setattr(tuning, "SPLIT_MIN_BYTES", 4 << 20)
+    gen, *_ = _run(lambda x: x.sum(-1), _t(3, 100))  # 1.2 KB: a second launch costs more than idle SMs
+    assert gen.kernels == 1
+    monkeypatch.setattr(tuning, "SPLIT_MIN_BYTES", 0)
+    gen, *_ = _run(lambda x: torch.softmax(x, -1), _t(3, 100))  # full-shape outputs need the row's result
+    assert gen.kernels == 1
+    gen, *_ = _run(lambda x: torch.var_mean(x, -1), _t(3, 100))
+    assert gen.kernels == 1
+
+
+@pytest.mark.parametrize("name", ["softmax", "log_softmax", "layer_norm", "rms_norm"])
+def test_long_rows_are_two_passes_with_one_combine(monkeypatch, name):
+    import torch.nn.functional as F
+
+    monkeypatch.setattr(tuning, "MAX_SINGLE_PASS", 16)
+    monkeypatch.setattr(tuning, "LOOP_BLOCK_N", 16)
+    fns = {"softmax": lambda x: torch.softmax(x, -1), "log_softmax": lambda x: torch.log_softmax(x, -1),
+           "layer_norm": lambda x: F.layer_norm(x, (x.shape[-1],)),
+           "rms_norm": lambda x: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)}
+    x = torch.randn(3, 77, device=DEVICE) * 4 + 3
+    gen, *_ = _run(fns[name], x)
+    (spec,) = gen.specs
+    assert spec.passes == 2 and spec.bytes_read <= 2 * spec.min_read
+    assert gen.source.count("for start in range(") == 2
+    body = gen.source.split("for start in range(")[1].split("\n")[1:]
+    loop = []
+    for line in body:  # the first loop's body: its lines indented past the loop's own
+        if not line.startswith(" " * 8):
+            break
+        loop.append(line)
+    # the statistics pass reduces lane-wise: no block-wide tl.sum / tl.reduce inside its loop
+    assert loop and not any("tl.sum(" in x or "tl.reduce(" in x for x in loop), "\n".join(loop)
+
+
+def test_autotune_picks_the_fastest_configuration_once():
+    from fusionlens.executors.triton import runtime
+
+    gen, out, inputs = _run(lambda x: torch.softmax(x, -1), torch.randn(4, 300, device=DEVICE))
+    (spec,) = gen.specs
+    assert 1 <= len(spec.autotune) <= 4 and spec.autotune[0] == spec.num_warps
+    group_fn = tx.load_source(gen.source, gen.source.split("def ")[-1].split("(")[0], "t")
+    seen = []
+
+    def timer(call):  # pretend the last configuration is the fastest; each really launches
+        call()
+        seen.append(1)
+        return 1.0 / len(seen)
+
+    best = runtime.autotune(group_fn, inputs, spec.autotune, timer)
+    assert best == spec.autotune[-1] and len(seen) == len(spec.autotune)
+    for w in spec.autotune:  # every configuration computes the same softmax
+        torch.testing.assert_close(group_fn(*inputs, num_warps=w)[0], out[0])

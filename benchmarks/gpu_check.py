@@ -58,7 +58,8 @@ def steps(dry: bool) -> list[tuple[str, int, list[str]]]:
                 ("standalone", 120, bench + ["--no-examples", "--budget", "100"]),
                 # the examples' sizes take the interpreter minutes: their regions run as torch here
                 ("examples", 120, ["env", "-u", "TRITON_INTERPRET"] + bench
-                 + ["--no-standalone", "--budget", "100", "--examples", "softmax.py"])]
+                 + ["--no-standalone", "--budget", "100", "--examples", "softmax.py", "--target", "softmax_example",
+                    "--target", "log_softmax_example"])]
     return [("nvfuser", 20, [PY, "-u", "benchmarks/nvfuser_probe.py"]),
             ("preflight", 30, [PY, "-u", "benchmarks/preflight.py"]),
             ("tests", 100, [PY, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=", "-x",

@@ -3,7 +3,7 @@
 Korthikanti et al. 2022, Table 5 (iteration seconds, full recompute and selective recompute
 with sequence parallelism) and Figure 1 (GiB per GPU); Narayanan et al. 2021, Table 1
 (TFLOP/s per GPU with full recompute, as 96 B s l h^2 (1 + s/6h + V/16lh) FLOPs a step, turned
-into step seconds). Every row is planned from examples/plan_gpt.py's GPT at full size on the
+into step seconds). Every row is planned from examples/plan/plan_gpt.py's GPT at full size on the
 meta device, on DGX A100 nodes. tests/test_plan_published.py asserts the thresholds.
 
     python benchmarks/plan_published.py        # the markdown table of benchmarks/RESULTS.md
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples", "plan"))
 
 from plan_gpt import gpt  # noqa: E402
 

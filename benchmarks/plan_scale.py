@@ -16,7 +16,7 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CHILD = """
 import json, resource, sys, time
-sys.path[:0] = [{repo!r} + "/tests", {repo!r} + "/examples"]
+sys.path[:0] = [{repo!r} + "/tests", {repo!r} + "/examples/plan"]
 start = time.perf_counter()
 import torch, zoo_imports  # noqa: F401  (transformers against the CPU torch)
 from plan_llama import Step, llama

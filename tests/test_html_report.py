@@ -161,7 +161,7 @@ def test_a_nonce_is_on_every_script_and_style_and_nothing_is_fetched(mlp):
 def page_json_free(page: str) -> str:
     """The page's own scripts, without plotly.js (which holds an eval for map tiles it never runs)."""
     scripts = re.findall(r"<script[^>]*>(.*?)</script>", page, re.S)
-    return "".join(scripts[-3:-1])  # graph.js and page.js (plotly.js is the last)
+    return "".join(scripts[-3:-1])  # graph.js and page.js (plotly.js is the last, as text page.js runs)
 
 
 def test_sources_given_replace_the_files(mlp):

@@ -19,12 +19,12 @@ from fusionlens.report.plan import PlanReport
 from fusionlens.report.plan_text import hint, hover, line_cost, render
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, "examples"))
+sys.path.insert(0, os.path.join(REPO, "examples", "plan"))
 sys.path.insert(0, os.path.join(REPO, "tests"))
 
 from plan_gpt import gpt  # noqa: E402
 
-GPT_FILE = os.path.join(REPO, "examples", "plan_gpt.py")
+GPT_FILE = os.path.join(REPO, "examples", "plan", "plan_gpt.py")
 
 
 def tiny(layers: int = 4, micro_batch: int = 2, blocks: int | None = 1) -> trace.Traced:
@@ -73,7 +73,7 @@ def test_tensor_parallel_chooses_megatron_pairs_and_their_collectives():
     hidden_bytes = 2 * 32 * 64 * 2  # micro-batch x sequence x hidden, bf16
     assert {c.nbytes for c in block} == {hidden_bytes}
     lines = {c.line[1] for c in block}
-    assert lines == {33, 39, 42, 43}  # the Linears' lines in examples/plan_gpt.py
+    assert lines == {33, 39, 42, 43}  # the Linears' lines in examples/plan/plan_gpt.py
     sp = parallel.shard(t, api.layout_of(t, cluster="1x2xA100", tp=2, sp=True))
     kinds = sorted(c.kind for c in sp.collectives if c.part == "block")
     assert kinds == ["all_gather_into_tensor"] * 4 + ["reduce_scatter_tensor"] * 4
@@ -196,7 +196,7 @@ def test_llama_405b_plans_on_the_meta_device(capsys):
 
     if transformers is None:  # pragma: no cover - the test extra installs it
         pytest.skip("transformers is not installed")
-    path = os.path.join(REPO, "examples", "plan_llama.py")
+    path = os.path.join(REPO, "examples", "plan", "plan_llama.py")
     assert cli.main(["plan", path, "--target", "llama_405b", "--json"]) == 0
     rep = PlanReport.from_json(capsys.readouterr().out)
     hidden, inter, layers, vocab = 16384, 53248, 126, 128256
@@ -263,3 +263,52 @@ def test_collectives_match_the_mesh_transforms():
     theirs_k = {str(c.kind): c.bytes for c in fsdp.collectives}
     assert mine["reduce_scatter_tensor"] == theirs_k["reduce_scatter_tensor"]  # fp32 gradients
     assert mine["all_gather_into_tensor"] * 2 == theirs_k["all_gather_into_tensor"]  # bf16 against fp32 weights
+
+
+def test_the_api_is_fusionlens_plan():
+    """`fusionlens.plan(model, *args, **plan)` (and `compiler.plan`), also once the package is imported."""
+    import compiler
+    import fusionlens
+
+    with torch.device("meta"):
+        m, args = gpt(64, 4, 2, micro_batch=2, seq=32, vocab=128)
+    for entry in (fusionlens.plan, compiler.plan):
+        rep = entry(m, *args, cluster="8xH100", tp=2, global_batch=8)
+        assert isinstance(rep, PlanReport) and rep.options["dp"] == 4 and rep.options["micro_batches"] == 1
+    with pytest.raises(ValueError, match="unknown plan option"):
+        fusionlens.plan(m, *args, cluster="8xH100", tensor_parallel=2)
+
+
+def test_peak_memory_against_memtracker():
+    """The plan's total against torch.distributed._tools.MemTracker's peak of a real training
+    step on the CPU, Megatron-style (bf16 model, fp32 main gradients, fp32 master weights and
+    AdamW), its optimizer states made by a first step."""
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    shape = dict(micro_batch=4, seq=128, vocab=512)
+    m, (tokens, labels) = gpt(256, 4, 4, **shape)
+    master = [p.detach().float().clone() for p in m.parameters()]
+    for q in master:
+        q.main_grad = torch.zeros_like(q)
+    opt = torch.optim.AdamW(master)
+
+    def step():
+        m(tokens, labels).backward()
+        for p, q in zip(m.parameters(), master):
+            q.main_grad += p.grad.float()
+            p.grad = None
+            q.grad = q.main_grad
+        opt.step()
+        for p, q in zip(m.parameters(), master):
+            p.data.copy_(q.data)
+
+    step()
+    tracker = MemTracker()
+    tracker.track_external(m, opt, *master, *[q.main_grad for q in master])
+    with tracker:
+        step()
+    peak = tracker.get_tracker_snapshot("peak")[torch.device("cpu")]["Total"]
+    with torch.device("meta"):
+        meta, args = gpt(256, 4, 4, **shape)
+    planned = api.plan(meta, *args, cluster="1x1xH100").memory_gib.total * memory.GIB
+    assert planned == pytest.approx(peak, rel=0.10)

@@ -1,6 +1,6 @@
 """The planner against published measurements (issue 28 part 7; docs/plan.md): Korthikanti et
 al. 2022 Table 5 and Figure 1, Narayanan et al. 2021 Table 1, planned from GPT models written
-as the papers describe them (examples/plan_gpt.py) at full size on the meta device. The rows
+as the papers describe them (examples/plan/plan_gpt.py) at full size on the meta device. The rows
 and the predictor live in benchmarks/plan_published.py, which prints RESULTS.md's table."""
 
 from __future__ import annotations

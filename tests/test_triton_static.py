@@ -152,3 +152,29 @@ def test_report_previews_carry_launch_static_and_findings_for_hover_and_page():
     without = api.compile(lambda x: torch.softmax(x, -1), x, options=CompileOptions())
     (plain,) = [p for p in without.forward.previews if p.executor == "triton"][0].regions
     assert plain.launch and not plain.static  # launch always; the compile only when asked
+
+
+def test_the_examples_kernels_for_sm90():
+    """Every Triton kernel the norm and softmax examples preview here, compiled for an H100:
+    128-bit loads, no spills, each input read once (their rows fit in registers)."""
+    import os
+    from pathlib import Path
+
+    from fusionlens.driver.targets import compile_target
+    from fusionlens.options import CompileOptions
+    from fusionlens.report.discovery import find_targets
+
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        pytest.skip("the interpreter makes Triton run here rather than preview")
+    seen = 0
+    for name in ("norms.py", "softmax.py"):
+        path = str(Path(__file__).resolve().parents[1] / "examples" / name)
+        for t in find_targets(Path(path).read_text(), path):
+            rep = compile_target(path, t.name, options=CompileOptions(static_kernels=True), benchmark=False,
+                                 device="cpu")
+            for r in (r for p in rep.forward.previews if p.executor == "triton" for r in p.regions):
+                for s in r.static:
+                    seen += 1
+                    assert not s.error and s.load_bits == 128 and s.spill_bytes in (0, None), (t.name, r.id, s)
+                    assert s.passes == 1 and s.read_ratio == pytest.approx(1.0, abs=0.01), (t.name, r.id, s)
+    assert seen >= 10

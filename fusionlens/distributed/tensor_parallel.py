@@ -144,34 +144,54 @@ class Plan:
     layers: list[Layer] = field(default_factory=list)
 
 
-_DEFAULTS = {  # the style's (input layouts, desired input layouts) and (output layouts, use_local_output)
-    "colwise": (("Replicate()",), ("Replicate()",), ("Shard(dim=-1)",), True),
-    "rowwise": (("Shard(dim=-1)",), ("Shard(dim=-1)",), ("Replicate()",), True),
-}
-_PLACEMENTS = {"colwise": ("Shard(dim=0)", "Shard(dim=0)"), "rowwise": ("Shard(dim=1)", "Replicate()")}
+def _laid_out(style: str) -> tuple[tuple, tuple, list[tuple]]:
+    """The style's default (input layouts, desired input layouts), (output layouts,
+    use_local_output) and its parameters' placements (weight, bias), as placement objects."""
+    from torch.distributed.tensor import Replicate, Shard
+
+    if style == "colwise":
+        return ((Replicate(),), (Replicate(),)), ((Shard(-1),), True), [(Shard(0),), (Shard(0),)]
+    return ((Shard(-1),), (Shard(-1),)), ((Replicate(),), True), [(Shard(1),), (Replicate(),)]
 
 
-def _style_hook(hook) -> tuple[str, str, tuple, Any] | None:
-    """(style class name, "input" or "output", the partial's layout arguments, the mesh) of a
-    hook distribute_module registered for a ParallelStyle (or of one a style registered itself,
-    PrepareModuleInput's: its class name only); None for a hook that is no DTensor's."""
+def _style_functions() -> dict[Any, tuple[type, str]]:
+    """Each ParallelStyle's input and output function (what the partials distribute_module's
+    hooks call hold) -> (the style's class, "input" or "output"), found by identity."""
+    from torch.distributed.tensor.parallel.style import ParallelStyle
+
+    found: dict[Any, tuple[type, str]] = {}
+    todo: list[type] = list(ParallelStyle.__subclasses__())
+    while todo:
+        cls = todo.pop()
+        todo += cls.__subclasses__()
+        for attr, kind in (("_prepare_input_fn", "input"), ("_prepare_output_fn", "output")):
+            fn = cls.__dict__.get(attr)
+            if fn is not None:
+                found[getattr(fn, "__func__", fn)] = (cls, kind)
+    return found
+
+
+def _style_hook(hook) -> tuple[type | str, str, tuple, Any] | None:
+    """(style class, "input" or "output", the partial's layout arguments, the mesh) of a hook
+    distribute_module registered for a ParallelStyle (or the class of one that registered its
+    own, PrepareModuleInput's); None for a hook that is no DTensor's. Known by what its closure
+    holds (a DeviceMesh, a style's function, a ParallelStyle), never by a file or a name."""
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.tensor.parallel.style import ParallelStyle
+
     code = getattr(hook, "__code__", None)
-    if code is None or "/torch/distributed/tensor/" not in code.co_filename.replace("\\", "/"):
+    cells = dict(zip(code.co_freevars, (c.cell_contents for c in hook.__closure__ or ()))) if code else {}
+    owner = cells.get("self")
+    if isinstance(owner, ParallelStyle):
+        return type(owner), "", (), None
+    mesh = cells.get("device_mesh")
+    if not isinstance(mesh, DeviceMesh):
         return None
-    file = code.co_filename.replace("\\", "/")
-    cells = dict(zip(code.co_freevars, (c.cell_contents for c in hook.__closure__ or ())))
-    if not file.endswith("distributed/tensor/_api.py"):
-        owner = cells.get("self")
-        return (type(owner).__name__ if owner is not None else code.co_name), "", (), None
     fn = cells.get("input_fn", cells.get("output_fn"))
-    if not isinstance(fn, functools.partial):
-        return ("a hand-written input_fn or output_fn", "", (), cells.get("device_mesh"))
-    owner = getattr(fn.func, "__qualname__", "").split(".")[0]
-    return owner, "input" if "input_fn" in cells else "output", fn.args, cells.get("device_mesh")
-
-
-def _texts(layouts) -> tuple:
-    return tuple(repr(p) for p in layouts) if isinstance(layouts, tuple) else layouts
+    style = _style_functions().get(fn.func) if isinstance(fn, functools.partial) else None
+    if style is None:
+        return "a hand-written input_fn or output_fn", "", (), mesh
+    return style[0], style[1], tuple(fn.args), mesh
 
 
 def _layer(path: str, m: torch.nn.Module, dtensor: Any) -> Layer | str:
@@ -182,25 +202,27 @@ def _layer(path: str, m: torch.nn.Module, dtensor: Any) -> Layer | str:
             made = _style_hook(hook)
             if made is not None:
                 found[kind] = (hid, *made)
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
+
     styles = {v[1] for v in found.values()}
     where = path or "the module"
-    if styles - {"ColwiseParallel", "RowwiseParallel"}:
-        return f"{where} is parallelized with {', '.join(sorted(styles))}, which FusionLens does not compile yet"
+    if styles - {ColwiseParallel, RowwiseParallel}:
+        named = sorted(getattr(s, "__name__", str(s)) for s in styles)
+        return f"{where} is parallelized with {', '.join(named)}, which FusionLens does not compile yet"
     if set(found) != {"input", "output"} or len(styles) != 1:
         return f"{where} has DTensor parameters but no ColwiseParallel or RowwiseParallel hooks"
-    style = "colwise" if styles == {"ColwiseParallel"} else "rowwise"
+    style = "colwise" if styles == {ColwiseParallel} else "rowwise"
     name = "ColwiseParallel" if style == "colwise" else "RowwiseParallel"
     if not isinstance(m, torch.nn.Linear) or type(m).forward is not torch.nn.Linear.forward:
         return f"{where} ({type(m).__name__}) uses {name}, which FusionLens compiles on nn.Linear only"
     (pre, _, _, inputs, mesh), (post, _, _, outputs, _) = found["input"], found["output"]
-    want = _DEFAULTS[style]
-    if (tuple(map(_texts, inputs)), tuple(map(_texts, outputs))) != (want[:2], want[2:]):
+    want_inputs, want_outputs, want_placements = _laid_out(style)
+    if (inputs, outputs) != (want_inputs, want_outputs):
         return (f"{where} uses {name} with non-default layouts or use_local_output=False "
                 f"(input {inputs}, output {outputs}), which FusionLens does not compile yet")
     params: list[Any] = [p for p in (m.weight, m.bias) if p is not None]  # DTensors, or not
-    placements = [repr(p.placements[0]) if isinstance(p, dtensor) and len(p.placements) == 1 else None
-                  for p in params]
-    if mesh is None or mesh.ndim != 1 or placements != list(_PLACEMENTS[style][:len(placements)]):
+    placements = [tuple(p.placements) if isinstance(p, dtensor) else None for p in params]
+    if mesh is None or mesh.ndim != 1 or placements != want_placements[:len(placements)]:
         return f"{where}'s parameters are not laid out as {name} lays them out on a 1-D mesh"
     return Layer(path, m, style, mesh.get_group().group_name, pre, post)
 

@@ -7,8 +7,9 @@ outputs are cloned (the next replay writes over the static ones; handing those o
 kept result change under the user). The program's constants (parameters, buffers) are read in
 place: the graph reads their memory, so an optimizer's in-place update is seen.
 
-`cuda_graphs=None` (the default) graphs a program where it is launch-bound: the least time of
-its regions (the bytes they move at the GPU's bandwidth) is below what launching them costs.
+`cuda_graphs=None` (the default) graphs a program made only of fused kernels where it is
+launch-bound: the least time of its regions (the bytes they move at the GPU's bandwidth) is
+below what launching them costs. `cuda_graphs=True` graphs any static forward program.
 Programs with dynamic shapes, a backward, or inputs not on the GPU are never graphed. On a CPU
 the same class runs with `DryRunGraph` (tests/test_cuda_graphs.py): the copying, the cloning and
 the layout checks are exercised; only the capture is CUDA's.
@@ -140,7 +141,9 @@ def maybe_graphed(call: Callable, program, device: torch.device, n_user: int, wa
     """`call` replayed from a CUDA graph where the options and the program allow it, else `call`."""
     if wanted is False or device.type != "cuda" or not static_shapes:
         return call
-    if wanted is None:
+    if wanted is None:  # only programs of fused kernels alone: a torch call may sync, allocate or draw random numbers
+        if any(r.generated is None for r in program.plan.regions):
+            return call
         from fusionlens.report import roofline
 
         gpu = roofline.find(torch.cuda.get_device_name(device)) or roofline.find(roofline.DEFAULT_TARGET)

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch.utils import _pytree as pytree
 
-from fusionlens.driver import api, wire
+from fusionlens.driver import api, fast_path, wire
 from fusionlens.distributed import collectives, ddp_overlap, transform
 from fusionlens.frontend import dynamic, tracer as frontend, objects, value_guards
 from fusionlens.report import schema as R
@@ -117,6 +117,7 @@ class JitFunction:
         self._module = isinstance(fn, torch.nn.Module) or self.sharded is not None  # (Sharded: the module's)
         self._state_generation = -1
         self._state: tuple[tuple[int, ...], ...] = ()
+        self.fast = fast_path.FastPaths(self)  # cached calls as generated code (fast_path.py)
 
     def signature(self, args, kwargs) -> tuple[Any, ...]:
         """The cache key. Positional tensors only (the common call) key as a pair and are
@@ -143,6 +144,9 @@ class JitFunction:
         return (mode, spec, tuple(_leaf_key(x) for x in flat)), flat
 
     def __call__(self, *args, **kwargs):
+        served = self.fast.serve(args, kwargs)  # a program's own key, guards and write-back, as code
+        if served is not fast_path.MISS:
+            return served
         if self.wrapper is not None:
             overlap = ddp_overlap.unsupported(self.wrapper) is None
             return _ddp_call(self.wrapper, self._call, args, kwargs, self._synchronising if overlap else None)
@@ -200,6 +204,7 @@ class JitFunction:
         self.last = entry
         if entry.eager_fallback:
             return self.fn(*args, **kwargs)
+        self.fast.arm(entry, args, kwargs, _STATE_GENERATION)  # from this call's form, before it updates a cache
         c = entry.compiled
         if c.guards is not None and c.guards.ints:  # the program reads its int arguments' symbols
             c.guards.bind(leaves)
@@ -211,6 +216,7 @@ class JitFunction:
             return _with_states(c.traced, result, leaves) if c.traced.objects_passed else result
         except ShapeChanged as e:  # raised before the program wrote anything back
             _fall_back(entry, e)
+            self.fast.drop(entry)
             return self.fn(*args, **kwargs)
 
     def _state_ids(self) -> tuple[tuple[int, ...], ...]:
@@ -318,6 +324,7 @@ class JitFunction:
         self.cache.clear()
         self.symbolic.clear()
         self.first_seen.clear()
+        self.fast.clear()
         self.hits = self.misses = self.compiles = 0
         self.last = None
 

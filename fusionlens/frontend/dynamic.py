@@ -131,7 +131,7 @@ class Guards:
                 continue
             text = symbols.source(guard.expr)
             for sym, src in sorted(sources.items(), key=lambda kv: -len(str(kv[0]))):
-                text = re.sub(rf"\b{sym}\b", lambda _, src=src: src, text)
+                text = re.sub(rf"\b{sym}\b", src, text)  # (a source has no backslash)
             seen = ", ".join(f"{self._readable(sources.get(s, str(s)), names)} = {v}"
                              for s, v in values.items() if s in guard.expr.free_symbols)
             return f"{self._readable(text, names)} ({seen})", self.env.where(guard)

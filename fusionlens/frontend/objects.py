@@ -110,6 +110,10 @@ def _descends(x) -> bool:
     return not isinstance(x, (torch.Tensor, *_PLAIN, type, torch.nn.Module)) and not callable(x)
 
 
+# what driver/fast_path.py reads to write a passed object's key as straight-line checks
+PLAIN, slots, descends = _PLAIN, _slots, _descends
+
+
 def leaves(obj, depth: int = MAX_DEPTH, path: Path = ()):
     """(path, value) of every tensor and plain value in `obj`'s slots, in a fixed order."""
     for step, value in _slots(obj):

@@ -37,8 +37,8 @@ READS = {"__bool__", "item", "tolist", "__int__", "__float__", "__index__", "__c
 @dataclass
 class Read:
     func: Callable  # the torch callable (Tensor.__bool__, Tensor.item, torch.equal, ...)
-    args: tuple  # its arguments, tensors as the trace's Values
-    kwargs: dict
+    args: tuple[Any, ...]  # its arguments, tensors as the trace's Values
+    kwargs: dict[str, Any]
     seen: Any  # what it returned when traced
     where: provenance.Provenance | None
 
@@ -82,8 +82,10 @@ def note(tracer, func, args, kwargs, out) -> None:
     vargs, vkwargs = pytree.tree_map(lambda a: tracer.to_value(a) if isinstance(a, torch.Tensor) else a, (args, kwargs))
     read = Read(func, tuple(vargs), dict(vkwargs), out, where)
     tracer.reads.append(read)
-    tracer.notes.append(Note(Severity.INFORMATION, f"value guard: the call branched on {read.text()} here; a jit "
-                             "checks it before each call, and a call where it differs compiles the other branch",
+    # a warning: the program is specialised to the value (and reading it syncs with the device)
+    tracer.notes.append(Note(Severity.WARNING, f"value guard: Python control flow branched on a tensor's value ({read.text()}) here; a jit "
+                             "checks it before each call, and a call where it differs compiles the other branch "
+                             "(a single compile, as `fusionlens compile`, is specialised to it)",
                              where, DiagnosticCode.VALUE_GUARD))
 
 

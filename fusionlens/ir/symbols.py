@@ -13,6 +13,7 @@ what only estimates (costs, tile sizes); `source` prints a size as Python over t
 from __future__ import annotations
 
 import functools
+import sys
 
 import sympy
 import torch
@@ -20,7 +21,6 @@ from torch.utils._sympy.printers import PythonPrinter
 
 from fusionlens.ir import provenance, sizes
 from fusionlens.ir.torch_compat import FakeTensorMode, ShapeEnv
-from fusionlens.ir import trace as _trace
 
 
 class _Located(list):
@@ -33,7 +33,8 @@ class _Located(list):
 
     def append(self, guard) -> None:
         super().append(guard)
-        ctx = _trace._current()
+        trace = sys.modules.get("fusionlens.ir.trace")  # it imports this module: looked up, not imported
+        ctx = trace._current() if trace is not None else None
         self.where.append(ctx.provenance if ctx is not None and ctx.provenance is not None else provenance.capture())
 
 
@@ -44,7 +45,7 @@ class SymbolEnv(ShapeEnv):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.guards = _Located(self.guards)
+        self.guards: _Located = _Located(self.guards)  # torch's list, each guard's user line beside it
 
     def where(self, guard) -> provenance.Provenance | None:
         """The user line where `guard` (one of `guards`) was made."""

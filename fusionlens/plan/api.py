@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from fusionlens.driver import targets
-from fusionlens.plan import model, search as search_mod
+from fusionlens.plan import model, own as own_mod, search as search_mod
 from fusionlens.plan.layout import Layout, parse_cluster
 from fusionlens.plan.trace import Traced, trace
 from fusionlens.report import hardware
@@ -76,15 +76,21 @@ def plan_target(path: str, info, **options) -> PlanReport:
     if not info.train:
         raise ValueError(f"target {info.name} is not a training target: mark it @fusionlens.example(train=True)")
     blocks = options.pop("blocks", 1)
+    nodes, per_node, _ = parse_cluster(options.get("cluster") or "1x8xH100")
 
     def traced_at(micro_batch: int | None) -> Traced:
-        with torch.device("meta"):
+        # under a fake process group of the planned world: a target that builds its own
+        # DeviceMesh and parallelizes itself is recorded, its plan then costed (plan/own.py)
+        with torch.device("meta"), own_mod.recording(nodes * per_node) as own:
             fn, args, kwargs = targets.run_example(path, info.name, info, device="meta")
         if micro_batch is not None:
             args = tuple(_rebatch(a, micro_batch) for a in args)
-        return trace(fn, args, kwargs, blocks)
+        return trace(fn, args, kwargs, blocks, own if own.tp is not None or own.units else None)
 
-    return plan_traced(traced_at(None), info.name, retrace=traced_at, **options)
+    traced = traced_at(None)
+    if traced.own is not None:
+        options.update(traced.own.options())  # the target's own plan over the decorator's and the command's
+    return plan_traced(traced, info.name, retrace=traced_at, **options)
 
 
 def _rebatch(a, micro_batch: int):

@@ -46,8 +46,13 @@ class Stages:
         return cls([sum(per[g::layout.pp]) for g in range(layout.pp)])
 
 
-def _sharded(ndim: int, layout: Layout) -> int:
-    return layout.tp if ndim >= 2 else 1
+def _sharded(p, traced: Traced, layout: Layout) -> int:
+    """The ways tensor parallel splits parameter `p`: a matrix (weights, embeddings) tp ways;
+    under the target's own plan, only the weights its plan shards."""
+    own = traced.own
+    if own is not None and own.tp is not None:
+        return layout.tp if p.name in own.linears else 1
+    return layout.tp if p.ndim >= 2 else 1
 
 
 def param_elements(traced: Traced, layout: Layout, stage: int, stages: Stages) -> float:
@@ -56,7 +61,7 @@ def param_elements(traced: Traced, layout: Layout, stage: int, stages: Stages) -
     total = 0.0
     last = stage == layout.pp - 1
     for p in traced.params:
-        share = p.numel / _sharded(p.ndim, layout)
+        share = p.numel / _sharded(p, traced, layout)
         if p.where == "block":
             total += share * stages.layers[stage] / per_block
         elif p.where == "pre" and stage == 0 or p.where == "post" and last or p.where == "both" and (

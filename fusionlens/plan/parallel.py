@@ -1,8 +1,10 @@
 """The plan's transforms of one micro-batch's programs: which ops are sharded by tensor,
 sequence and context parallelism, and the collectives each inserts at its user line.
 
-Tensor parallel is Megatron-LM's: Linears in column/row pairs. Where the target gives no
-plan of its own the pairs are inferred from the forward trace: a Linear (a matmul with a
+Tensor parallel is Megatron-LM's: Linears in column/row pairs. Where the target has a
+`parallelize_module` plan of its own (plan/own.py), exactly its ColwiseParallel and
+RowwiseParallel layers are sharded (the others replicated). Where it gives no plan the pairs
+are inferred from the forward trace: a Linear (a matmul with a
 parameter operand) whose input is replicated is column-parallel (its output sharded); one
 whose input is sharded is row-parallel, followed by an all-reduce (reduce-scatter with
 sequence parallelism, and an all-gather before the next column Linear). Ops between them run
@@ -93,13 +95,14 @@ def shard(traced: Traced, layout: Layout) -> Sharding:
         is_sharded = any(v.name in sharded for v in acts)
         if is_gemm(b) and len(acts) < len(ins):  # a Linear
             name = b.outputs[0].name
-            if tp > 1 and is_sharded:
+            style = _linear_style(b, is_sharded, traced, tp)
+            if style == "row":
                 s.gemm = "row"
                 out.linears["row"].append(_describe(b))
                 n = b.outputs[0].numel() * b.outputs[0].dtype.itemsize
                 out.collectives.append(Collective("reduce_scatter_tensor" if layout.sp else "all_reduce", n, "tp",
                                                   "forward", part, _line(b)))
-            elif tp > 1:
+            elif style == "column":
                 s.gemm = "column"
                 sharded.add(name)
                 out.linears["column"].append(_describe(b))
@@ -116,7 +119,7 @@ def shard(traced: Traced, layout: Layout) -> Sharding:
                     out.collectives.append(Collective("all_reduce", 3 * rows * 4, "tp", "forward", part, _line(b)))
             else:
                 s.gemm = "column"
-            s.sharded = tp > 1
+            s.sharded = style != "replicated"
         elif is_gemm(b) or b.sym.name.endswith("scaled_dot_product_attention"):
             s.gemm = "activation"
             ends = any(v.name in core for v in acts)
@@ -131,7 +134,8 @@ def shard(traced: Traced, layout: Layout) -> Sharding:
             if is_sharded:
                 sharded.update(o.name for o in b.outputs)
         else:
-            if b.sym.name.endswith("embedding") and tp > 1 and any(v.role is ValueRole.INPUT for v in acts):
+            if b.sym.name.endswith("embedding") and _vocab_parallel(b, traced, tp) and \
+                    any(v.role is ValueRole.INPUT for v in acts):
                 n = b.outputs[0].numel() * b.outputs[0].dtype.itemsize
                 out.collectives.append(Collective("reduce_scatter_tensor" if layout.sp else "all_reduce", n, "tp",
                                                   "forward", part, _line(b)))
@@ -150,6 +154,34 @@ def shard(traced: Traced, layout: Layout) -> Sharding:
     out.collectives += _backward_collectives(out.collectives, column_inputs, layout)
     out.ops["backward"] = _backward(traced, out.ops["forward"], layout)
     return out
+
+
+def _own_style(b: BoundSymbol, traced: Traced) -> str | None:
+    """The target's own style of the Linear or Embedding `b` ("colwise", "rowwise"), None if
+    it has no plan of its own; "" for a layer its plan leaves replicated."""
+    own = traced.own
+    if own is None or own.tp is None:
+        return None
+    w = next((v.name for v in _tensors(b) if v.role is ValueRole.PARAM), None)
+    return own.linears.get(w, "") if w is not None else ""
+
+
+def _linear_style(b: BoundSymbol, is_sharded: bool, traced: Traced, tp: int) -> str:
+    """"column", "row" or "replicated": the target's own parallelize_module plan where it has
+    one, else Megatron's pairs inferred (a sharded input makes a row Linear)."""
+    if tp == 1:
+        return "replicated"
+    own = _own_style(b, traced)
+    if own is not None:
+        return {"colwise": "column", "rowwise": "row"}.get(own, "replicated")
+    return "row" if is_sharded else "column"
+
+
+def _vocab_parallel(b: BoundSymbol, traced: Traced, tp: int) -> bool:
+    """A token embedding split over the vocabulary (an all-reduce after it): inferred, or the
+    target's own RowwiseParallel on it."""
+    own = _own_style(b, traced)
+    return tp > 1 and (own is None or own == "rowwise")
 
 
 def _backward_collectives(forward: list[Collective], column_inputs: dict, layout: Layout) -> list[Collective]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -49,6 +50,7 @@ class Traced:
     seq: int
     compile_ms: float
     notes: list[str] = field(default_factory=list)
+    own: Any = None  # own.Own: the target's own parallelize_module / fully_shard plan, resolved
 
     def ops(self, kind: str) -> list[BoundSymbol]:
         return self.source(kind).bound_symbols
@@ -86,9 +88,10 @@ def _cut(model: torch.nn.Module, path: str, keep: int):
         setattr(parent, attr, whole)
 
 
-def trace(fn, args: tuple, kwargs: dict | None = None, blocks: int | None = 1) -> Traced:
+def trace(fn, args: tuple, kwargs: dict | None = None, blocks: int | None = 1, own: Any = None) -> Traced:
     """Trace one training micro-batch of `fn(*args, **kwargs)` (its tensors on the meta device).
-    `blocks`: how many of the repeated blocks to keep (None: all)."""
+    `blocks`: how many of the repeated blocks to keep (None: all); `own`: the target's own
+    parallelism recorded while its example ran (fusionlens/plan/own.py)."""
     kwargs = kwargs or {}
     model = fn if isinstance(fn, torch.nn.Module) else getattr(fn, "__self__", None)
     if not isinstance(model, torch.nn.Module):
@@ -111,8 +114,11 @@ def trace(fn, args: tuple, kwargs: dict | None = None, blocks: int | None = 1) -
     block_params = sum(p.numel for p in params if p.where == "block") // max(keep, 1)
     notes = [] if found is None or keep == layers else [
         f"traced {keep} of {layers} blocks of {found[0]}; the others repeat it"]
+    if own is not None:
+        own.resolve(model)
+        notes.append(own.describe())
     return Traced(compiled.programs, parts, layers, keep, found[0] if found else None, params, block_params,
-                  list(compiled.differentiated.saved), shape[0], shape[1], compiled.compile_ms, notes)
+                  list(compiled.differentiated.saved), shape[0], shape[1], compiled.compile_ms, notes, own)
 
 
 def _tokens_shape(args, kwargs) -> tuple[int, int]:

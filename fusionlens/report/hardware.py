@@ -21,7 +21,7 @@ class System:
     system: str  # "DGX H100"
     bf16_tflops: float  # dense BF16 tensor-core peak of one GPU
     hbm_gbs: float  # HBM bandwidth, GB/s
-    hbm_gib: float  # HBM capacity, GiB (what a plan must fit in)
+    hbm_gib: float  # HBM capacity, GiB (what a plan must fit in; datasheets print GB: 141 GB is 140 GiB)
     sms: int  # streaming multiprocessors: the GEMM model's waves
     nvlink_gbs: float  # GPU to GPU in a node, GB/s each way
     nic_gbs: float  # one NIC per GPU between nodes, GB/s each way
@@ -45,8 +45,8 @@ def _row(gpu: str, hbm_gib: float, sms: int, nvls: bool) -> System:
 SYSTEMS = (
     _row("A100", 80, 108, False),
     _row("H100", 80, 132, True),
-    _row("H200", 141, 132, True),
-    _row("B200", 180, 148, True),
+    _row("H200", 140, 132, True),  # 141 GB
+    _row("B200", 179, 148, True),  # 180 GB
 )
 FIELDS = ("gpu", "bf16_tflops", "hbm_gbs", "hbm_gib", "nvlink_gbs", "nic_gbs")  # what a --hardware file must give
 

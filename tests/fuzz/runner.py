@@ -29,8 +29,8 @@ def run(program: Program, mode: Mode) -> judge.Verdict:
         executors = list(mode.executors) if mode.executors else None
         if mode.dynamic:
             # new values each call, in the first call's layouts (make_inputs(1) has other strides)
-            return judge.check(fn, lambda call: program.resized(SIZE_SHIFTS[call]).make_inputs(call + (call > 0), where),
-                               executors, mode.grad, dynamic=True, calls=len(SIZE_SHIFTS))
+            sized = lambda call: program.resized(SIZE_SHIFTS[call]).make_inputs(call + (call > 0), where)  # noqa: E731
+            return judge.check(fn, sized, executors, mode.grad, dynamic=True, calls=len(SIZE_SHIFTS))
         return judge.check(fn, lambda call: program.make_inputs(call, where), executors, mode.grad)
 
 

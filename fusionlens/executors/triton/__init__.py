@@ -12,8 +12,10 @@ What it generates (see fusionlens/middle/contract.py for the FusionGroup contrac
   [BLOCK_M, BLOCK_N] tile. Otherwise it loops over each row in BLOCK_N chunks, one loop per
   pass: a pass computes every reduction whose inputs are available; softmax's
   amax-then-sum(exp(x - max)) runs as one online pass (running max, rescaled sum), and
-  var_mean as one Welford pass (per-chunk mean and M2 combined with Chan's formula); a
-  final pass recomputes and stores the full-shape outputs.
+  var_mean as one Welford pass (per-lane count, mean and M2 combined with Chan's formula); a
+  final pass recomputes and stores the full-shape outputs. Lanes keep their own running state;
+  one combine after the loop. A one-pass reduction of few long rows (or over the leading dim)
+  is split across programs and combined by a second kernel (docs/kernels.md).
 - float16/bfloat16/float32 values are loaded, computed and accumulated in float32 and cast
   back at the store; integer and bool values keep their types. float64 and complex are
   declined.
@@ -41,7 +43,8 @@ The modules, down the pipeline:
     reduction   the reduction kernel writer (single pass, looped, online, Welford)
     module      module source (header, helpers, kernel, launcher); exec once per source
     runtime     generate / source_only / source_for, Generated and its stride variants
-    aot         ahead-of-time compile for a GPU target without a GPU (python -m)
+    aot         ahead-of-time compile for a GPU target without a GPU (python -m), specialised as the JIT
+    static      every kernel's launch and its compile for the target GPU, for the report
 """
 
 from __future__ import annotations

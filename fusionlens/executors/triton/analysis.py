@@ -89,10 +89,10 @@ class _Analysis:
                 self.producer[o.name] = b
                 self.values[o.name] = o
         # a 0-dim CPU tensor beside GPU tensors is a scalar, as in eager: the launcher moves it over
-        self.host_scalars = {v.name for v in self.inputs if v.ndim == 0 and str(v.device) == "cpu"}
+        scalars = {v.name for v in self.inputs if v.ndim == 0 and str(v.device) == "cpu"}
+        elsewhere = {str(v.device) for v in self.inputs + self.outputs if v.name not in scalars} - {"cpu"}
+        self.host_scalars = scalars if elsewhere else set()
         devices = sorted({str(v.device) for v in self.inputs + self.outputs if v.name not in self.host_scalars})
-        if not devices:
-            self.host_scalars = set()
         if len(devices) > 1:
             raise Decline(f"the region's tensors are on different devices ({', '.join(devices)}); "
                           "one kernel reads one device")

@@ -4,8 +4,10 @@ its elements = the reduced dims flattened). When a row fits in one register bloc
 [BLOCK_M, BLOCK_N] tile. Otherwise it loops over each row in BLOCK_N chunks, one loop per
 pass: a pass computes every reduction whose inputs are available; softmax's
 amax-then-sum(exp(x - max)) runs as one online pass (running max, rescaled sum), and
-var_mean as one Welford pass (per-chunk mean and M2 combined with Chan's formula); a final
-pass recomputes and stores the full-shape outputs."""
+var_mean as one Welford pass (each lane's running count, mean and M2, combined once after the
+loop with Chan's formula); a final pass recomputes and stores the full-shape outputs. A one-pass
+sum/prod/amax/amin whose rows would leave SMs idle is split: each row cut into chunks, one
+program a chunk storing partials, a second kernel combining them in order (docs/kernels.md)."""
 
 from __future__ import annotations
 

@@ -253,7 +253,8 @@ def copy(input, src, non_blocking=False):
 functional_form(torch.Tensor.copy_, copy)
 
 
-@register(torch.ops.aten.fill, name="torch.ops.aten.fill")
+@register(torch.ops.aten.fill.Scalar, torch.ops.aten.fill.Tensor, name="torch.ops.aten.fill",
+          impl=torch.ops.aten.fill)  # the packet: a number or a 0-dim tensor
 def fill(input, value):
     """What `x.fill_(value)` writes into x: value (a number or a 0-dim tensor) everywhere."""
     if _is_value(value):

@@ -17,8 +17,8 @@ def table(report: R.CompileReport) -> str:
             statics = {s.kernel: s for s in r.static}
             for launch in r.launch:
                 s = statics.get(launch.kernel)
-                cells = [r.id, launch.kernel, K.launch_text(launch).split(": ", 1)[1],
-                         K.static_text(s).removeprefix(f"{s.kernel} ") if s else "not compiled (fusionlens compile --static)"]
+                compiled = K.static_text(s).removeprefix(f"{s.kernel} ") if s else "not compiled (`--static`)"
+                cells = [r.id, launch.kernel, K.launch_text(launch).split(": ", 1)[1], compiled]
                 rows.append("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
             for finding in r.findings:
                 rows.append(f'<tr class="finding"><td>{html.escape(r.id)}</td><td colspan="3">⚠ '

@@ -235,8 +235,19 @@
     $("#details").replaceChildren(el("p", "muted", "Click a line of the source, or a region in a picture."));
   }
 
-  // The Plotly charts (roofline, timeline). plotly.js is the page's last script: the source and
-  // the graph show before it is even parsed, and the charts are drawn once it is there.
+  // The Plotly charts (roofline, timeline). plotly.js comes as text (#plotly-js) and runs once the
+  // page has shown its source and graph (a script element made with the page's nonce: no eval),
+  // so the first screen does not wait for 1.2 MB of it to be parsed.
+  const nonce = document.currentScript ? document.currentScript.nonce : "";
+  function loadPlotly() {
+    const text = document.getElementById("plotly-js");
+    if (typeof Plotly !== "undefined" || !text) return;
+    const script = document.createElement("script");
+    if (nonce) script.nonce = nonce;
+    script.textContent = text.textContent;
+    document.head.append(script);
+  }
+
   function drawCharts() {
     if (typeof Plotly === "undefined" || !data.figures[plan.key]) return;
     const figs = data.figures[plan.key];
@@ -310,10 +321,12 @@
   setTarget(page.first);
   // ms from the navigation's start: the source and the graph drawn, then the charts too
   window.fusionlens.drawnAt = performance.now();
-  document.addEventListener("DOMContentLoaded", () => {
+  // after the first paint: plotly.js, then the charts
+  requestAnimationFrame(() => setTimeout(() => {
+    loadPlotly();
     drawCharts();
     window.fusionlens.chartsAt = performance.now();
-  });
+  }, 0));
   // VS Code sets the theme's class and variables when the webview loads and when the user switches
   // themes: redraw then, keeping the selection
   let dark = isDark();

@@ -236,7 +236,7 @@ _TEMPLATE = """<!doctype html>
 <script{n}>{dagre}</script>
 <script{n}>{graph_js}</script>
 <script{n}>{js}</script>
-<script{n}>{plotly}</script>
+<script type="text/plain" id="plotly-js"{n}>{plotly}</script>
 </body>
 </html>
 """

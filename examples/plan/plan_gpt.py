@@ -5,7 +5,7 @@ each block's projection, the output layer tied to the word embedding. The planne
 checks (tests/test_plan_published.py, benchmarks/RESULTS.md) plan these models at full size
 on the meta device.
 
-    fusionlens plan examples/plan_gpt.py --target gpt_22b --cluster 1x8xA100 --tp 8
+    fusionlens plan examples/plan/plan_gpt.py --target gpt_22b --cluster 1x8xA100 --tp 8
 """
 
 import math

@@ -242,3 +242,54 @@ def test_int_arguments_of_a_training_program_stay_specialised():
         fn(x, n).backward()
         close(got, w.grad)
     assert jfn.cache_info()["compiles"] == 3
+
+
+# --- symbolic programs as native as static ones (issue 30 part 2) -----------------------------------
+
+def _pieces(x):
+    return torch.chunk(x, 2, -1)[1] * 2, torch.tensor_split(x, 3, -1)[2] + 1, x.split(2, 0)[-1].sin()
+
+
+def _lerps(a, b):
+    return torch.lerp(a, b, 0.3) + torch.lerp(a, b, torch.tensor(0.7))
+
+
+def _gather_cat_linear(x, w):
+    t = torch.take_along_dim(x, torch.argsort(x, -1), -1)
+    return torch.nn.functional.linear(torch.cat([t, x], -1), w)
+
+
+def _norms(x, w):
+    return torch.nn.functional.layer_norm(x, x.shape[-1:], w) * x + x
+
+
+@pytest.mark.parametrize("fn,make,sizes", [
+    # sizes that keep torch's own guards: tensor_split(3)'s remainder, no piece of size 1
+    (_pieces, lambda n: (torch.randn(8, n),), (7, 10, 13, 16)),
+    (_lerps, lambda n: (torch.randn(n, 3), torch.randn(n, 3)), (4, 5, 7, 9)),
+    (_gather_cat_linear, lambda n: (torch.randn(n, 4), torch.randn(5, 8)), (4, 5, 7, 9)),
+    (_norms, lambda n: (torch.randn(n, 6), torch.randn(6)), (4, 5, 7, 9)),
+], ids=["split-chunk-tensor_split", "lerp", "take_along_dim-cat-linear", "layer_norm-add-mul"])
+def test_a_symbolic_program_compiles_once_with_no_more_fallbacks_than_static(fn, make, sizes):
+    jfn, static = compiler.jit(fn, dynamic=True), compiler.jit(fn, dynamic=False)
+    for n in sizes:
+        args = make(n)
+        for got, want in zip(jfn(*args) if isinstance(fn(*args), tuple) else (jfn(*args),),
+                             fn(*args) if isinstance(fn(*args), tuple) else (fn(*args),)):
+            close(got, want)
+    static(*make(sizes[0]))
+    assert jfn.cache_info()["compiles"] == 1, compiler.last_report(jfn).diagnostics
+    assert len(compiler.last_report(jfn).fallbacks) <= len(compiler.last_report(static).fallbacks), \
+        compiler.last_report(jfn).fallbacks
+
+
+def test_a_split_whose_count_of_pieces_changes_recompiles_and_says_why():
+    fn = lambda x: x.split(2, 0)[-1] * 2  # noqa: E731
+    jfn = compiler.jit(fn, dynamic=True)
+    for n in (8, 10, 8):  # 4 pieces, 5, 4: the count is a guard (torch's too), not the size itself
+        x = torch.randn(n, 3)
+        close(jfn(x), fn(x))
+    assert jfn.cache_info()["compiles"] == 2
+    why = [d.message for d in jfn.cache[jfn.signature((torch.randn(10, 3),), {})].report.diagnostics
+           if d.message.startswith("compiled again")]
+    assert why and "((1 + x.shape[0]) // 2) == 4 (x.shape[0] = 10)" in why[0], why

@@ -206,6 +206,17 @@ def test_a_script_needs_torch_and_fusionlens_only_and_exits_0_when_right(tmp_pat
     assert (done.returncode, done.stdout.strip()) == (0, "pass"), done.stderr[-2000:]
 
 
+def test_a_dynamic_mode_script_calls_at_the_modes_sizes(tmp_path):
+    program = Program((InputSpec("x0", (3, 4), "float32"), InputSpec("x1", (4,), "float32")),
+                      (Line("torch.sin(x0) * x1", "t0", "binary"),), ("t0",))
+    path = _script(program, "dynamic", tmp_path)
+    text = path.read_text()
+    assert "dynamic=True, calls=4" in text and "torch.randn((6, 7)" in text  # the third call: sizes grown by 3
+    done = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                          env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    assert (done.returncode, done.stdout.strip()) == (0, "pass"), done.stderr[-2000:]
+
+
 def test_a_script_of_a_wrong_program_exits_1(tmp_path, monkeypatch):
     import compiler
     from fusionlens.driver.jit_cache import JitFunction

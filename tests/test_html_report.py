@@ -1,4 +1,4 @@
-"""The HTML report page (compiler/html_report), read without a browser: its structure, one
+"""The HTML report page (fusionlens/report/html), read without a browser: its structure, one
 graph node, one roofline point and one timeline slice a region, the nonce on every script and
 style, nothing fetched from outside. tests/browser/ opens the same pages in Chromium."""
 
@@ -323,3 +323,49 @@ def test_a_region_that_ran_fused_wider_than_the_preview_hides_no_library_call():
     p1, p2 = _view("P1", ["a"], ["b"], 0.5), _view("P2", ["b"], ["c"], 0.5)
     calls, views, order = model.between([linear, fused], [p1, p2])
     assert [r.id for r in calls] == ["R0"] and views == [] and order[0] == "R0"
+
+
+def test_the_tracer_names_each_module_as_named_modules_does():
+    """The module path an op records (the fusion graph's groups): a block called from a
+    ModuleList is `blocks.0`, the outermost module is "", and nothing is named outside a trace."""
+    from fusionlens.frontend import modules
+    from fusionlens.ir import provenance
+
+    seen: list[str] = []
+
+    class Leaf(torch.nn.Module):
+        def forward(self, x):
+            seen.append(provenance.MODULE.get())
+            return x + 1
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.blocks = torch.nn.ModuleList([Leaf(), Leaf()])
+            self.head = Leaf()
+
+        def forward(self, x):
+            for block in self.blocks:
+                x = block(x)
+            seen.append(provenance.MODULE.get())
+            return self.head(x)
+
+    net, x = Net(), torch.zeros(2)
+    with modules.module_paths():
+        net(x)
+    assert seen == ["blocks.0", "blocks.1", "", "head"] and provenance.MODULE.get() == ""
+    net(x)  # no trace: no hook
+    assert seen[4:] == ["", "", "", ""]
+
+
+def test_a_page_of_several_targets_holds_each_with_its_error_where_it_failed(mlp, tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("import compiler\n\n@compiler.example\ndef broken():\n    raise ValueError('no model here')\n")
+    failed = compile_target(str(bad), "broken", benchmark=False)
+    page = html_report.render_all([mlp, failed], target="broken")
+    found = page_targets(page)
+    assert [t["name"] for t in found["targets"]] == ["mlp_example", "broken"] and found["first"] == 1
+    assert "no model here" in found["targets"][1]["error"] and "data" not in found["targets"][1]
+    assert found["targets"][0]["data"]["plans"]
+    ids = {a.get("id") for _, a in tags_of(page)}
+    assert {"target", "head-0", "source-0", "head-1", "source-1", "target-error"} <= ids

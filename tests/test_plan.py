@@ -85,9 +85,15 @@ def test_data_parallel_zero_and_pipeline_collectives():
     [ar] = [c for c in ddp.collectives if c.group == "dp"]
     assert ar.kind == "all_reduce" and ar.bytes_per_rank == t.total_params * 4  # fp32 gradients
     z3 = api.plan_traced(t, "gpt", cluster="1x4xH100", dp=4, zero=3, global_batch=8)
-    kinds = {c.kind: c for c in z3.collectives if c.group == "dp"}
-    assert set(kinds) == {"all_gather_into_tensor", "reduce_scatter_tensor"}
-    assert kinds["all_gather_into_tensor"].count == 2 * z3.options["micro_batches"]  # forward and backward regather
+    kinds = {(c.kind, c.line): c for c in z3.collectives if c.group == "dp"}
+    # per FSDP2 unit at the line that calls it (issue 27's FSDP2 transform): each block at `x = block(x)`, the root
+    block = [c for (kind, line), c in kinds.items() if line == 61]
+    assert {c.kind for c in block} == {"all_gather_into_tensor", "reduce_scatter_tensor"}
+    gather = next(c for c in block if c.kind == "all_gather_into_tensor")
+    assert gather.count == 2 * z3.options["micro_batches"] * t.layers  # forward and backward regather, every block
+    assert gather.bytes_per_rank == t.block_params * 2 // 4  # bf16, a quarter of the block a rank
+    total = sum(c.bytes_per_rank * c.count for c in z3.collectives if c.kind == "reduce_scatter_tensor")
+    assert total == pytest.approx(t.total_params * 4 * z3.options["micro_batches"], rel=1e-6)  # fp32 gradients
     pp = api.plan_traced(t, "gpt", cluster="1x2xH100", pp=2, global_batch=8)
     [send] = [c for c in pp.collectives if c.group == "pp"]
     assert send.bytes_per_rank == 2 * 32 * 64 * 2 and send.count == 2 * pp.options["micro_batches"]

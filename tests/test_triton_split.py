@@ -129,3 +129,51 @@ def test_autotune_picks_the_fastest_configuration_once():
     assert best == spec.autotune[-1] and len(seen) == len(spec.autotune)
     for w in spec.autotune:  # every configuration computes the same softmax
         torch.testing.assert_close(group_fn(*inputs, num_warps=w)[0], out[0])
+
+
+# --- a norm's backward: dx in one region, the weight and bias gradients in one (split) region --
+
+def _norm_backward_regions(fn, args):
+    """Compile `fn` for training with Triton, run it, compare outputs and every gradient with
+    eager on a fresh random cotangent; return the backward's Triton regions."""
+    from torch.utils import _pytree as pytree
+
+    from fusionlens.driver import pipeline
+    from fusionlens.options import CompileOptions
+
+    c = pipeline.compile_program(fn, tuple(args), {}, CompileOptions(executors=("triton", "torch")))
+    assert c.differentiated is not None
+    out = c.fn(*args, *c.constants)
+    want = fn(*args)
+    assert checking.mismatch(out, want) is None
+    dy = torch.randn_like(want)
+    got = torch.autograd.grad(pytree.tree_leaves(out)[0], args, dy)
+    # the reference in float32, rounded once: eager's bfloat16 kernels round on their own paths
+    wide = [a.detach().float().requires_grad_() for a in args]
+    ref = [g.to(a.dtype) for g, a in zip(torch.autograd.grad(fn(*wide), wide, dy.float()), args)]
+    problem = checking.mismatch(list(got), ref)
+    assert problem is None, problem
+    return [r for r in c.program("backward").plan.regions if r.executor == "triton"]
+
+
+@pytest.mark.parametrize("split", [False, True], ids=["one-kernel", "split"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+def test_layer_norm_backward_is_two_regions_and_matches_eager(monkeypatch, dtype, split):
+    import torch.nn.functional as F
+
+    if split:  # the column sums split across programs, as over a GPT's rows on an H100
+        monkeypatch.setattr(tuning, "SM_COUNT", 2)
+        monkeypatch.setattr(tuning, "SPLIT_MIN_BYTES", 0)
+        monkeypatch.setattr(tuning, "LOOP_BLOCK_N", 16)
+    x = (torch.randn(2, 40, 6, device=DEVICE) * 3 + 1).to(dtype).requires_grad_()
+    w = torch.randn(6, device=DEVICE).to(dtype).requires_grad_()
+    b = torch.randn(6, device=DEVICE).to(dtype).requires_grad_()
+    regions = _norm_backward_regions(lambda x, w, b: F.layer_norm(x, (6,), w, b), (x, w, b))
+    assert len(regions) == 2, [(r.id, [s.sym.name for s in r.bsyms]) for r in regions]
+    rows, columns = regions
+    assert rows.group.reduction_dims == (2,) and columns.group.reduction_dims == (0, 1)
+    # dy * xhat is recomputed where it is summed, not written out: the row region's only
+    # full-size output is dx, and the column region reads the row statistics and makes both gradients
+    assert [list(o.shape) for o in rows.outputs if list(o.shape) == list(x.shape)] == [[2, 40, 6]]
+    assert sorted(list(o.shape) for o in columns.outputs) == [[6], [6]]
+    assert columns.generated.kernels == (2 if split else 1), columns.generated.source

@@ -178,3 +178,48 @@ def test_the_examples_kernels_for_sm90():
                     assert not s.error and s.load_bits == 128 and s.spill_bytes in (0, None), (t.name, r.id, s)
                     assert s.passes == 1 and s.read_ratio == pytest.approx(1.0, abs=0.01), (t.name, r.id, s)
     assert seen >= 10
+
+
+def _layer_norm_backwards(rep) -> dict[str, list]:
+    """The Triton regions (or previews) of a training report's backward that make a LayerNorm's
+    gradients, by the id of the one recomputing its statistics (var_mean): it, and the regions
+    making only [n_embd] results (weight and bias gradients) at its lines from its inputs or outputs."""
+    backward = next(p for p in rep.programs if p.kind == "backward")
+    regions = [r for r in backward.regions if r.executor == "triton"] + [
+        r for p in backward.previews if p.executor == "triton" for r in p.regions]
+    names = lambda infos: {t.name for t in infos}  # noqa: E731
+    lines = lambda r: {(s.file, s.line) for s in r.source_lines}  # noqa: E731
+    out = {}
+    for norm in (r for r in regions if "prims.var_mean" in r.ops):
+        mine = names(norm.inputs) | names(norm.outputs)
+        out[norm.id] = [norm] + [r for r in regions if "prims.var_mean" not in r.ops and r.outputs
+                                 and all(o.shape == [128] for o in r.outputs) and names(r.inputs) & mine
+                                 and lines(r) <= lines(norm)]
+    return out
+
+
+def test_gpt_training_step_layer_norm_backward_is_two_kernels(monkeypatch):
+    """Each LayerNorm of a GPT training step (examples/train_gpt.py) has its backward in two
+    kernels: dx (a row reduction) and both parameter gradients (one column reduction that
+    recomputes dy * xhat from dy, x and the row statistics), and moves fewer bytes than the
+    three regions of the greedy partition, which wrote dy * xhat out to read it back."""
+    from pathlib import Path
+
+    from fusionlens.driver.targets import compile_target
+    from fusionlens.middle import fusion
+    from fusionlens.options import CompileOptions
+
+    path = str(Path(__file__).resolve().parents[1] / "examples" / "train_gpt.py")
+    compile_gpt = lambda: compile_target(path, "gpt_loss_example", options=CompileOptions(),  # noqa: E731
+                                         benchmark=False, device="cpu")
+    norms = _layer_norm_backwards(compile_gpt())
+    assert len(norms) == 5, list(norms)  # ln_1 and ln_2 of two blocks, ln_f
+    for key, regions in norms.items():
+        assert sum(r.kernels for r in regions) <= 2, (key, [(r.id, r.ops) for r in regions])
+        assert sorted(len(r.outputs) for r in regions) == [2, 3], (key, [(r.id, r.outputs) for r in regions])
+    monkeypatch.setattr(fusion._Regroup, "run", lambda self: None)  # the greedy partition alone
+    greedy = _layer_norm_backwards(compile_gpt())
+    assert len(greedy) == 5
+    for regions, before in zip(norms.values(), greedy.values()):  # the same norms, in program order
+        assert len(before) == 3, [(r.id, r.ops) for r in before]
+        assert sum(r.cost.bytes for r in regions) < sum(r.cost.bytes for r in before), (regions, before)

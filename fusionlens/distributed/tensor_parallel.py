@@ -188,8 +188,7 @@ def _style_hook(hook) -> tuple[type | str, str, tuple, Any] | None:
     if not isinstance(mesh, DeviceMesh):
         return None
     fn = cells.get("input_fn", cells.get("output_fn"))
-    style = _style_functions().get(fn.func) if isinstance(fn, functools.partial) else None
-    if style is None:
+    if not isinstance(fn, functools.partial) or (style := _style_functions().get(fn.func)) is None:
         return "a hand-written input_fn or output_fn", "", (), mesh
     return style[0], style[1], tuple(fn.args), mesh
 

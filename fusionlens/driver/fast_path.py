@@ -31,6 +31,11 @@ from fusionlens.frontend import objects, tracer as frontend
 from fusionlens.ir import program_calls
 from fusionlens.ops.torch_ops.fallbacks import ShapeChanged
 
+try:  # dynamo's C++ check of tensors' dispatch keys, dtype, device, requires_grad, sizes, strides
+    from torch._C._dynamo.guards import TensorGuards
+except ImportError:  # pragma: no cover - a torch without dynamo: no fast path
+    TensorGuards = None
+
 MISS = object()  # what a generated function returns for a call it does not serve
 MAX_ARMED = 8  # programs with a generated function at once, the latest first
 MAX_REBUILDS = 4  # a program whose function keeps rejecting calls its key accepts is left to the generic path
@@ -51,6 +56,7 @@ class FastPaths:
         self.armed: list[tuple[Any, Callable, str]] = []  # (entry, its function, its source)
         self.rebuilds: dict[int, int] = {}  # id(entry) -> how often its function was rebuilt
         self.serve: Callable = _miss
+        self.served = 0  # calls a generated function served
 
     def arm(self, entry, args, kwargs, generation: list[int]) -> None:
         """After the generic path chose `entry` for this call (before it ran): make its
@@ -133,11 +139,13 @@ class _Writer:
 def generate(owner, entry, args, kwargs, generation: list[int]) -> tuple[Callable, str]:
     """`entry`'s program as a function of (args, kwargs) for calls of this call's form."""
     c = entry.compiled
-    if entry.eager_fallback or owner.wrapper is not None or owner.sharded is not None or owner.transforms:
+    if TensorGuards is None or entry.eager_fallback or owner.wrapper is not None or owner.sharded is not None or owner.transforms:
         raise NotArmed("the call runs eagerly or under a parallel wrapping")
     w = _Writer()
     flat, spec = pytree.tree_flatten((tuple(args), dict(kwargs)))
-    exprs = _structure(w, spec, "(args, kwargs)")
+    w.check(f"len(args) == {len(args)} and len(kwargs) == {len(kwargs)}")
+    args_spec, kwargs_spec = spec.children() if hasattr(spec, "children") else spec.children_specs
+    exprs = _structure(w, args_spec, "args", root=True) + _structure(w, kwargs_spec, "kwargs", root=True)
     leaf_vars, by_id, states = [], {}, []
     symbolic_ints = set(c.guards.ints) if c.guards is not None else set()
     for position, (leaf, expr) in enumerate(zip(flat, exprs)):
@@ -145,13 +153,13 @@ def generate(owner, entry, args, kwargs, generation: list[int]) -> tuple[Callabl
         w.lines.append(f"{var} = {expr}")
         leaf_vars.append(var)
         if isinstance(leaf, torch.Tensor):
-            _tensor(w, var, leaf, static=c.guards is None)
+            _tensor(w, var, leaf)
             by_id.setdefault(id(leaf), var)
         elif objects.is_state(leaf):
             w.check(f"type({var}) is {w.const(type(leaf))}")
             if id(leaf) not in {id(s) for s, _ in states}:
                 states.append((leaf, var))
-                _state(w, leaf, var, by_id, c.guards is None)
+                _state(w, leaf, var, by_id)
         elif position in symbolic_ints:
             w.check(f"type({var}) is int")
         else:
@@ -161,6 +169,7 @@ def generate(owner, entry, args, kwargs, generation: list[int]) -> tuple[Callabl
     if len({id(t) for t in user}) != len(user) or any(id(t) not in by_id for t in user):
         raise NotArmed("a tensor held twice, or one the walk did not reach")
     inputs = [by_id[id(t)] for t in user]
+    _tensor_guards(w, c.guards, user, by_id)
     if c.guards is not None:
         _symbolic(w, c.guards, inputs, [leaf_vars[p] for p in c.guards.ints])
     if entry.values is not None:
@@ -168,16 +177,19 @@ def generate(owner, entry, args, kwargs, generation: list[int]) -> tuple[Callabl
     return _finish(w, owner, entry, inputs, leaf_vars, states)
 
 
-def _structure(w: _Writer, spec, expr: str) -> list[str]:
+def _structure(w: _Writer, spec, expr: str, root: bool = False) -> list[str]:
     """Checks that a pytree node is the spec's (tuple, list or dict of that length and keys);
-    the expressions of its leaves, in flatten order."""
+    the expressions of its leaves, in flatten order. The call's own args and kwargs (`root`)
+    are a tuple and a dict whose lengths are checked first."""
     if spec.is_leaf():
         return [expr]
     if spec.type not in (tuple, list, dict):
         raise NotArmed(f"an argument of pytree type {spec.type.__name__}")
-    node = w.local("n")
-    w.lines.append(f"{node} = {expr}")
-    w.check(f"type({node}) is {spec.type.__name__} and len({node}) == {spec.num_children}")
+    node = expr
+    if not root:
+        node = w.local("n")
+        w.lines.append(f"{node} = {expr}")
+        w.check(f"type({node}) is {spec.type.__name__} and len({node}) == {spec.num_children}")
     if spec.type is dict:
         keys = list(spec.context)
         children = [f"{node}[{w.const(k)}]" for k in keys]
@@ -187,7 +199,7 @@ def _structure(w: _Writer, spec, expr: str) -> list[str]:
     return [e for child, ce in zip(specs, children) for e in _structure(w, child, ce)]
 
 
-def _tensor(w: _Writer, var: str, t: torch.Tensor, fake=None) -> None:
+def _tensor(w: _Writer, var: str, t: torch.Tensor) -> None:
     """What the generic key holds of a tensor: its type here; its dispatch keys, dtype, device,
     requires_grad, sizes and strides in one C++ check of all the call's tensors at once
     (dynamo's TensorGuards), a dynamic program's symbolic sizes and strides left to its guard
@@ -195,11 +207,22 @@ def _tensor(w: _Writer, var: str, t: torch.Tensor, fake=None) -> None:
     if t.layout is not torch.strided:
         raise NotArmed(f"a {t.layout} tensor")
     w.check(f"type({var}) is {w.const(type(t))}")
-    sizes, strides = list(t.shape), list(t.stride())
-    if fake is not None:
-        sizes = [None if _symbolic_size(n) else n for n in fake.shape]
-        strides = [None if _symbolic_size(n) else n for n in fake.stride()]
-    w.tensors.append((var, t, sizes, strides))
+    w.tensors.append((var, t, list(t.shape), list(t.stride())))
+
+
+def _tensor_guards(w: _Writer, guards, user: list, by_id: dict) -> None:
+    """The one check of every tensor the call holds; a dynamic program's symbolic sizes and
+    strides (where its fake input has a symbol) are left to its guard expression."""
+    if not w.tensors:
+        return
+    fakes = {by_id[id(t)]: f for t, f in zip(user, guards.fakes)} if guards is not None else {}
+    sizes, strides = [], []
+    for var, t, size, stride in w.tensors:
+        fake = fakes.get(var)
+        sizes.append([None if _symbolic_size(n) else n for n in fake.shape] if fake is not None else size)
+        strides.append([None if _symbolic_size(n) else n for n in fake.stride()] if fake is not None else stride)
+    checker = TensorGuards(*[t for _, t, _, _ in w.tensors], dynamic_dims_sizes=sizes, dynamic_dims_strides=strides)
+    w.check(f"{w.const(checker, 'TG')}.check({', '.join(var for var, _, _, _ in w.tensors)})")
 
 
 def _symbolic_size(n) -> bool:
@@ -220,7 +243,7 @@ def _plain(w: _Writer, var: str, value) -> None:
         w.check(f"type({var}) is {w.const(type(value))} and {var} == {w.const(value)}")
 
 
-def _state(w: _Writer, obj, var: str, by_id: dict, static: bool, depth: int = objects.MAX_DEPTH) -> None:
+def _state(w: _Writer, obj, var: str, by_id: dict, depth: int = objects.MAX_DEPTH) -> None:
     """An object passed in (a cache), checked as its key reads it (objects.state_key): each
     container's type and size, each tensor slot as a tensor, each plain slot's value (or type),
     slot by slot: the layers are read by name, never walked."""
@@ -235,7 +258,7 @@ def _state(w: _Writer, obj, var: str, by_id: dict, static: bool, depth: int = ob
         here = w.local()
         w.lines.append(f"{here} = {_access(w, obj, var, step)}")
         if isinstance(value, torch.Tensor):
-            _tensor(w, here, value, static)
+            _tensor(w, here, value)
             if id(value) in by_id:
                 raise NotArmed("a tensor held twice by the objects passed in")
             by_id[id(value)] = here
@@ -245,7 +268,7 @@ def _state(w: _Writer, obj, var: str, by_id: dict, static: bool, depth: int = ob
             else:
                 w.check(f"type({here}) is {w.const(type(value))}")
         elif depth > 1 and objects.descends(value):
-            _state(w, value, here, by_id, static, depth - 1)
+            _state(w, value, here, by_id, depth - 1)
 
 
 def _access(w: _Writer, obj, var: str, step) -> str:
@@ -278,8 +301,36 @@ def _symbolic(w: _Writer, guards, inputs: list[str], ints: list[str]) -> None:
     names = inputs + ints
     if len(guards.fakes) != len(inputs):
         raise NotArmed("the dynamic program's inputs are not the call's tensors")
-    text = re.sub(r"L\['t(\d+)'\]", lambda m: names[int(m.group(1))], guards.source)
-    w.check(text)
+    kept = [piece for piece in _conjuncts(guards.source) if not _static_piece(piece, guards.fakes)]
+    if kept:
+        w.check(re.sub(r"L\['t(\d+)'\]", lambda m: names[int(m.group(1))], " and ".join(kept)))
+
+
+def _conjuncts(source: str) -> list[str]:
+    """The guard expression's top-level `and` terms (a term split inside parentheses is joined back)."""
+    out: list[str] = []
+    for piece in source.split(" and "):
+        if out and out[-1].count("(") != out[-1].count(")"):
+            out[-1] += " and " + piece
+        else:
+            out.append(piece)
+    return out
+
+
+_READ = re.compile(r"L\['t(\d+)'\]\.(size|stride)\(\)\[(\d+)\]")
+
+
+def _static_piece(piece: str, fakes: list) -> bool:
+    """A term that compares one static size or stride with a number: TensorGuards checks it."""
+    reads = _READ.findall(piece)
+    if len(reads) != 1 or "L[" in _READ.sub("", piece) or not re.fullmatch(r"\s*L\[.*\] == -?\d+\s*", piece):
+        return False
+    t, kind, d = reads[0]
+    i = int(t)
+    if i >= len(fakes):
+        return False
+    n = (fakes[i].shape if kind == "size" else fakes[i].stride())[int(d)]
+    return not _symbolic_size(n)
 
 
 def _finish(w: _Writer, owner, entry, inputs: list[str], leaf_vars: list[str], states) -> tuple[Callable, str]:
@@ -289,13 +340,13 @@ def _finish(w: _Writer, owner, entry, inputs: list[str], leaf_vars: list[str], s
     run = c.fn
     if not torch.is_grad_enabled() and getattr(run, "__code__", None) is _NO_GRAD_CODE:
         run = run.__wrapped__  # grad mode is checked off: the program's no_grad wrapper has nothing to do
-    body = ["OWNER.hits += 1", "OWNER.last = ENTRY"]
+    body = ["OWNER.hits += 1", "PATHS.served += 1", "OWNER.last = ENTRY"]
     if c.guards is not None and c.guards.ints:
         w.consts["SIZES"] = c.guards.values
         body += [f"SIZES[{str(sym.node.expr)!r}] = {leaf_vars[p]}" for p, sym in c.guards.ints.items()]
-    call = f"PROGRAM({', '.join(inputs)}{', ' if inputs else ''}*C)"
+    call = f"PROGRAM({', '.join([*inputs, '*C'] if c.constants else inputs)})"
     body += ["try:", f"    out = {call}", "except ShapeChanged:",
-             "    OWNER.hits -= 1", "    DROP(ENTRY)", "    return MISS"]
+             "    OWNER.hits -= 1", "    PATHS.served -= 1", "    DROP(ENTRY)", "    return MISS"]
     if c.traced.objects_passed:
         body += _write_back(w, c, [var for _, var in states])
     body.append("return out")
@@ -304,7 +355,7 @@ def _finish(w: _Writer, owner, entry, inputs: list[str], leaf_vars: list[str], s
         "".join(f"    {line}\n" for line in body)
     scope = {"MISS": MISS, "STRIDED": torch.strided, "GRAD": torch.is_grad_enabled, "OWNER": owner, "ENTRY": entry,
              "FN": owner.fn, "PROGRAM": run, "C": tuple(c.constants), "ShapeChanged": ShapeChanged,
-             "DROP": owner.fast.drop, **w.consts}
+             "DROP": owner.fast.drop, "PATHS": owner.fast, **w.consts}
     exec(compile(source, f"<fusionlens fast path {frontend.target_name(owner.fn)}>", "exec"), scope)  # noqa: S102
     return scope["fast"], source
 

@@ -23,7 +23,6 @@ from fusionlens.distributed.staging import ReportInputs
 from fusionlens.report import comm_model, schema as R, roofline
 from fusionlens.middle import cost, passes
 from fusionlens.driver import timing, wire
-from fusionlens.driver.benchmark import Measurements
 from fusionlens import executors as executor_registry
 from fusionlens.ir.trace import OpTag, distinct_lines, format_call
 from fusionlens.ir.sizes import dim_text, hint
@@ -386,14 +385,12 @@ def _timings_carried(c, measured):
     """`measured` as the programs `c` shows: where a transform's rewritten backward replaced the
     one the benchmark timed (`c.replaced`), a region of it that runs the same ops on the same
     values as one timed keeps that one's timing (what the transform added is untimed)."""
-    if c.replaced is None:
+    if c.replaced is None or measured is None:
         return measured
     kind = c.replaced.kind
-    timed = measured.regions.get(kind, {}) if measured is not None else {}
+    timed = measured.regions.get(kind, {})
     key = lambda r: (tuple(b.sym.name for b in r.bsyms), tuple(v.name for v in r.outputs))  # noqa: E731
     by_key = {key(r): timed[r.id] for r in c.replaced.plan.regions if timed.get(r.id) is not None}
     shown = c.program(kind)
     kept = {r.id: t for r in shown.plan.regions if (t := by_key.get(key(r))) is not None}
-    if measured is None:
-        return Measurements(regions={kind: kept})
     return dataclasses.replace(measured, regions={**measured.regions, kind: kept})

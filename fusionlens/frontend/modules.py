@@ -18,7 +18,9 @@ import torch
 
 from fusionlens.ir import provenance
 
-
+# The trace whose hooks name modules in this context: torch's module hooks are global, so a
+# model called by another thread (or inside a nested trace) must not push onto this one's stack.
+_OWNER: contextvars.ContextVar[object | None] = contextvars.ContextVar("fusionlens_module_owner", default=None)
 
 
 @contextlib.contextmanager
@@ -32,7 +34,11 @@ def module_paths() -> Iterator[None]:
             below[id(parent)] = {id(m): n for n, m in parent.named_modules(remove_duplicate=False) if n}
         return below[id(parent)].get(id(module))
 
+    me = object()
+
     def enter(module: torch.nn.Module, _args) -> None:
+        if _OWNER.get() is not me:
+            return
         if not stack:
             path = ""
         else:
@@ -43,9 +49,10 @@ def module_paths() -> Iterator[None]:
         stack.append((module, path, provenance.MODULE.set(path)))
 
     def leave(module: torch.nn.Module, _args, _out) -> None:
-        if stack and stack[-1][0] is module:
+        if _OWNER.get() is me and stack and stack[-1][0] is module:
             provenance.MODULE.reset(stack.pop()[2])
 
+    owner = _OWNER.set(me)
     before = torch.nn.modules.module.register_module_forward_pre_hook(enter)
     after = torch.nn.modules.module.register_module_forward_hook(leave, always_call=True)
     try:
@@ -55,4 +62,5 @@ def module_paths() -> Iterator[None]:
         after.remove()
         while stack:  # a forward that raised before its hook ran
             provenance.MODULE.reset(stack.pop()[2])
+        _OWNER.reset(owner)
 

@@ -25,7 +25,7 @@ from fusionlens.frontend.notes import Note, Severity
 from fusionlens.ir import provenance
 from fusionlens.ir.interpret import run_ops
 from fusionlens.ir.sizes import symbol_values
-from fusionlens.ir.torch_compat import is_fake
+from fusionlens.ir.torch_compat import is_fake, on_fakes
 from fusionlens.ir.trace import OpTag, Trace, Value, values_in
 from fusionlens.report.schema import DiagnosticCode
 
@@ -56,12 +56,14 @@ class Read:
 
 
 def call(tracer, func, args, kwargs):
-    """`func(*args, **kwargs)` as the traced call runs it; a value read of a fake tensor (a
-    dynamic trace) returns what the real trace read at the same point."""
+    """`func(*args, **kwargs)` as the traced call runs it; in a dynamic trace (fake tensors,
+    torch_compat.on_fakes), a value read returns what the real trace read at the same point."""
     replay = tracer.replay
-    name = getattr(func, "__name__", "")
-    if replay is None or name not in READS or not any(is_fake(a) for a in pytree.tree_leaves(args)):
+    if replay is None:  # a real trace
         return func(*args, **kwargs)
+    name = getattr(func, "__name__", "")
+    if name not in READS or not any(is_fake(a) for a in pytree.tree_leaves(args)):
+        return on_fakes(func)(*args, **kwargs)
     if not replay or replay[0][0] != name:
         raise RuntimeError(f"with symbolic sizes the call read a tensor's value ({name}) where the example did not")
     return replay.pop(0)[1]

@@ -5,8 +5,10 @@ its base, and every other view of that base, for real; the trace is SSA and must
 `Views` keeps, for each traced tensor that shares its storage with the tensor an op was
 called on, a `Link`: the recorded op that made it (replayed on a new parent Value to make it
 again) and the inverse that writes an update of it back into the parent (setitem of the
-view's box, a reshape, a permute, ...). After an in-place op on a view the update is written
-back link by link up to the base, each parent rebound to its new Value; a view whose parent
+view's box, a diagonal_scatter, a reshape, a permute, ...: each a scatter prim or a view once
+decomposed, which fusion takes, so no write-back is a fallback and an update runs in the kernel
+that computed it). After an in-place op on a view the update is written back link by link up to
+the base, each parent rebound to its new Value; a view whose parent
 changed since it was made is made again from the parent's new Value when it is next read, as
 torch's functionalization regenerates views from their updated base. The base, if it is an
 input, is then written back to the caller by the frontend's write-back.

@@ -57,6 +57,19 @@ def is_fake(x) -> bool:
     return isinstance(x, FakeTensor)
 
 
+def on_fakes(func):
+    """`func` as a dynamic trace runs it on fake tensors: through torch's Python reference
+    where the C++ kernel reads sizes as ints (take_along_dim's: every size a guard `s0 == 7`)
+    or refuses symbolic sizes (lerp with a 0-d tensor weight: "SymIntArrayRef expected to
+    contain only concrete integers"). The trace still records `func`; only the result's
+    metadata comes from here."""
+    name = getattr(func, "__name__", "")
+    if func in (torch.take_along_dim, torch.Tensor.take_along_dim, torch.lerp, torch.Tensor.lerp):
+        import torch._refs as refs  # (its import is a registration walk: only a dynamic trace pays it)
+        return getattr(refs, name)
+    return func
+
+
 # torch's private classes FusionLens uses, by where each release keeps them; imported on first use
 _WHERE = {"ShapeEnv": "torch.fx.experimental.symbolic_shapes", "DimDynamic": "torch.fx.experimental.symbolic_shapes",
           "StatelessSymbolicContext": "torch.fx.experimental.symbolic_shapes",

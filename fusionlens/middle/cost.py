@@ -4,8 +4,9 @@ bytes: every input read once and every output written once (numel x itemsize), t
 traffic any kernel for it has; a region of views only (reshape, transpose, split: shape
 prims) moves nothing. A scatter's region (a view update's write-back) writes a new base, its
 base read and its result written whole, as the executors run it (a copy, then the window).
-flops: per prim, per element of its output (elementwise, weighted for transcendental functions) or of its input (reductions); a library call by the formula its
-symbol was registered with (ops/torch_ops/flops.py: matmul 2MNK, convolution, attention).
+flops: per prim, per element of its output (elementwise, weighted for transcendental
+functions) or of its input (reductions); a library call by the formula its symbol was
+registered with (ops/torch_ops/flops.py: matmul 2MNK, convolution, attention).
 math: which peak bounds the FLOPs, from the dtype and the call's MATMUL / CONVOLUTION tag.
 """
 

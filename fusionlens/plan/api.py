@@ -11,6 +11,7 @@ recompute, hardware (a System or a --hardware file), search, blocks (repeated bl
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -85,7 +86,9 @@ def plan_target(path: str, info, **options) -> PlanReport:
             fn, args, kwargs = targets.run_example(path, info.name, info, device="meta")
         if micro_batch is not None:
             args = tuple(_rebatch(a, micro_batch) for a in args)
-        return trace(fn, args, kwargs, blocks, own if own.tp is not None or own.units else None)
+        traced = trace(fn, args, kwargs, blocks, own if own.found else None)
+        traced.call_line = (os.path.abspath(path), info.return_line) if info.return_line else None
+        return traced
 
     traced = traced_at(None)
     if traced.own is not None:

@@ -164,7 +164,7 @@ def evaluate(traced: Traced, layout: Layout, name: str = "", detail: bool = True
         linears=sharding.linears, notes=list(traced.notes))
     if detail:
         rep.lines = _lines(timed, comms, traced, sharding, layout, stages, busiest)
-        rep.collectives = _collectives(comms, dp_colls, p2p, layout, stages, busiest)
+        rep.collectives = _collectives(comms, dp_colls, p2p, layout, stages, busiest, traced)
         rep.schedule = schedule.spans([f + p2p_s / 2 for f in fwd], [b + r + p2p_s / 2 for b, r in zip(bwd, rec)], m)
     return rep
 
@@ -247,7 +247,7 @@ def _lines(timed, comms, traced, sharding, layout, stages, busiest) -> list[R.Li
     return lines(timed, comms, traced, sharding, layout, stages, busiest)
 
 
-def _collectives(comms, dp_colls, p2p, layout, stages, busiest) -> list[R.PlanCollective]:
+def _collectives(comms, dp_colls, p2p, layout, stages, busiest, traced) -> list[R.PlanCollective]:
     from fusionlens.plan.report_lines import collectives
 
-    return collectives(comms, dp_colls, p2p, layout, stages, busiest)
+    return collectives(comms, dp_colls, p2p, layout, stages, busiest, traced)

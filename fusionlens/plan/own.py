@@ -5,7 +5,7 @@ user's plan, not the planner's inference, is what is costed.
 The example runs under torch's fake process group of the planned world size (this process
 rank 0; torch.testing._internal.distributed.fake_pg, as fusionlens/distributed/transform.py
 builds its meshes), so `init_device_mesh` and `dist.get_world_size()` answer as on the cluster.
-While it runs, `parallelize_module` and `fully_shard` record what they are asked (which Linears
+While it runs, `parallelize_module`, `fully_shard` and `DistributedDataParallel` record what they are asked (which Linears
 are colwise or rowwise, on a mesh of how many ranks; which modules are FSDP units, resharded
 after the forward or not) and leave the module as it is: the plan traces the whole model on
 the meta device and applies the recorded plan as its own transforms (parallel.py shards
@@ -36,6 +36,7 @@ class Own:
     units: list[torch.nn.Module] = field(default_factory=list)  # fully_shard's modules
     dp: int | None = None
     reshard_after_forward: bool | None = None
+    ddp: int | None = None  # ranks DistributedDataParallel was given
     linears: dict[str, str] = field(default_factory=dict)  # parameter name (p_...) -> "colwise" / "rowwise"
 
     def resolve(self, model: torch.nn.Module) -> Own:
@@ -53,7 +54,13 @@ class Own:
             out.update(tp=self.tp, sp=self.sp)
         if self.units:
             out.update(zero=3, dp=self.dp, reshard_after_forward=self.reshard_after_forward is not False)
+        elif self.ddp is not None:
+            out.update(zero=0, dp=self.ddp)
         return out
+
+    @property
+    def found(self) -> bool:
+        return self.tp is not None or bool(self.units) or self.ddp is not None
 
     def describe(self) -> str:
         parts = []
@@ -61,6 +68,8 @@ class Own:
             parts.append(f"tensor parallel {self.tp} on {len(self.linears)} Linears" + (" with SP" if self.sp else ""))
         if self.units:
             parts.append(f"FSDP2 over {self.dp} ranks on {len(self.units)} units")
+        elif self.ddp is not None:
+            parts.append(f"DDP over {self.ddp} ranks")
         return "the target's own parallelism: " + ", ".join(parts)
 
 
@@ -112,20 +121,28 @@ def recording(world: int) -> Iterator[Own]:
         for m in module if isinstance(module, list) else [module]:
             own.units.append(m)
         own.dp = mesh.size() if mesh is not None else world
-        if reshard_after_forward is not None and module is not None:
-            own.reshard_after_forward = bool(reshard_after_forward)
+        if reshard_after_forward is not None and own.reshard_after_forward is None:
+            own.reshard_after_forward = bool(reshard_after_forward)  # the first unit's: the root's is moot
         return module
+
+    import torch.nn.parallel as ddp_api
+
+    class distributed_data_parallel(ddp_api.DistributedDataParallel):  # a type still (isinstance checks)
+        def __new__(cls, module, *_, process_group=None, **__):
+            own.ddp = process_group.size() if process_group is not None else world
+            return module  # not an instance: __init__ does not run
 
     made = not dist.is_initialized()
     if made:
         from torch.testing._internal.distributed.fake_pg import FakeStore
 
         dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world)
-    saved = tp_api.parallelize_module, fsdp_api.fully_shard
+    saved = tp_api.parallelize_module, fsdp_api.fully_shard, ddp_api.DistributedDataParallel
     tp_api.parallelize_module, fsdp_api.fully_shard = parallelize_module, fully_shard  # type: ignore[assignment]
+    ddp_api.DistributedDataParallel = distributed_data_parallel  # type: ignore[assignment,misc]
     try:
         yield own
     finally:
-        tp_api.parallelize_module, fsdp_api.fully_shard = saved  # type: ignore[assignment]
+        tp_api.parallelize_module, fsdp_api.fully_shard, ddp_api.DistributedDataParallel = saved  # type: ignore
         if made:
             dist.destroy_process_group()

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from fusionlens.plan import memory as memory_model
+from fusionlens.plan.units import fsdp_units
 from fusionlens.ir.vocabulary import ValueRole
 from fusionlens.report import plan as R
 
@@ -71,7 +72,7 @@ def _line_activations(traced, sharding, layout) -> dict:
     return out
 
 
-def collectives(comms, dp_colls, p2p, layout, stages, busiest) -> list[R.PlanCollective]:
+def collectives(comms, dp_colls, p2p, layout, stages, busiest, traced=None) -> list[R.PlanCollective]:
     size = {"tp": layout.tp, "cp": layout.cp, "dp": layout.dp, "pp": layout.pp, "dpcp": layout.dp * layout.cp}
     merged: dict = {}
     for x in comms:
@@ -88,8 +89,12 @@ def collectives(comms, dp_colls, p2p, layout, stages, busiest) -> list[R.PlanCol
         pc.seconds += per * count
         pc.exposed_s += (x.exposed / x.count if x.count else 0.0) * count
     out = list(merged.values())
-    for c, seconds, exposed, count in dp_colls:
-        out.append(R.PlanCollective(c.kind, "dp", size["dpcp"], c.nbytes, round(count), seconds, exposed))
+    units = fsdp_units(traced, layout.reshard_after_forward) if layout.zero == 3 and traced is not None else []
+    if units:
+        out += _per_unit(dp_colls, units, traced, layout, stages.layers[busiest], size["dpcp"])
+    else:
+        for c, seconds, exposed, count in dp_colls:
+            out.append(R.PlanCollective(c.kind, "dp", size["dpcp"], c.nbytes, round(count), seconds, exposed))
     if p2p is not None:
         sends = 2 * layout.vpp * layout.micro_batches
         from fusionlens.plan import costs
@@ -97,3 +102,31 @@ def collectives(comms, dp_colls, p2p, layout, stages, busiest) -> list[R.PlanCol
         t = costs.collective_time(p2p, layout)
         out.append(R.PlanCollective("send_recv", "pp", layout.pp, p2p.nbytes, sends, t * sends, t * sends))
     return out
+
+
+def _per_unit(dp_colls, units, traced, layout, layers: int, group_size: int) -> list[R.PlanCollective]:
+    """ZeRO-3's gathers and reduce-scatters per FSDP2 unit at the line that calls it (plan/units.py):
+    each block's parameters, and the root's (the rest), the aggregate's time shared by bytes."""
+    totals = {c.kind: (c, seconds, exposed, count) for c, seconds, exposed, count in dp_colls}
+    n_params = totals["reduce_scatter_tensor"][0].nbytes / memory_model.GRAD_BYTES
+    block = sum(p.numel / memory_model._sharded(p, traced, layout) for p in traced.params
+                if p.where == "block") / max(traced.traced_blocks, 1)
+    share = {"block": block, "root": max(n_params - block * layers, 0.0)}
+    calls = {"block": layers, "root": 1}
+    out: dict = {}
+    for kind, (c, seconds, exposed, count) in totals.items():
+        per_bytes = memory_model.PARAM_BYTES / (layout.dp * layout.cp) if kind == "all_gather_into_tensor" else \
+            memory_model.GRAD_BYTES
+        for u in units:
+            rounds = count  # gathers or scatters of a unit a step; FSDP2's root is not resharded after its forward
+            if u.part == "root" and kind == "all_gather_into_tensor" and layout.reshard_after_forward:
+                rounds = count // 2
+            n = calls[u.part] // (traced.traced_blocks if u.part == "block" else 1)
+            frac = share[u.part] * n / n_params if n_params else 0.0
+            key = (kind, u.line, u.part)
+            pc = out.setdefault(key, R.PlanCollective(kind, "dp", group_size, int(share[u.part] * per_bytes), 0, 0.0,
+                                                      0.0, *(u.line or (None, None))))
+            pc.count += round(rounds * n)
+            pc.seconds += seconds * frac
+            pc.exposed_s += exposed * frac
+    return [pc for pc in out.values() if pc.bytes_per_rank]

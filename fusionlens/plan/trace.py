@@ -51,6 +51,9 @@ class Traced:
     compile_ms: float
     notes: list[str] = field(default_factory=list)
     own: Any = None  # own.Own: the target's own parallelize_module / fully_shard plan, resolved
+    call: Any = None  # (module, args, kwargs): what issue 27's transforms apply to (plan/units.py)
+    units: dict = field(default_factory=dict)  # plan/units.py's cache
+    call_line: tuple[str, int] | None = None  # where the model is called (a target's return line)
 
     def ops(self, kind: str) -> list[BoundSymbol]:
         return self.source(kind).bound_symbols
@@ -118,7 +121,8 @@ def trace(fn, args: tuple, kwargs: dict | None = None, blocks: int | None = 1, o
         own.resolve(model)
         notes.append(own.describe())
     return Traced(compiled.programs, parts, layers, keep, found[0] if found else None, params, block_params,
-                  list(compiled.differentiated.saved), shape[0], shape[1], compiled.compile_ms, notes, own)
+                  list(compiled.differentiated.saved), shape[0], shape[1], compiled.compile_ms, notes, own,
+                  (model, tuple(args), kwargs))
 
 
 def _tokens_shape(args, kwargs) -> tuple[int, int]:

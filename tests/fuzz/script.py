@@ -11,7 +11,7 @@ import inspect
 
 from tests.fuzz import judge
 from tests.fuzz.judge import CALLS, Verdict
-from tests.fuzz.modes import Mode
+from tests.fuzz.modes import SIZE_SHIFTS, Mode
 from tests.fuzz.program import Program
 
 FUTURE = "from __future__ import annotations\n"
@@ -46,9 +46,9 @@ DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 def inputs(call):
     """Call `call`'s inputs: new values each call, other strides on the second."""
-    g = torch.Generator().manual_seed({program.value_seed} + call)
+    g = torch.Generator().manual_seed({program.value_seed} + call{" + (call > 0)" if mode.dynamic else ""})
     device = DEVICE
-{_calls(program)}
+{_calls(program, mode)}
 
 
 # --- the fuzzer's judge, as tests/fuzz/judge.py has it ---------------------------------------
@@ -57,16 +57,25 @@ def inputs(call):
 
 
 if __name__ == "__main__":
-    verdict = check(program, inputs, {executors!r}, {mode.grad})
+    verdict = check(program, inputs, {executors!r}, {mode.grad}{_dynamic(mode)})
     print(verdict.summary())
     sys.exit(1 if verdict.status == FAIL else 0)
 '''
 
 
-def _calls(program: Program) -> str:
-    made = [", ".join(s.source(call) for s in program.inputs) for call in range(CALLS)]
+def _dynamic(mode: Mode) -> str:
+    return f", dynamic=True, calls={len(SIZE_SHIFTS)}" if mode.dynamic else ""
+
+
+def _calls(program: Program, mode: Mode) -> str:
+    """Each call's inputs; the dynamic mode's at its sizes (as runner.run makes them)."""
+    if mode.dynamic:
+        made = [", ".join(s.source(call + (call > 0)) for s in program.resized(shift).inputs)
+                for call, shift in enumerate(SIZE_SHIFTS)]
+    else:
+        made = [", ".join(s.source(call) for s in program.inputs) for call in range(CALLS)]
     lines = []
-    for call in range(CALLS - 1):
+    for call in range(len(made) - 1):
         if made[call] != made[-1]:
             lines += [f"    if call == {call}:", f"        return [{made[call]}]"]
     return "\n".join(lines + [f"    return [{made[-1]}]"])

@@ -16,6 +16,7 @@ import os
 import pathlib
 from typing import Any, NamedTuple
 
+from fusionlens.report.plan import LineCost, PlanReport
 from fusionlens.report.schema import (Boundary, Collective, CompileReport, Diagnostic, OpRecord, Preview, ProgramReport,
                                       Region, SavedTensor)
 from lsp_server.linemap import split_lines
@@ -68,6 +69,7 @@ class Result:
     # where the user's code was when the worker timed out or died (WorkerError.where)
     where: Where | None = None
     imports: dict[str, str] = dataclasses.field(default_factory=dict)  # workspace file -> text digest (jobs.py)
+    plan: PlanReport | None = None  # the target's plan at scale (`plan=` in its decorator)
     _file_set: set[str] | None = dataclasses.field(default=None, repr=False)
     _annotations: dict[str, FileAnnotations] = dataclasses.field(default_factory=dict, repr=False)
     _lines: dict[str, list[str]] = dataclasses.field(default_factory=dict, repr=False)
@@ -155,6 +157,7 @@ class FileAnnotations:
     region_lines: dict[str, list[int]] = dataclasses.field(default_factory=dict)  # region id -> its lines here
     saved: dict[int, list[SavedTensor]] = dataclasses.field(default_factory=dict)  # activations a line produced
     collectives: dict[int, list[Collective]] = dataclasses.field(default_factory=dict)  # a line's communication
+    plans: dict[int, tuple[PlanReport, LineCost]] = dataclasses.field(default_factory=dict)  # a line at scale
     diags: list[DiagNote] = dataclasses.field(default_factory=list)
 
 
@@ -173,6 +176,10 @@ def build_annotations(result: Result, path: str) -> FileAnnotations:
         for c in report.collectives:
             if c.line and _same(c.file, path):
                 ann.collectives.setdefault(c.line - 1, []).append(c)
+    if result.plan is not None:
+        for lc in result.plan.lines:
+            if lc.line and _same(lc.file, path):
+                ann.plans.setdefault(lc.line - 1, (result.plan, lc))
         ann.diags += _report_diagnostics(report, result.target, path, target_line)
     if result.status == "error":
         ann.diags += _failure_diagnostics(result, path, target_line)
@@ -293,6 +300,11 @@ def _failure_diagnostics(result: Result, path: str, target_line: int | None) -> 
         out.append(DiagNote(target_line, "error", f"compiling {result.target} failed{where}: {msg}",
                             code=code, related=related))
     return out
+
+
+def load_plan(data: dict[str, Any] | None) -> PlanReport | None:
+    """The worker's plan dict as a PlanReport (None: the target has no plan)."""
+    return PlanReport.from_dict(data) if data else None
 
 
 def load_report(data: dict[str, Any]) -> CompileReport:

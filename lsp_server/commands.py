@@ -255,7 +255,8 @@ async def cmd_report_html(ls: FusionLensServer, *args: Any) -> Answer:
     """[uri, target | null, nonce | null, {"render": false}?]: the HTML report page
     (fusionlens.report.html) of the compile the document shows for `target` (null: its first
     target that has one), rendered here from the report that result holds, with the text it
-    compiled: nothing runs. With a nonce every script and style carries it (a webview's
+    compiled: nothing runs. With {"plan": true}: the page of the target's plan at scale
+    (fusionlens.report.html.plan: pipeline schedule, memory per GPU, the search's frontier). With a nonce every script and style carries it (a webview's
     Content-Security-Policy). Every answer about a document lists its `targets`; with
     render false that is all it does (no page, no warning), so a host can tell whether the
     page it holds is still the result's."""
@@ -283,8 +284,16 @@ async def cmd_report_html(ls: FusionLensServer, *args: Any) -> Answer:
     except ImportError as e:  # a compiler without the page
         return {"html": None, "targets": targets, "message": f"FusionLens: this compiler has no HTML report ({e})"}
     report, sources = res.report, _sources(res)
+    plan = isinstance(options, dict) and options.get("plan") is True  # the target's plan at scale (its pictures)
+    if plan and res.plan is None:
+        return {"html": None, "targets": targets, "message": f"FusionLens: {target} has no plan (plan= in its decorator)"}
     try:  # off the event loop: a big report's page takes a while, and edits keep coming
-        html = await asyncio.to_thread(html_report.render, report, sources, nonce=nonce)
+        if plan:
+            from fusionlens.report.html import plan as plan_page
+
+            html = await asyncio.to_thread(plan_page.render, res.plan, nonce)
+        else:
+            html = await asyncio.to_thread(html_report.render, report, sources, nonce=nonce)
     except Exception as e:  # noqa: BLE001 - a bug of the page must not take the server down
         logging.getLogger("fusionlens.lsp").exception("rendering the report of %s", target)
         return {"html": None, "targets": targets,

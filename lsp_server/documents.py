@@ -25,6 +25,7 @@ from pygls.uris import to_fs_path
 from pygls.workspace import PositionCodec, TextDocument, Workspace
 
 from fusionlens.report.discovery import TargetInfo, find_targets
+from fusionlens.report.plan import LineCost, PlanReport
 from fusionlens.report.schema import Boundary, Collective, Region, SavedTensor
 from lsp_server.annotations import DiagNote, FileAnnotations, LineNote, Result, norm_path
 from lsp_server.linemap import LineMap, split_lines, split_lines_keepends
@@ -103,6 +104,7 @@ class View:
     # result seq -> its annotations and the map of their lines onto these
     maps: dict[int, tuple[FileAnnotations, LineMap]] = dataclasses.field(default_factory=dict)
     collectives: dict[int, list[Collective]] = dataclasses.field(default_factory=dict)  # torch.distributed, a line's
+    plans: dict[int, tuple[PlanReport, LineCost]] = dataclasses.field(default_factory=dict)  # a line at scale
 
     def region_lines_of(self, result: Result, region_id: str) -> list[int]:
         """A region's lines in this text (mapped when first asked: a file has thousands)."""
@@ -340,7 +342,8 @@ class Documents:
             if lm is None:
                 lm = maps[id(snap)] = LineMap(snap, current)
             _add(view, res, res.annotations(state.path), lm, state.path)
-        view.hint_lines = sorted(set(view.lines) | set(view.boundaries) | set(view.saved) | set(view.collectives))
+        view.hint_lines = sorted(set(view.lines) | set(view.boundaries) | set(view.saved) | set(view.collectives)
+                                 | set(view.plans))
         state.view, state.view_key = view, key
         return view
 
@@ -435,6 +438,10 @@ def _add(view: View, res: Result, ann: FileAnnotations, lm: LineMap, path: str) 
         new = lm(old)
         if new is not None:
             view.collectives.setdefault(new, found)  # the first result's
+    for old, planned in ann.plans.items():
+        new = lm(old)
+        if new is not None:
+            view.plans.setdefault(new, planned)  # the first result's
     for d in ann.diags:
         new = lm(d.line)
         if new is not None:

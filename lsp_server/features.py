@@ -13,6 +13,7 @@ from typing import Any, NamedTuple
 from lsprotocol import types as T
 from pygls.uris import from_fs_path
 
+from fusionlens.report import plan_text
 from fusionlens.report.schema import RegionRef, SavedTensor
 from lsp_server.annotations import LineNote
 from lsp_server.commands import CMD_COMPILE, CMD_EXPORT_REPRO, CMD_SHOW_KERNEL, CMD_SHOW_TRACE
@@ -200,10 +201,14 @@ def hover(ls: FusionLensServer, params: T.HoverParams) -> T.Hover | None:
     bounds = view.boundaries.get(line, [])
     saved = view.saved.get(line, [])
     found = view.collectives.get(line, [])
-    if notes or bounds or saved or found:
-        value = hover_markdown(notes, bounds, view.region_lines_of, line, saved)
+    planned = view.plans.get(line)
+    if notes or bounds or saved or found or planned:
+        value = hover_markdown(notes, bounds, view.region_lines_of, line, saved) if notes or bounds or saved or found \
+            else ""
         if found:
             value = f"{collective_section(found)}\n\n{value}"
+        if planned:  # the line at scale (the target's plan=): after what runs here
+            value = f"{value}\n\n{plan_text.hover(*planned)}" if value else plan_text.hover(*planned)
     else:
         target = next((t for t in state.targets if t.decorator_line - 1 <= line <= t.line - 1), None)
         if target is None:
@@ -292,6 +297,9 @@ def line_hints(view: View, line: int, stale: bool = False, lazy_uri: str | None 
     found = view.collectives.get(line)
     if found:
         out.append(_hint(pos, collective_label(found), None if lazy_uri else collective_section(found)))
+    planned = view.plans.get(line)
+    if planned:
+        out.append(_hint(pos, plan_text.hint(*planned), None if lazy_uri else plan_text.hover(*planned)))
     if lazy_uri:
         for i, h in enumerate(out):
             h.data = {"uri": lazy_uri, "line": line, "i": i, "view": id(view)}

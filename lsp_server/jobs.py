@@ -24,7 +24,7 @@ from collections.abc import Callable
 
 from lsprotocol import types as T
 
-from lsp_server.annotations import Result, ResultKey, load_report, norm_path
+from lsp_server.annotations import Result, ResultKey, load_plan, load_report, norm_path
 from lsp_server.documents import Documents, DocState
 from lsp_server.protocol import CompileAnswer, CompileRequest, Failure, Where, text_digest
 from lsp_server.reading import read_text_or_none
@@ -403,6 +403,12 @@ class Jobs:
         imports = {norm_path(p) or p: digest for p, digest in answer.imports.items()}
         res = Result(job.target, job.path, job.key, "ok" if ok else "error", message, report,
                      {job.path: job.snapshot}, job.target_line, "report", self._results.next_seq(), imports=imports)
+        try:
+            res.plan = load_plan(answer.plan)
+        except Exception as e:  # noqa: BLE001 - the compile's result stands without its plan
+            answer.plan_error = f"unreadable plan: {e}"
+        if answer.plan_error:
+            self._ui.log(T.MessageType.Warning, f"planning {name} at scale: {answer.plan_error}")
         return _with_snapshots(res, {norm_path(p) or p: text for p, text in overlays.items()})
 
     def overlays(self, path: str) -> dict[str, str]:

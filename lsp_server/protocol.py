@@ -136,6 +136,9 @@ class CompileAnswer:
     # the workspace files the compile imported (not the compiled file): path -> text_digest of
     # the text each was loaded from; a result is stale once one of them changes
     imports: dict[str, str] = field(default_factory=dict)
+    # a target with `plan=dict(...)`: its PlanReport.to_dict() (fusionlens/plan), or why none
+    plan: dict[str, Any] | None = None
+    plan_error: str = ""
 
 
 @dataclass

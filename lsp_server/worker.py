@@ -318,7 +318,30 @@ def _compile(req: CompileRequest) -> CompileAnswer:
     options = CompileOptions.from_env(executors=req.executors, gpu=req.gpu)
     report = compile_target(req.path, req.target, executors=req.executors, options=options, **extra,
                             benchmark=req.benchmark, repeats=req.repeats, device=req.device)
-    return CompileAnswer(req.id, report.to_dict() if hasattr(report, "to_dict") else report)
+    answer = CompileAnswer(req.id, report.to_dict() if hasattr(report, "to_dict") else report)
+    if getattr(report, "status", None) == "ok":
+        answer.plan, answer.plan_error = _plan(req)
+    return answer
+
+
+def _plan(req: CompileRequest) -> tuple[dict | None, str]:
+    """A target with `@fusionlens.example(train=True, plan=dict(...))` planned at scale (on the
+    meta device: nothing allocated; fusionlens/plan), or why not; (None, "") without a plan."""
+    from fusionlens.report.discovery import find_targets
+
+    try:
+        text = req.source if req.source is not None else open(req.path, encoding="utf-8").read()
+        info = next((t for t in find_targets(text, req.path) if t.name == req.target), None)
+    except (OSError, SyntaxError, ValueError):
+        return None, ""
+    if info is None or not info.plan:
+        return None, ""
+    from fusionlens.plan import api
+
+    try:
+        return api.plan_target(req.path, info, source=req.source, **info.plan).to_dict(), ""
+    except Exception as e:  # noqa: BLE001 - the compile stands; the plan says why it is missing
+        return None, f"{type(e).__name__}: {getattr(e, 'message', e)}"
 
 
 def _nproc(req: CompileRequest) -> int | None:

@@ -83,3 +83,27 @@ def test_a_mesh_dimension_the_transform_does_not_span_is_refused():
         DDP("tp")(Program(transform_models.model(), (transform_models.example(),)), Mesh((2,), ("dp",)))
     with pytest.raises(ValueError, match="one distinct name"):
         Mesh((2, 2), ("dp", "dp"))
+
+
+def test_every_collective_symbol_says_what_it_is():
+    from fusionlens.distributed import collectives, ddp_overlap, fsdp, tensor_parallel
+    from fusionlens.distributed.vocabulary import CollectiveSymbol, describe, is_wait
+    from fusionlens.ir.pending import Phase
+    from fusionlens.ir.trace import Symbol
+
+    kinds = {collectives.FUNCOL_ALL_REDUCE: (CollectiveKind.ALL_REDUCE, Phase.ISSUE),
+             collectives.FUNCOL_ALL_GATHER: (CollectiveKind.ALL_GATHER, Phase.ISSUE),
+             collectives.FUNCOL_REDUCE_SCATTER: (CollectiveKind.REDUCE_SCATTER, Phase.ISSUE),
+             fsdp.ALL_GATHER: (CollectiveKind.ALL_GATHER, Phase.ISSUE),
+             fsdp.REDUCE_SCATTER: (CollectiveKind.REDUCE_SCATTER, Phase.ISSUE),
+             ddp_overlap.ALL_REDUCE: (CollectiveKind.ALL_REDUCE, Phase.ISSUE),
+             tensor_parallel.ALL_REDUCE: (CollectiveKind.ALL_REDUCE, Phase.SYNC)}
+    for sym, (kind, phase) in kinds.items():
+        assert isinstance(sym, CollectiveSymbol) and (sym.collective.kind, sym.phase) == (kind, phase), sym
+    for wait in (collectives.FUNCOL_WAIT, fsdp.WAIT, ddp_overlap.WAIT):
+        assert is_wait(wait) and wait.phase is Phase.WAIT
+    # a functional collective the user's code calls directly is a torch call, described by the op it calls
+    c10d = torch.ops._c10d_functional
+    direct = Symbol("torch.ops._c10d_functional.reduce_scatter_tensor", c10d.reduce_scatter_tensor)
+    assert describe(direct).kind is CollectiveKind.REDUCE_SCATTER and describe(Symbol("torch.sin", torch.sin)) is None
+    assert ReduceOp.of("prod") is ReduceOp.PRODUCT and ReduceOp.of(dist.ReduceOp.MAX) is ReduceOp.MAX

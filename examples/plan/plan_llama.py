@@ -1,7 +1,8 @@
 """Llama 3.1 405B from its published config (transformers' LlamaForCausalLM, no download), planned
 at full size on the meta device: nothing is allocated.
 
-    fusionlens plan examples/plan/plan_llama.py --target llama_405b --cluster 128x8xH100 --tp 8 --pp 8 --global-batch 1536
+    fusionlens plan examples/plan/plan_llama.py --target llama_405b --cluster 128x8xH100 --tp 8 --pp 8 \
+        --global-batch 1536
 """
 
 import torch

@@ -32,8 +32,9 @@ from fusionlens.ir import program_calls
 from fusionlens.ops.torch_ops.fallbacks import ShapeChanged
 
 try:  # dynamo's C++ check of tensors' dispatch keys, dtype, device, requires_grad, sizes, strides
-    from torch._C._dynamo.guards import TensorGuards
-except ImportError:  # pragma: no cover - a torch without dynamo: no fast path
+    from torch._C._dynamo import guards as _dynamo_guards
+    TensorGuards: Any = _dynamo_guards.TensorGuards
+except (ImportError, AttributeError):  # pragma: no cover - a torch without dynamo: no fast path
     TensorGuards = None
 
 MISS = object()  # what a generated function returns for a call it does not serve
@@ -139,14 +140,19 @@ class _Writer:
 def generate(owner, entry, args, kwargs, generation: list[int]) -> tuple[Callable, str]:
     """`entry`'s program as a function of (args, kwargs) for calls of this call's form."""
     c = entry.compiled
-    if TensorGuards is None or entry.eager_fallback or owner.wrapper is not None or owner.sharded is not None or owner.transforms:
+    if TensorGuards is None or entry.eager_fallback or owner.wrapper is not None or owner.sharded is not None \
+            or owner.transforms:
         raise NotArmed("the call runs eagerly or under a parallel wrapping")
+    if entry.values is not None:  # value guards (frontend/value_guards.py): jit_cache's _branch checks them
+        raise NotArmed("the program branched on a tensor's value")
     w = _Writer()
     flat, spec = pytree.tree_flatten((tuple(args), dict(kwargs)))
     w.check(f"len(args) == {len(args)} and len(kwargs) == {len(kwargs)}")
     args_spec, kwargs_spec = spec.children() if hasattr(spec, "children") else spec.children_specs
     exprs = _structure(w, args_spec, "args", root=True) + _structure(w, kwargs_spec, "kwargs", root=True)
-    leaf_vars, by_id, states = [], {}, []
+    leaf_vars: list[str] = []
+    by_id: dict[int, str] = {}  # id(tensor) -> the local that holds it
+    states: list[tuple[Any, str]] = []  # (object passed in, its local)
     symbolic_ints = set(c.guards.ints) if c.guards is not None else set()
     for position, (leaf, expr) in enumerate(zip(flat, exprs)):
         var = w.local()
@@ -217,7 +223,7 @@ def _tensor_guards(w: _Writer, guards, user: list, by_id: dict) -> None:
         return
     fakes = {by_id[id(t)]: f for t, f in zip(user, guards.fakes)} if guards is not None else {}
     sizes, strides = [], []
-    for var, t, size, stride in w.tensors:
+    for var, _, size, stride in w.tensors:
         fake = fakes.get(var)
         sizes.append([None if _symbolic_size(n) else n for n in fake.shape] if fake is not None else size)
         strides.append([None if _symbolic_size(n) else n for n in fake.stride()] if fake is not None else stride)

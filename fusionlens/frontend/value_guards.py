@@ -85,8 +85,9 @@ def note(tracer, func, args, kwargs, out) -> None:
     read = Read(func, tuple(vargs), dict(vkwargs), out, where)
     tracer.reads.append(read)
     # a warning: the program is specialised to the value (and reading it syncs with the device)
-    tracer.notes.append(Note(Severity.WARNING, f"value guard: Python control flow branched on a tensor's value ({read.text()}) here; a jit "
-                             "checks it before each call, and a call where it differs compiles the other branch "
+    tracer.notes.append(Note(Severity.WARNING, "value guard: Python control flow branched on a tensor's value "
+                             f"({read.text()}) here; a jit checks it before each call, and a call where it "
+                             "differs compiles the other branch "
                              "(a single compile, as `fusionlens compile`, is specialised to it)",
                              where, DiagnosticCode.VALUE_GUARD))
 

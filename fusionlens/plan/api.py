@@ -71,9 +71,10 @@ def plan_traced(traced: Traced, name: str, retrace=None, **options) -> PlanRepor
     return report
 
 
-def plan_target(path: str, info, **options) -> PlanReport:
-    """Plan the target `info` of the file `path`: its example runs with the meta device as the
-    default (a full-size model allocates nothing), for training."""
+def plan_target(path: str, info, source: str | None = None, **options) -> PlanReport:
+    """Plan the target `info` of the file `path` (`source`: its text where an editor's buffer
+    differs from the file): its example runs with the meta device as the default (a full-size
+    model allocates nothing), for training."""
     if not info.train:
         raise ValueError(f"target {info.name} is not a training target: mark it @fusionlens.example(train=True)")
     blocks = options.pop("blocks", 1)
@@ -83,7 +84,7 @@ def plan_target(path: str, info, **options) -> PlanReport:
         # under a fake process group of the planned world: a target that builds its own
         # DeviceMesh and parallelizes itself is recorded, its plan then costed (plan/own.py)
         with torch.device("meta"), own_mod.recording(nodes * per_node) as own:
-            fn, args, kwargs = targets.run_example(path, info.name, info, device="meta")
+            fn, args, kwargs = targets.run_example(path, info.name, info, source, device="meta")
         if micro_batch is not None:
             args = tuple(_rebatch(a, micro_batch) for a in args)
         traced = trace(fn, args, kwargs, blocks, own if own.found else None)

@@ -4,12 +4,12 @@ user's plan, not the planner's inference, is what is costed.
 
 The example runs under torch's fake process group of the planned world size (this process
 rank 0; torch.testing._internal.distributed.fake_pg, as fusionlens/distributed/transform.py
-builds its meshes), so `init_device_mesh` and `dist.get_world_size()` answer as on the cluster.
-While it runs, `parallelize_module`, `fully_shard` and `DistributedDataParallel` record what they are asked (which Linears
-are colwise or rowwise, on a mesh of how many ranks; which modules are FSDP units, resharded
-after the forward or not) and leave the module as it is: the plan traces the whole model on
-the meta device and applies the recorded plan as its own transforms (parallel.py shards
-exactly those Linears; ZeRO-3 on the units' mesh size).
+makes its meshes), so `init_device_mesh` and `dist.get_world_size()` answer as on the cluster.
+While it runs, `parallelize_module`, `fully_shard` and `DistributedDataParallel` record what
+they are asked (which Linears are colwise or rowwise, on a mesh of how many ranks; which
+modules are FSDP units, resharded after the forward or not; DDP's group) and leave the module
+as it is: the plan traces the whole model on the meta device and applies the recorded plan as
+its own transforms (parallel.py shards exactly those Linears; ZeRO-3 on the units' mesh size).
 """
 
 from __future__ import annotations
@@ -138,8 +138,8 @@ def recording(world: int) -> Iterator[Own]:
 
         dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world)
     saved = tp_api.parallelize_module, fsdp_api.fully_shard, ddp_api.DistributedDataParallel
-    tp_api.parallelize_module, fsdp_api.fully_shard = parallelize_module, fully_shard  # type: ignore[assignment]
-    ddp_api.DistributedDataParallel = distributed_data_parallel  # type: ignore[assignment,misc]
+    tp_api.parallelize_module, fsdp_api.fully_shard = parallelize_module, fully_shard
+    ddp_api.DistributedDataParallel = distributed_data_parallel  # type: ignore[misc]
     try:
         yield own
     finally:

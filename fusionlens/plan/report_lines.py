@@ -114,7 +114,7 @@ def _per_unit(dp_colls, units, traced, layout, layers: int, group_size: int) -> 
     share = {"block": block, "root": max(n_params - block * layers, 0.0)}
     calls = {"block": layers, "root": 1}
     out: dict = {}
-    for kind, (c, seconds, exposed, count) in totals.items():
+    for kind, (_, seconds, exposed, count) in totals.items():
         per_bytes = memory_model.PARAM_BYTES / (layout.dp * layout.cp) if kind == "all_gather_into_tensor" else \
             memory_model.GRAD_BYTES
         for u in units:

@@ -1,10 +1,11 @@
 """Where the data-parallel collectives are issued, from issue 27's transforms
 (fusionlens/distributed/transform.py) applied to the traced model on a mesh with no ranks:
 FSDP2 with each repeated block a unit (torchtitan's wrapping) gives each unit's all-gather and
-reduce-scatter at the line that calls it. (DDP's transform needs real tensors, `.item()` in its
-constructor, so on the meta device DDP's all-reduce stays one entry for the whole model.) The plan keeps its own bytes (bf16 parameters gathered, fp32 gradients reduced:
-Megatron's and torchtitan's mixed precision) and times; the transform tells it which unit, and
-which line, each collective belongs to, so the plan lists them as a real run records them.
+reduce-scatter at the line that calls it. (DDP's transform needs real tensors, `.item()` in
+its constructor, so on the meta device DDP's all-reduce stays one entry for the whole model.)
+The plan keeps its own bytes (bf16 parameters gathered, fp32 gradients reduced: Megatron's and
+torchtitan's mixed precision) and times; the transform tells it which unit, and which line,
+each collective belongs to, so the plan lists them as a real run records them.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ def fsdp_units(traced: Traced, reshard_after_forward: bool) -> list[Unit]:
 
 def _apply(traced: Traced, which: str) -> list[Unit]:
     from fusionlens.distributed.transform import FSDP2, Mesh, Program
+    from fusionlens.distributed.vocabulary import CollectiveKind
 
     if traced.call is None:
         return []
@@ -52,7 +54,7 @@ def _apply(traced: Traced, which: str) -> list[Unit]:
     except Exception as e:  # the plan's numbers stand; only the lines are missing
         traced.notes.append(f"{which}: data-parallel collectives listed for the whole model ({e})"[:300])
         return []
-    gathers = [c for c in sharded.collectives if c.program == "forward" and str(c.kind) == "all_gather_into_tensor"]
+    gathers = [c for c in sharded.collectives if c.program == "forward" and c.kind is CollectiveKind.ALL_GATHER]
     lines = _lines(gathers)
     root = any(p.where != "block" for p in traced.params) and len(lines) > len(blocks)
     # the root's gather runs at the model's call: no line of the model; a target's is its return line

@@ -166,7 +166,8 @@ def check(fn: Callable, make_inputs: Callable[[int], list[torch.Tensor]], execut
     `make_inputs(call)`; the first thing it gets wrong, or PASS (SKIP where eager raises).
     `dynamic`: compiled with dynamic=True, each call at other sizes; a later call where eager
     raises (a line that needs the first sizes) is left out, and the Verdict counts programs."""
-    jfn = compiler.jit(fn, executors=executors, options=CompileOptions(verify=True), **({"dynamic": True} if dynamic else {}))
+    dynamic_shapes = {"dynamic": True} if dynamic else {}
+    jfn = compiler.jit(fn, executors=executors, options=CompileOptions(verify=True), **dynamic_shapes)
     eager_only = False
     first = None
     for call in range(calls):

@@ -15,6 +15,7 @@ from typing import Any
 
 from fusionlens.middle.contract import FusionGroup
 from fusionlens.executors import symbolic
+from fusionlens.ir.trace import contiguous_strides
 
 from . import tuning
 from .analysis import _Analysis, _ident
@@ -171,11 +172,14 @@ def _launcher(w, an: _Analysis, kname: str, lname: str) -> list[str]:
             base = _ident(an.scatters[o.name].args[0].name)
             out.append(f"    out{k} = {base}.clone(memory_format=torch.contiguous_format)  # {o.name}")
             continue
-        shape = symbols.source(symbolic.dims(o.shape)) if w.symbolic else repr(tuple(o.shape))
-        out.append(f"    out{k} = torch.empty({shape}, dtype={o.dtype}, device={dev})  # {o.name}")
+        if w.symbolic:
+            shape = symbols.source(symbolic.dims(o.shape))
+            out.append(f"    out{k} = torch.empty({shape}, dtype={o.dtype}, device={dev})  # {o.name}")
+        else:  # constant shape and strides: the cheapest allocation torch has (benchmarks/RESULTS.md)
+            out.append(f"    out{k} = {_empty(o.shape, o.dtype, dev)}  # {o.name}")
     parts = w.partials()
     for p, dt in parts:  # a split reduction's partial results: [split, rows]
-        out.append(f"    {p[:-4]} = torch.empty(({w.split}, {an.nrows}), dtype={dt}, device={dev})")
+        out.append(f"    {p[:-4]} = {_empty((w.split, int(an.nrows)), dt, dev)}")
     call_args = ", ".join(largs + [f"out{k}" for k in range(len(an.outputs))] + [p[:-4] for p, _ in parts]
                           + w.sizes.args)
     stages = f", num_stages={w.stages}" if w.stages != 1 else ""
@@ -187,6 +191,13 @@ def _launcher(w, an: _Analysis, kname: str, lname: str) -> list[str]:
     ret = ", ".join(f"out{k}" for k in range(len(an.outputs)))
     out.append(f"    return ({ret},)" if len(an.outputs) == 1 else f"    return ({ret})")
     return out
+
+
+def _empty(shape, dtype, dev: str) -> str:
+    """A new contiguous tensor of a static shape, its own storage (outputs are independent tensors
+    to the user: one block sliced into all would share a storage, seen by torch.save and resize_)."""
+    shape = tuple(int(d) for d in shape)
+    return f"torch.empty_strided({shape!r}, {contiguous_strides(shape)!r}, dtype={dtype}, device={dev})"
 
 
 def all_outputs_empty(group: FusionGroup) -> bool:

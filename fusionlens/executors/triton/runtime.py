@@ -26,6 +26,7 @@ from fusionlens.executors import base, symbolic
 from fusionlens.ir.trace import contiguous_strides
 
 from .analysis import _Analysis
+from .launch import bind
 from .module import KernelSpec, _region_ident, all_outputs_empty, build_empty_source, build_source, load_source
 from .sizes import contiguous_pattern, pattern
 
@@ -123,8 +124,9 @@ def generate(group: FusionGroup, device=None) -> Generated:
     except Exception as e:  # a gap in the generator must not break the program: torch runs it
         raise Decline(f"internal error in the Triton generator ({type(e).__name__}: {e})") from e
     label = _region_ident(group.id)
+    kernels = [kname, kname.removesuffix("_kernel") + "_combine"]  # a split reduction's two
     variants = {tuple(default): source}
-    launchers = {tuple(default): load_source(source, lname, label)}
+    launchers = {tuple(default): bind(load_source(source, lname, label), kernels)}
     lock = threading.Lock()
     gen = Generated(source, None, len(specs), eager, specs, variants, tuple(default),
                     interpreted=os.environ.get("TRITON_INTERPRET") == "1", symbols=_symbol_names(an))
@@ -142,7 +144,7 @@ def generate(group: FusionGroup, device=None) -> Generated:
             _check_inputs(group, an, tensors)
             with lock:
                 src, _, name, _ = build_source(group, an, list(key))
-                fn = launchers[key] = load_source(src, name, label)
+                fn = launchers[key] = bind(load_source(src, name, label), kernels)
                 variants[key] = src
         if len(configs) > 1 and tensors and tensors[0].is_cuda:
             warps = tuned.get(key)

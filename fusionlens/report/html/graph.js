@@ -152,7 +152,10 @@
         const head = svg("text", { class: "box-head", x: v.x - v.width / 2 + 6, y: v.y - v.height / 2 + 12 }, b);
         head.textContent = "▾ " + v.name + " · " + v.box.nodes.length + " regions · " + fmt(v.box.ms);
         hoverable(b, v.box.path + ": click the header to close");
-        head.addEventListener("click", (ev) => { ev.stopPropagation(); toggle(col.kind, v.box.path); });
+        head.addEventListener("click", (ev) => {
+          ev.stopPropagation();
+          if (!dragged) toggle(col.kind, v.box.path);
+        });
       }
       for (const ends of g.edges()) {
         const e = g.edge(ends), pts = e.points;
@@ -174,7 +177,9 @@
         svg("text", { class: "l2", x: x + 11, y: y + 27 }, el).textContent = v.line2;
         hoverable(el, n ? n.hover + (n.kind === "call" ? "\na torch call of the program between the preview's kernels" : "")
           : v.box.path + ": " + v.box.nodes.length + " regions, " + fmt(v.box.ms) + " (click to open)");
-        el.addEventListener("click", () => (n ? onSelect(n.id) : toggle(col.kind, v.box.path)));
+        el.addEventListener("click", () => {
+          if (!dragged) n ? onSelect(n.id) : toggle(col.kind, v.box.path);
+        });
       }
     }
 
@@ -256,13 +261,16 @@
     }
 
     // pan: drag; zoom: the wheel, about the pointer
-    let drag = null;
-    root.addEventListener("mousedown", (ev) => { drag = { x: ev.clientX - t.x, y: ev.clientY - t.y, moved: false }; });
+    let drag = null, dragged = false; // a drag that moved is no click on what it ends over
+    root.addEventListener("mousedown", (ev) => {
+      drag = { x: ev.clientX - t.x, y: ev.clientY - t.y, x0: ev.clientX, y0: ev.clientY };
+      dragged = false;
+    });
     window.addEventListener("mousemove", (ev) => {
       if (!drag) return;
       t.x = ev.clientX - drag.x;
       t.y = ev.clientY - drag.y;
-      drag.moved = true;
+      dragged = dragged || Math.abs(ev.clientX - drag.x0) + Math.abs(ev.clientY - drag.y0) > 4;
       apply();
     });
     window.addEventListener("mouseup", () => { drag = null; });

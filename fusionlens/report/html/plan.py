@@ -74,10 +74,13 @@ def frontier_figure(r: PlanReport) -> go.Figure:
     return _layout(fig, "Search: step time against memory", "GiB a GPU", "seconds a step")
 
 
-def render(r: PlanReport) -> str:
-    """One self-contained HTML page (plotly.js inlined once) of the plan's pictures."""
+def render(r: PlanReport, nonce: str | None = None) -> str:
+    """One self-contained HTML page (plotly.js inlined once) of the plan's pictures; with a
+    nonce every script carries it (an editor webview's Content-Security-Policy)."""
     figures = [schedule_figure(r), memory_figure(r)] + ([frontier_figure(r)] if r.frontier else [])
     parts = [pio.to_html(f, include_plotlyjs=(i == 0), full_html=False) for i, f in enumerate(figures)]
+    if nonce is not None:
+        parts = [p.replace("<script ", f"<script nonce='{html.escape(nonce)}' ") for p in parts]
     title = html.escape(f"{r.name} on {r.cluster}: {r.step_s:.3g} s a step, MFU {r.mfu:.1%}")
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>{title}</title></head>"
             f"<body style='font-family:system-ui,sans-serif'><h2>{title}</h2>{''.join(parts)}</body></html>")

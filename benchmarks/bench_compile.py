@@ -25,6 +25,9 @@ Three tables, for small functions (a 10-op elementwise chain, an MLP, softmax, L
 - Host overhead per call on tiny inputs: median of --repeats samples of 20 calls each, all
   frameworks interleaved, under torch.no_grad() (inference), and with grad mode on for the
   functions without parameters (a module's parameters would make eager build a graph).
+  FusionLens's cached calls run the code generated for their program
+  (fusionlens/driver/fast_path.py: the call's guards as straight-line code, one C++ check of
+  its tensors, the program).
 - Compile latency of every example target (FusionLens only, in this process).
 
 Thunder (lightning-thunder 0.2.x) is imported through benchmarks/thunder_shim.py, which
@@ -277,7 +280,7 @@ def main():
     table(rows, ["workload", "framework", "torch import", "import", "its full gc", "first call", "its full gc",
                  "first call - full gc", "import + first call", "process", "runs with a full gc in the first call"])
     if "thunder" in frameworks and "fusionlens" in frameworks:
-        print("\nFusionLens / Thunder (target for first call: <= 0.50x)")
+        print("\nFusionLens / Thunder (target for first call: <= 0.15x, issue 30 part 4)")
         rows = []
         for w in WORKLOADS:
             fl, th = results["fusionlens", w], results["thunder", w]
@@ -314,7 +317,7 @@ def main():
                     row.append(_fmt(us[k]) if k == "eager" else f"{us[k]:.1f} ({_ratio(us[k], us['eager'])})")
             rows.append(row)
     table(rows, ["workload", "grad mode"] + list(FRAMEWORKS))
-    print("(target: fusionlens <= 1.50x eager on chain10)")
+    print("(target: fusionlens <= 1.05x eager on chain10, issue 30 part 4)")
 
     if args.no_examples:
         return

@@ -176,11 +176,11 @@ def build_annotations(result: Result, path: str) -> FileAnnotations:
         for c in report.collectives:
             if c.line and _same(c.file, path):
                 ann.collectives.setdefault(c.line - 1, []).append(c)
+        ann.diags += _report_diagnostics(report, result.target, path, target_line)
     if result.plan is not None:
         for lc in result.plan.lines:
             if lc.line and _same(lc.file, path):
                 ann.plans.setdefault(lc.line - 1, (result.plan, lc))
-        ann.diags += _report_diagnostics(report, result.target, path, target_line)
     if result.status == "error":
         ann.diags += _failure_diagnostics(result, path, target_line)
     return ann

@@ -256,10 +256,10 @@ async def cmd_report_html(ls: FusionLensServer, *args: Any) -> Answer:
     (fusionlens.report.html) of the compile the document shows for `target` (null: its first
     target that has one), rendered here from the report that result holds, with the text it
     compiled: nothing runs. With {"plan": true}: the page of the target's plan at scale
-    (fusionlens.report.html.plan: pipeline schedule, memory per GPU, the search's frontier). With a nonce every script and style carries it (a webview's
-    Content-Security-Policy). Every answer about a document lists its `targets`; with
-    render false that is all it does (no page, no warning), so a host can tell whether the
-    page it holds is still the result's."""
+    (fusionlens.report.html.plan: pipeline schedule, memory per GPU, the search's frontier).
+    With a nonce every script and style carries it (a webview's Content-Security-Policy).
+    Every answer about a document lists its `targets`; with render false that is all it does
+    (no page, no warning), so a host can tell whether the page it holds is still the result's."""
     uri, target, nonce, options = _arg(args, 0), _arg(args, 1), _arg(args, 2), _arg(args, 3)
     if nonce is not None and (not isinstance(nonce, str) or not _NONCE.fullmatch(nonce)):
         return {"html": None, "message": "FusionLens: fusionlens.reportHtml: the nonce must be 16 to 128 "
@@ -284,14 +284,15 @@ async def cmd_report_html(ls: FusionLensServer, *args: Any) -> Answer:
     except ImportError as e:  # a compiler without the page
         return {"html": None, "targets": targets, "message": f"FusionLens: this compiler has no HTML report ({e})"}
     report, sources = res.report, _sources(res)
-    plan = isinstance(options, dict) and options.get("plan") is True  # the target's plan at scale (its pictures)
-    if plan and res.plan is None:
-        return {"html": None, "targets": targets, "message": f"FusionLens: {target} has no plan (plan= in its decorator)"}
+    planned = res.plan if isinstance(options, dict) and options.get("plan") is True else None
+    if isinstance(options, dict) and options.get("plan") is True and planned is None:
+        return {"html": None, "targets": targets,
+                "message": f"FusionLens: {target} has no plan (plan= in its decorator)"}
     try:  # off the event loop: a big report's page takes a while, and edits keep coming
-        if plan:
+        if planned is not None:  # the target's plan at scale: its pictures
             from fusionlens.report.html import plan as plan_page
 
-            html = await asyncio.to_thread(plan_page.render, res.plan, nonce)
+            html = await asyncio.to_thread(plan_page.render, planned, nonce)
         else:
             html = await asyncio.to_thread(html_report.render, report, sources, nonce=nonce)
     except Exception as e:  # noqa: BLE001 - a bug of the page must not take the server down

@@ -4,6 +4,7 @@ the meta device; and the collectives so found are those a real 2-rank run record
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -14,8 +15,15 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from fusionlens.distributed.transform import DDP, FSDP2, Mesh, Program, Style, TensorParallel
+from fusionlens.distributed import collectives as C
+from fusionlens.distributed.staging import CompileTransform, ReportInputs
+from fusionlens.distributed.transform import DDP, FSDP2, Mesh, Program, Style, TensorParallel, world
 from fusionlens.distributed.vocabulary import CollectiveKind, ReduceOp
+from fusionlens.driver import pipeline
+from fusionlens.ir.trace import BoundSymbol, Trace, Value
+from fusionlens.ir.vocabulary import Stage
+from fusionlens.middle.programs import ProgramKind
+from fusionlens.options import CompileOptions
 
 sys.path.insert(0, str(Path(__file__).parent / "distributed"))
 import transform_models  # noqa: E402
@@ -107,3 +115,61 @@ def test_every_collective_symbol_says_what_it_is():
     direct = Symbol("torch.ops._c10d_functional.reduce_scatter_tensor", c10d.reduce_scatter_tensor)
     assert describe(direct).kind is CollectiveKind.REDUCE_SCATTER and describe(Symbol("torch.sin", torch.sin)) is None
     assert ReduceOp.of("prod") is ReduceOp.PRODUCT and ReduceOp.of(dist.ReduceOp.MAX) is ReduceOp.MAX
+
+
+class _LossAllReduce(CompileTransform):
+    """A toy transform that rewrites the forward: the loss all-reduced over the ranks (the mean
+    loss a data-parallel step logs), issued and waited for after the loss is computed."""
+
+    name = "loss_all_reduce"
+
+    def __init__(self, group: str):
+        self.group = group
+
+    def groups(self) -> list[str]:
+        return [self.group]
+
+    def tracing(self):
+        return contextlib.nullcontext()
+
+    def rewrite_forward(self, forward: Trace) -> Trace:
+        loss = forward.output
+        issued, reduced = (Value(f"{loss.name}_{s}", loss.shape, loss.dtype, loss.device) for s in ("issued", "summed"))
+        ops = [*forward.bound_symbols, BoundSymbol(C.FUNCOL_ALL_REDUCE, (loss, "sum", self.group), {}, [issued]),
+               BoundSymbol(C.FUNCOL_WAIT, (issued,), {}, [reduced])]
+        rewritten = forward.with_(forward.stage, ops, output=reduced)
+        rewritten.extra_globals.update({s.name: s.impl for s in (C.FUNCOL_ALL_REDUCE, C.FUNCOL_WAIT)})
+        return rewritten
+
+    def rewrite_backward(self, d, inputs, constants, backward):
+        return None
+
+    def finish(self, call, constants):
+        return call
+
+    def report(self, rewritten, failed, training):
+        return ReportInputs()
+
+
+def test_a_transform_rewrites_the_forward_before_fusion():
+    """The forward-rewrite hook runs on the optimised trace: its collective is in the trace fusion
+    starts from and in the program that runs, the verifier sees its issue waited for once, and the
+    result is eager's (a fake 2-rank group: the all-reduce leaves each value as it is)."""
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 4))
+    x, y = torch.randn(8, 16), torch.randn(8, 4)
+
+    def step(x, y):
+        return torch.nn.functional.mse_loss(model(x), y)
+
+    with torch.no_grad(), world(Mesh((2,), ("dp",))) as mesh:
+        toy = _LossAllReduce(mesh.get_group("dp").group_name)
+        c = pipeline.compile_program(step, (x, y), {}, CompileOptions(verify=True), transforms=[toy])
+        program = c.program(ProgramKind.FORWARD)
+        for stage in (Stage.OPTIMISED, Stage.FUSION, Stage.EXECUTION):
+            ops = [b.sym for b in program.traces[stage].bound_symbols]
+            assert ops[-2:] == [C.FUNCOL_ALL_REDUCE, C.FUNCOL_WAIT], (stage, ops[-3:])
+        assert C.FUNCOL_ALL_REDUCE not in [b.sym for b in c.traced.trace.bound_symbols]  # the rewrite's own
+        x2, y2 = torch.randn(8, 16), torch.randn(8, 4)
+        torch.testing.assert_close(c.fn(x2, y2, *c.constants), step(x2, y2), rtol=1.3e-6, atol=1e-5)
+        unchanged = pipeline.compile_program(step, (x, y), {}, CompileOptions(verify=True))
+    assert C.FUNCOL_ALL_REDUCE not in [b.sym for b in unchanged.forward.traces[Stage.FUSION].bound_symbols]

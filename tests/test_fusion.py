@@ -312,3 +312,46 @@ def test_source_only_lowering_writes_the_code_of_the_regions_it_would_run(fuser)
     env = run_ops(plan.trace.bound_symbols, {v.name: t for v, t in zip(plan.trace.inputs, (x, w))})
     assert checking.mismatch((env[plan.trace.results()[0].name],), (f(x, w),)) is None
     assert lowering.lower(flat, [], torch.device("cpu"), "P", source_only=True).regions == []
+
+
+# --- a norm's backward in two regions (fusion.py `_Regroup`) -------------------------------
+
+@pytest.mark.parametrize("executor", ["testfuser", "nvfuser"])
+def test_layer_norm_backward_is_two_regions_for_every_fuser(fuser, executor):
+    """dx in one region (rows), the weight and bias gradients in one (columns) that recomputes
+    dy * xhat from dy, x and the row statistics: with the test fuser and with nvFuser's
+    definitions (run by tests/nvfuser_reference.py), gradients as eager's, boundaries typed."""
+    from fusionlens.driver import pipeline
+    from nvfuser_testing import reference_backend, registered
+
+    def ln(x, w, b):
+        return F.layer_norm(x, (6,), w, b)
+
+    x, w, b = (torch.randn(s, requires_grad=True) for s in ((2, 40, 6), (6,), (6,)))
+    with registered(reference_backend()) if executor == "nvfuser" else contextlib.nullcontext():
+        c = pipeline.compile_program(ln, (x, w, b), {}, CompileOptions(executors=(executor, "torch")))
+        dy = torch.randn(2, 40, 6)
+        got = torch.autograd.grad(c.fn(x, w, b, *c.constants), (x, w, b), dy)
+    assert checking.mismatch(list(got), list(torch.autograd.grad(ln(x, w, b), (x, w, b), dy))) is None
+    regions = [r for r in c.program("backward").plan.regions if r.executor == executor]
+    assert len(regions) == 2, [(r.id, [s.sym.name for s in r.bsyms]) for r in regions]
+    rows, columns = regions
+    assert rows.group.reduction_dims == (2,) and columns.group.reduction_dims == (0, 1)
+    assert [o.shape for o in columns.outputs] == [(6,), (6,)] or [list(o.shape) for o in columns.outputs] == [[6], [6]]
+    assert not any(list(o.shape) == [2, 40, 6] for o in columns.inputs if o.name not in {v.name for v in rows.inputs}
+                   ), "the column region reads a full-size value the row region wrote"
+    for r in regions:
+        assert r.boundary is not None and isinstance(r.boundary.code, BoundaryCode)
+
+
+def test_recompute_never_reads_more_than_it_saves(fuser):
+    """A value made from three full-size inputs is read back, not recomputed: recomputing it
+    would read 3 tensors where writing and reading it moves 2."""
+    def fn(x, y, z):
+        s = x * y + z  # full-size, made in the row region from three inputs
+        return (s - s.sum(1, keepdim=True)).sum(0)
+    plan = _lowered(fn, *(torch.randn(4, 8) for _ in range(3)))
+    rows, columns = [r for r in plan.regions if r.executor == "testfuser"]
+    handed = [v.name for v in rows.outputs if list(v.shape) == [4, 8]]
+    assert handed and handed == [v.name for v in columns.inputs], (rows.outputs, columns.inputs)
+    assert [b.sym.name for b in columns.bsyms] == ["prims.sum"]

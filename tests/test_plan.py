@@ -231,6 +231,7 @@ def test_search_and_pictures_from_the_cli(tmp_path, capsys):
     assert len(pictures.frontier_figure(rep).data) >= 1
     page = out.read_text()
     assert page.count("Plotly.newPlot") == 3 and "gpt_tiny on 1x8xA100" in page
+    assert len(page.encode()) < 2_000_000  # plotly's basic bundle, as the report page (issue 31)
 
 
 class _MLP(torch.nn.Module):

@@ -32,7 +32,7 @@ from torch.utils import _pytree as pytree
 from torch.utils.hooks import RemovableHandle
 
 from fusionlens.distributed.ddp import buckets as ddp_buckets
-from fusionlens.distributed.staging import ReportInputs, Rewritten
+from fusionlens.distributed.staging import CompileTransform, ReportInputs, Rewritten
 from fusionlens.distributed import vocabulary as V
 from fusionlens.report import schema as R
 from fusionlens.ir.vocabulary import Stage, ValueRole
@@ -298,7 +298,7 @@ def _writing_grads(backward: Callable, slots: list[tuple[int, torch.Tensor]]) ->
 
 
 @dataclass
-class Synchronising:
+class Synchronising(CompileTransform):
     """DDP's gradient synchronisation as a transform of the compile (transform.CompileTransform):
     the backward rewritten with the bucket all-reduces, a program of its own, which a call that
     synchronises runs (`synced`); the module's own backward is the one checked against eager."""

@@ -38,7 +38,7 @@ import torch
 import torch.nn.functional as F
 
 from fusionlens.distributed import vocabulary as V
-from fusionlens.distributed.staging import ReportInputs
+from fusionlens.distributed.staging import CompileTransform, ReportInputs
 from fusionlens.frontend import recorder
 from fusionlens.frontend.arguments import sanitize
 from fusionlens.ir.trace import BoundSymbol, OpTag, Symbol
@@ -405,7 +405,7 @@ def _fsdp_hooks_off(states: list[Any]):
 
 
 @dataclass
-class Gathering:
+class Gathering(CompileTransform):
     """FSDP2 as a transform of the compile (transform.CompileTransform): the Sharded module is
     what is traced (its units gathered at their calls, recorded through the frontend's recorder);
     nothing is rewritten after tracing: the all-gathers' backward rules reduce-scatter."""

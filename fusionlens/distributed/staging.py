@@ -38,10 +38,13 @@ class ReportInputs:
 
 
 class CompileTransform(Protocol):
-    """A wrapping as the pipeline applies it, found by `unwrap`: its hooks run at the pipeline's
+    """A wrapping as the pipeline applies it, found by `unwrap` (which unwraps the callable and
+    its parameters: DDP's module, FSDP2's shards by keyword): its hooks run at the pipeline's
     declared points, in order: `tracing` around tracing and the check (its ops record through
-    frontend.recorder), `rewrite_backward` on the backward trace before fusion, `finish` on the
-    compiled call, `report` into the report's assembly."""
+    frontend.recorder), `rewrite_forward` on the optimised trace (before autograd splits it and
+    before fusion), `rewrite_backward` on the backward trace before fusion, `finish` on the
+    compiled call, `report` into the report's assembly. A transform subclasses this protocol to
+    inherit the no-op defaults of the hooks it does not need."""
 
     name: str
 
@@ -52,6 +55,11 @@ class CompileTransform(Protocol):
     def tracing(self) -> contextlib.AbstractContextManager[Any]:
         """Active while the call is traced and checked against eager."""
         ...
+
+    def rewrite_forward(self, forward: Trace) -> Trace:
+        """The forward trace rewritten (the optimised stage: what autograd differentiates and
+        fusion fuses); by default unchanged (none of DDP, FSDP2 and tensor parallel needs it)."""
+        return forward
 
     def rewrite_backward(self, d: autograd.Differentiated, inputs: list[Any], constants: list[torch.Tensor],
                          backward: Trace) -> Rewritten | None:

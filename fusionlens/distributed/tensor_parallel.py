@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from fusionlens.distributed import vocabulary as V
-from fusionlens.distributed.staging import ReportInputs
+from fusionlens.distributed.staging import CompileTransform, ReportInputs
 from fusionlens.frontend import recorder
 from fusionlens.ir.trace import BoundSymbol, OpTag, Symbol, SymbolKind
 
@@ -292,7 +292,7 @@ class Compiling:
 
 
 @dataclass
-class Parallel:
+class Parallel(CompileTransform):
     """Tensor parallelism as a transform of the compile (transform.CompileTransform): traced and
     checked under `compiling` (each parallel Linear's local forward, recording f and g), the
     compiled call taking the local shards afresh at each call."""

@@ -14,7 +14,7 @@ from fusionlens.ir.interpret import ops_callable
 from fusionlens.ir.trace import BoundSymbol, external_inputs
 from fusionlens.ir.vocabulary import ValueRole
 from fusionlens.middle.programs import ProgramKind
-from fusionlens.report.schema import Diagnostic, DiagnosticCode, ProgramTimings, RegionTiming
+from fusionlens.report.schema import Diagnostic, DiagnosticCode, ProgramTimings, RegionTiming, Timing
 
 
 @dataclass
@@ -46,11 +46,7 @@ def measure_program(c, fn, args, kwargs, inputs: list[torch.Tensor], *, repeats:
             out.diagnostics.append(Diagnostic("warning", f"torch.compile baseline failed: {type(e).__name__}: {e}",
                                               code=DiagnosticCode.BENCHMARK))
     eager, compiled, *compiled_by_torch = timing.compare(systems, device, warmup, repeats)
-    out.program = ProgramTimings(str(device), compiled, eager,
-                                 speedup_vs_eager=round(eager.median_ms / compiled.median_ms, 3))
-    if compiled_by_torch:
-        out.program.torch_compile = compiled_by_torch[0]
-        out.program.speedup_vs_torch_compile = round(compiled_by_torch[0].median_ms / compiled.median_ms, 3)
+    out.program = _timings(device, compiled, eager, compiled_by_torch[0] if compiled_by_torch else None)
     if c.differentiated is not None:
         _time_training(out, c, fn, args, kwargs, inputs, warmup=warmup, repeats=repeats, torch_compile=torch_compile)
     for program in c.programs:
@@ -78,18 +74,22 @@ def _time_training(out: Measurements, c, fn, args, kwargs, inputs: list[torch.Te
                 torch.autograd.grad(outs, wrt, cots[:len(outs)], allow_unused=True)
         eager, compiled = timing.compare([(step, (fn, *args), kwargs), (step, (c.fn, *inputs), {})], device,
                                          warmup, repeats)
-        out.training = ProgramTimings(str(device), compiled, eager,
-                                       speedup_vs_eager=round(eager.median_ms / compiled.median_ms, 3))
+        by_torch = None
         if torch_compile:
             try:
                 tc = torch.compile(fn)
-                out.training.torch_compile = timing.measure(step, tc, *args, device=device, warmup=max(warmup, 2),
-                                                            repeats=repeats, **kwargs)
-                out.training.speedup_vs_torch_compile = round(out.training.torch_compile.median_ms
-                                                              / compiled.median_ms, 3)
+                by_torch = timing.measure(step, tc, *args, device=device, warmup=max(warmup, 2), repeats=repeats,
+                                          **kwargs)
             except Exception as e:
                 out.diagnostics.append(Diagnostic("warning", f"torch.compile training baseline failed: "
                                                   f"{type(e).__name__}: {e}", code=DiagnosticCode.BENCHMARK))
+        out.training = _timings(device, compiled, eager, by_torch)
+
+
+def _timings(device, compiled: Timing, eager: Timing, by_torch: Timing | None) -> ProgramTimings:
+    """The report's timings of a call (compiled, eager, torch.compile'd where it ran), complete."""
+    return ProgramTimings(str(device), compiled, eager, by_torch, round(eager.median_ms / compiled.median_ms, 3),
+                          round(by_torch.median_ms / compiled.median_ms, 3) if by_torch is not None else None)
 
 
 def _time_regions(program, inputs: list[torch.Tensor], device, reps: int) -> dict[str, RegionTiming]:

@@ -3,7 +3,9 @@
     stage        made by                  holds
     acquired     frontend.trace           the torch ops as the user's code called them
     decomposed   passes.decompose         each op with its prims nested beneath it
-    optimised    passes.optimise          after common-subexpression and dead-code elimination
+    optimised    passes.optimise          after common-subexpression and dead-code elimination,
+                 + each transform's       then each parallel transform's `rewrite_forward`
+                 rewrite_forward
     joint        autograd.differentiate   (training) the forward-backward trace, split into
     forward                               its forward half (results, then saved values) and
     backward                              its backward half: a program of its own
@@ -215,7 +217,7 @@ def compile_program(fn, args, kwargs, options: CompileOptions | None = None,
     `dims`: per user tensor, the dims the program serves every size of (fusionlens/frontend/dynamic.py);
     `ints`: the int arguments (positions among the call's flat leaves) it serves every value of.
     `transforms`: the parallel wrappings' (distributed/transform.py `unwrap`), whose hooks run
-    here: a backward they rewrite is lowered as a program of its own (`Compiled.rewritten`);
+    here: a forward they rewrite is the optimised trace (differentiated and fused as it is), a backward they rewrite is lowered as a program of its own (`Compiled.rewritten`);
     `finished` applies their last hook, once the compile was checked and timed."""
     options = options or CompileOptions()
     start, stage_ms, since = time.perf_counter(), dict.fromkeys(STAGE_TIMES, 0.0), stage_clock()
@@ -226,7 +228,7 @@ def compile_program(fn, args, kwargs, options: CompileOptions | None = None,
         notes.append(frontend.Note(Severity.INFORMATION, why_static, None, DiagnosticCode.DYNAMIC_SHAPES))
     forward = _StageLog(traced.trace.name, ProgramKind.FORWARD, options, stage_ms, since=since)
     acquired = forward(traced.trace)
-    optimised = forward(passes.optimise(forward(passes.decompose(acquired))))
+    optimised = forward(_rewrite_forward(transforms, passes.optimise(forward(passes.decompose(acquired)))))
     user_tensors = frontend.user_tensors(fn, args, kwargs)
     device = _device_of(user_tensors + list(traced.constants.values()))
     names = executor_registry.resolve(list(options.executors) if options.executors else None, device)
@@ -257,6 +259,14 @@ def compile_program(fn, args, kwargs, options: CompileOptions | None = None,
         guards.finish()
     return Compiled(acquired.name, programs, call, constants, n_user, traced, (time.perf_counter() - start) * 1e3,
                     device, names, options, notes, eager_only, differentiated, stage_ms, guards, rewritten)
+
+
+def _rewrite_forward(transforms: Sequence[CompileTransform], optimised: Trace) -> Trace:
+    """The optimised trace as each transform's `rewrite_forward` leaves it, in order: what
+    autograd differentiates and fusion fuses (the optimised stage shows it)."""
+    for t in transforms:
+        optimised = t.rewrite_forward(optimised)
+    return optimised
 
 
 def _rewritten(transforms: Sequence[CompileTransform], d: autograd.Differentiated, forward: Program,

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib.util
 import io
 import itertools
@@ -261,7 +262,7 @@ def compile_target(path: str, name: str, *, source: str | None = None, executors
         error=R.Diagnostic("error", msg, file, line, col))
     try:
         info = find_example(path, name, source)
-        target.line, target.end_line = info.line, info.end_line
+        target = dataclasses.replace(target, line=info.line, end_line=info.end_line)  # `fail`'s too
         example = load_example(path, name, source=source, device=device, train=train, info=info)
         with example.context():
             return api.compile_wrapped(example.fn, example.args, example.kwargs, options, name, warmup=3,

@@ -52,7 +52,7 @@ class Traced:
     notes: list[str] = field(default_factory=list)
     own: Any = None  # own.Own: the target's own parallelize_module / fully_shard plan, resolved
     call: Any = None  # (module, args, kwargs): what issue 27's transforms apply to (plan/units.py)
-    units: dict = field(default_factory=dict)  # plan/units.py's cache
+    units: dict[Any, Any] = field(default_factory=dict)  # plan/units.py's cache
     call_line: tuple[str, int] | None = None  # where the model is called (a target's return line)
 
     def ops(self, kind: str) -> list[BoundSymbol]:

@@ -34,11 +34,11 @@ def fsdp_units(traced: Traced, reshard_after_forward: bool) -> list[Unit]:
     apply (the note says why)."""
     key = ("fsdp", reshard_after_forward)
     if key not in traced.units:
-        traced.units[key] = _apply(traced, "fsdp")
+        traced.units[key] = _apply(traced)
     return traced.units[key]
 
 
-def _apply(traced: Traced, which: str) -> list[Unit]:
+def _apply(traced: Traced) -> list[Unit]:
     from fusionlens.distributed.transform import FSDP2, Mesh, Program
     from fusionlens.distributed.vocabulary import CollectiveKind
 
@@ -52,7 +52,7 @@ def _apply(traced: Traced, which: str) -> list[Unit]:
         with torch.device("meta"), cut:
             sharded = transform(Program(module, args, kwargs), Mesh((2,), ("dp",)))
     except Exception as e:  # the plan's numbers stand; only the lines are missing
-        traced.notes.append(f"{which}: data-parallel collectives listed for the whole model ({e})"[:300])
+        traced.notes.append(f"FSDP2's units not found, ZeRO-3's collectives listed for the whole model ({e})"[:300])
         return []
     gathers = [c for c in sharded.collectives if c.program == "forward" and c.kind is CollectiveKind.ALL_GATHER]
     lines = _lines(gathers)

@@ -7,6 +7,7 @@ static.py), this module turns them into occupancy, waves and findings ("16 progr
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -63,9 +64,9 @@ def programs(launch: KernelLaunch) -> int:
 def complete(static: KernelStatic, launch: KernelLaunch) -> KernelStatic:
     """`static` with blocks_per_sm and waves filled in for its GPU."""
     sm = sm_of(static.gpu)
-    static.blocks_per_sm = blocks_per_sm(sm, launch.num_warps, static.regs, static.shared_bytes)
-    static.waves = round(programs(launch) / (sm.sms * max(static.blocks_per_sm, 1)), 3)
-    return static
+    resident = blocks_per_sm(sm, launch.num_warps, static.regs, static.shared_bytes)
+    return dataclasses.replace(static, blocks_per_sm=resident,
+                               waves=round(programs(launch) / (sm.sms * max(resident, 1)), 3))
 
 
 def size_text(n: int) -> str:

@@ -72,7 +72,7 @@ class RegionRef:
         return None
 
 
-@dataclass
+@dataclass(frozen=True)
 class SourceLine:
     file: str
     line: int
@@ -87,7 +87,7 @@ class Frame:
     function: str
 
 
-@dataclass
+@dataclass(frozen=True)
 class TensorInfo:
     name: str
     shape: list[int | str]  # a dynamic program's symbolic dims as their expressions: "s0", "3*s0"
@@ -95,7 +95,7 @@ class TensorInfo:
     device: str
 
 
-@dataclass
+@dataclass(frozen=True)
 class Timing:
     """Summary of repeated measurements of one callable, in milliseconds."""
 
@@ -108,7 +108,7 @@ class Timing:
     device: str
 
 
-@dataclass
+@dataclass(frozen=True)
 class RegionTiming:
     median_ms: float | None = None
     eager_median_ms: float | None = None  # the same ops run one by one through torch
@@ -120,7 +120,7 @@ class RegionTiming:
     launch_ms: float | None = None
 
 
-@dataclass
+@dataclass(frozen=True)
 class Boundary:
     """Why a region ends where it does (filled in by the fusion pass)."""
 
@@ -131,7 +131,7 @@ class Boundary:
     code: str = ""  # the kind for programs to match on (contract.BoundaryCode's values)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Cost:
     """The least a region must do (fusionlens/middle/cost.py; docs/roofline.md)."""
 
@@ -140,7 +140,7 @@ class Cost:
     math: str = "fp32"  # which peak bounds its FLOPs: "fp32" (CUDA cores), "tf32", "bf16" (tensor cores)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Roofline:
     """The least time a region can take on a GPU (fusionlens/report/roofline.py; docs/roofline.md)."""
 
@@ -154,7 +154,7 @@ class Roofline:
     math: str = "fp32"
 
 
-@dataclass
+@dataclass(frozen=True)
 class KernelLaunch:
     """How one kernel of a region launches, at the example's sizes (docs/kernels.md)."""
 
@@ -165,7 +165,7 @@ class KernelLaunch:
     blocks: dict[str, int] = field(default_factory=dict)  # its block sizes (BLOCK_M, BLOCK_N, ...)
 
 
-@dataclass
+@dataclass(frozen=True)
 class KernelStatic:
     """One kernel compiled for a target GPU here, nothing run (docs/kernels.md): what its PTX and
     cubin say, and what that means on the GPU's SMs."""
@@ -185,7 +185,7 @@ class KernelStatic:
     error: str = ""  # why it did not compile
 
 
-@dataclass
+@dataclass(frozen=True)
 class DevicePeaks:
     """The GPU a report's rooflines are for, and the copy bandwidth measured where it ran."""
 
@@ -199,7 +199,7 @@ class DevicePeaks:
     copy_device: str | None = None  # where copy_gbs was measured ("cuda:0", "cpu")
 
 
-@dataclass
+@dataclass(frozen=True)
 class Region:
     id: str
     executor: str
@@ -353,7 +353,7 @@ class DiagnosticCode(enum.StrEnum):
     OTHER = "other"
 
 
-@dataclass
+@dataclass(frozen=True)
 class ProgramTimings:
     device: str
     compiled: Timing | None = None
@@ -414,7 +414,7 @@ class Training:
     step: ProgramTimings | None = None  # one training step: the forward, then gradients for fixed cotangents
 
 
-@dataclass
+@dataclass(frozen=True)
 class Target:
     name: str
     file: str | None

@@ -21,7 +21,7 @@ def _asset(name: str) -> str:
     return resources.files("fusionlens.report.html").joinpath(name).read_text(encoding="utf-8")
 
 
-def _vendored(name: str) -> str:
+def vendored(name: str) -> str:
     """A bundle of vendor/ (README.md there says what, where from, and its licence), less its
     source-map comment (the map is not shipped)."""
     return re.sub(r"//# sourceMappingURL=\S+\s*$", "", _asset(f"vendor/{name}"))
@@ -181,11 +181,11 @@ def render_pages(reports: list[R.CompileReport], sources: dict[str, str] | None,
     first = names.index(selected) if selected in names else 0
     targets = "".join(f'<option value="{i}"{" selected" if i == first else ""}>{html.escape(name)}</option>'
                       for i, name in enumerate(names))
-    plotly = _vendored("plotly-basic.min.js")
+    plotly = vendored("plotly-basic.min.js")
     return _TEMPLATE.format(
         n=n, plotly_styles=_plotly_styles(plotly, n), title=html.escape(" · ".join(names)), css=_asset("page.css"),
         targets=targets, single=" hidden" if len(reports) == 1 else "", templates="".join(templates),
-        data=_json_for_script({"targets": entries, "first": first}), plotly=plotly, dagre=_vendored("dagre.min.js"),
+        data=_json_for_script({"targets": entries, "first": first}), plotly=plotly, dagre=vendored("dagre.min.js"),
         graph_js=_asset("graph.js"), js=_asset("page.js"))
 
 

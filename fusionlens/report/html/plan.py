@@ -6,10 +6,12 @@ No torch."""
 from __future__ import annotations
 
 import html
+import re
 
 import plotly.graph_objects as go
 import plotly.io as pio
 
+from fusionlens.report.html import page
 from fusionlens.report.html.figures import BG, FONT, GRID
 from fusionlens.report.plan import PlanReport
 
@@ -75,12 +77,14 @@ def frontier_figure(r: PlanReport) -> go.Figure:
 
 
 def render(r: PlanReport, nonce: str | None = None) -> str:
-    """One self-contained HTML page (plotly.js inlined once) of the plan's pictures; with a
+    """One self-contained HTML page (plotly.js's basic bundle inlined once) of the plan's pictures; with a
     nonce every script carries it (an editor webview's Content-Security-Policy)."""
     figures = [schedule_figure(r), memory_figure(r)] + ([frontier_figure(r)] if r.frontier else [])
-    parts = [pio.to_html(f, include_plotlyjs=(i == 0), full_html=False) for i, f in enumerate(figures)]
+    # plotly's basic bundle (bar and scatter: all these charts draw), inlined once, as the report page does
+    plotly = "<script>" + page.vendored("plotly-basic.min.js") + "</script>"
+    parts = [plotly] + [pio.to_html(f, include_plotlyjs=False, full_html=False) for f in figures]
     if nonce is not None:
-        parts = [p.replace("<script ", f"<script nonce='{html.escape(nonce)}' ") for p in parts]
+        parts = [re.sub(r"<script(?=[ >])", f"<script nonce='{html.escape(nonce)}'", p) for p in parts]
     title = html.escape(f"{r.name} on {r.cluster}: {r.step_s:.3g} s a step, MFU {r.mfu:.1%}")
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>{title}</title></head>"
             f"<body style='font-family:system-ui,sans-serif'><h2>{title}</h2>{''.join(parts)}</body></html>")

@@ -16,7 +16,9 @@ system documents for generate():
 `--repeats` later ones, as tokens per second. `compiles` is FusionLens's count
 (`cache_info()`); `fast` the share of its calls in the steady runs that its generated
 per-program code served (fusionlens/driver/fast_path.py: key, guards and write-back as
-straight-line code) rather than the generic path. `--threads` is torch's
+straight-line code) rather than the generic path; `--systems ...,fusionlens-generic` adds
+FusionLens with that code off (every call keyed, looked up and written back by walking its
+arguments and the cache), for the difference in one run. `--threads` is torch's
 intra-op thread count (1 by default: on a shared, loaded machine more threads spin and
 make every system's steady rate noise). Every system's tokens are checked against eager's: a system whose tokens
 differ is marked WRONG. A system that fails gets its error in the table. Prints a table;
@@ -52,8 +54,10 @@ def _model(layers: int, hidden: int):
 
 
 def _compile(system: str, model):
-    if system == "fusionlens":
+    if system in ("fusionlens", "fusionlens-generic"):
         model.forward = compiler.jit(model.forward)
+        if system == "fusionlens-generic":  # no generated per-program code: every call keyed by walking it
+            model.forward.fast.arm = lambda *args: None
     elif system == "torch.compile":
         model.forward = torch.compile(model.forward)
     elif system == "thunder":
@@ -73,7 +77,7 @@ def _generate(model, ids, tokens: int, cache: str):
 
 def _served(model, system: str) -> list[int]:
     """(calls, calls the generated fast path served) of FusionLens's jit so far."""
-    if system != "fusionlens":
+    if not system.startswith("fusionlens"):
         return [0, 0]
     info = model.forward.cache_info()
     return [info["hits"] + info["misses"], model.forward.fast.served]
@@ -95,8 +99,8 @@ def run(system: str, base, ids, want, args, cache: str) -> list:
     except Exception as e:  # noqa: BLE001 - a system that fails gets its error in the table
         return [system, cache, "-", "-", "-", "-", f"failed: {type(e).__name__}: {str(e).splitlines()[0][:60]}"]
     steady = statistics.median(times)
-    compiles = model.forward.cache_info()["compiles"] if system == "fusionlens" else "-"
-    fast = f"{served[1] / max(served[0], 1):.0%}" if system == "fusionlens" else "-"
+    compiles = model.forward.cache_info()["compiles"] if system.startswith("fusionlens") else "-"
+    fast = f"{served[1] / max(served[0], 1):.0%}" if system.startswith("fusionlens") else "-"
     check = "ok" if torch.equal(got, want) else "WRONG: tokens differ from eager's"
     return [system, cache, f"{first:.2f} s", f"{args.tokens / steady:.0f} tok/s", compiles, fast, check]
 

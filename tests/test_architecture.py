@@ -470,6 +470,15 @@ def _is_report(node: ast.AST) -> bool:
             or isinstance(node, ast.Attribute) and node.attr == "report")
 
 
+def _holds_report(node: ast.AST) -> bool:
+    """A report or a part of one: `report`, `report.target`, `rep.programs[0].regions[1].timing`."""
+    while isinstance(node, (ast.Attribute, ast.Subscript)):
+        if _is_report(node):
+            return True
+        node = node.value
+    return _is_report(node)
+
+
 def _report_changes(tree: ast.AST) -> list[tuple[int, str]]:
     found = []
     for node in ast.walk(tree):
@@ -477,7 +486,7 @@ def _report_changes(tree: ast.AST) -> list[tuple[int, str]]:
             node, (ast.AugAssign, ast.AnnAssign)) else []
         for t in targets:
             for each in (t.elts if isinstance(t, ast.Tuple) else [t]):
-                if isinstance(each, ast.Attribute) and _is_report(each.value):
+                if isinstance(each, ast.Attribute) and _holds_report(each.value):
                     found.append((node.lineno, f"sets a report's {each.attr}"))
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _LIST_CHANGES:
             held = node.func.value
@@ -503,10 +512,18 @@ def test_the_report_change_check_finds_what_it_forbids_and_the_report_is_frozen(
 
     bad = ("report.collectives += found\n"
            "entry.report.diagnostics.append(d)\n"
-           "rep.status, x = 'ok', 1\n")
-    assert len(_report_changes(ast.parse(bad))) == 3
+           "rep.status, x = 'ok', 1\n"
+           "report.target.line = 3\n"
+           "merged.programs[0].regions[1].note = 'x'\n")
+    assert len(_report_changes(ast.parse(bad))) == 5
     report = R.CompileReport(R.Target("t", None, None, None))
     for obj, name in ((report, "status"), (R.Collective("all_reduce", "traced", 4, 2), "bytes"),
-                      (R.Diagnostic("warning", "m"), "message"), (R.ProgramReport("forward"), "regions")):
+                      (R.Diagnostic("warning", "m"), "message"), (R.ProgramReport("forward"), "regions"),
+                      (R.Region("R0", "torch", [], [], "", [], []), "note"), (R.RegionTiming(), "median_ms"),
+                      (R.ProgramTimings("cpu"), "compiled"), (report.target, "line")):
         with pytest.raises(dataclasses.FrozenInstanceError):
             setattr(obj, name, None)
+    # every type of the report, down to a region's timing and a kernel's analysis: built whole
+    mutable = [n for n, t in vars(R).items() if isinstance(t, type) and dataclasses.is_dataclass(t)
+               and t.__module__ == R.__name__ and not t.__dataclass_params__.frozen]  # type: ignore[attr-defined]
+    assert not mutable, mutable

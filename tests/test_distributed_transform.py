@@ -17,7 +17,8 @@ import torch.distributed as dist
 
 from fusionlens.distributed import collectives as C
 from fusionlens.distributed.staging import CompileTransform, ReportInputs
-from fusionlens.distributed.transform import DDP, FSDP2, Mesh, Program, Style, TensorParallel, world
+from fusionlens.distributed.transform import DDP, FSDP2, Mesh, Program, Style, TensorParallel
+from fusionlens.distributed.transform import world as fake_world
 from fusionlens.distributed.vocabulary import CollectiveKind, ReduceOp
 from fusionlens.driver import pipeline
 from fusionlens.ir.trace import BoundSymbol, Trace, Value
@@ -161,7 +162,7 @@ def test_a_transform_rewrites_the_forward_before_fusion():
     def step(x, y):
         return torch.nn.functional.mse_loss(model(x), y)
 
-    with torch.no_grad(), world(Mesh((2,), ("dp",))) as mesh:
+    with torch.no_grad(), fake_world(Mesh((2,), ("dp",))) as mesh:
         toy = _LossAllReduce(mesh.get_group("dp").group_name)
         c = pipeline.compile_program(step, (x, y), {}, CompileOptions(verify=True), transforms=[toy])
         program = c.program(ProgramKind.FORWARD)

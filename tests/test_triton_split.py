@@ -177,3 +177,28 @@ def test_layer_norm_backward_is_two_regions_and_matches_eager(monkeypatch, dtype
     assert [list(o.shape) for o in rows.outputs if list(o.shape) == list(x.shape)] == [[2, 40, 6]]
     assert sorted(list(o.shape) for o in columns.outputs) == [[6], [6]]
     assert columns.generated.kernels == (2 if split else 1), columns.generated.source
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+def test_llama_rms_norm_backward_is_two_regions_and_matches_eager(dtype):
+    """Llama's RMSNorm (examples/llama_block.py: float32 statistics, `mean(-1, keepdim=True)`),
+    differentiated through its prims: the weight gradient (columns) and dx (rows: the statistics
+    at [rows, 1], the reshape between them index arithmetic) are two regions."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+    from llama_block import LlamaRMSNorm
+
+    norm = LlamaRMSNorm(6).to(DEVICE)
+    with torch.no_grad():
+        norm.weight.normal_()
+    norm.weight.data = norm.weight.data.to(dtype)
+    x = torch.randn(2, 40, 6, device=DEVICE).to(dtype).requires_grad_()
+    regions = _norm_backward_regions(lambda x, w: _rms(norm, x, w), (x, norm.weight))
+    assert len(regions) == 2, [(r.id, [s.sym.name for s in r.bsyms]) for r in regions]
+    assert {r.group.reduction_dims for r in regions} == {(0, 1), (2,)}
+
+
+def _rms(norm, x, w):
+    return torch.func.functional_call(norm, {"weight": w}, (x,))

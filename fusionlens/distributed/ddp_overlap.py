@@ -309,6 +309,10 @@ class Synchronising(CompileTransform):
     def groups(self) -> list[str]:
         return [self.ddp.process_group.group_name]
 
+    def unwrap(self, fn: Any, kwargs: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+        """The module DDP wraps (DDP's forward steps run around each compiled call: ddp.call)."""
+        return self.ddp.module, kwargs
+
     def tracing(self) -> contextlib.AbstractContextManager[None]:
         return contextlib.nullcontext()
 

@@ -416,6 +416,10 @@ class Gathering(CompileTransform):
     def groups(self) -> list[str]:
         return list(dict.fromkeys(u.group_name for u in self.sharded.units))
 
+    def unwrap(self, fn: Any, kwargs: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+        """The Sharded module, taking this rank's local shards by keyword."""
+        return self.sharded, {**kwargs, **self.sharded.shards()}
+
     def tracing(self) -> contextlib.AbstractContextManager[None]:
         return contextlib.nullcontext()
 

@@ -52,6 +52,12 @@ class CompileTransform(Protocol):
         """The process groups (by name) it communicates on: the ranks agree on the check there."""
         ...
 
+    def unwrap(self, fn: Any, kwargs: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+        """(the callable traced in place of `fn`, its keyword arguments): the wrapper taken off
+        (DDP's module), the parameters as the program takes them (FSDP2's local shards by
+        keyword); by default both unchanged."""
+        return fn, kwargs
+
     def tracing(self) -> contextlib.AbstractContextManager[Any]:
         """Active while the call is traced and checked against eager."""
         ...

@@ -144,18 +144,19 @@ def unwrap(fn: Any, args: tuple = (), kwargs: dict | None = None) -> Unwrapped:
     transform), an FSDP2 module's fsdp.Sharded taking its shards by keyword, a tensor-parallel
     module's plan (no plan where the arguments hold DTensors: those calls run eagerly)."""
     kwargs = dict(kwargs or {})
-    transforms: list[Any] = []
+    transforms: list[CompileTransform] = []
     wrapper = fn if ddp_module.is_ddp(fn) else None
     if wrapper is not None:
-        fn = wrapper.module
         transforms.append(ddp_overlap.Synchronising(wrapper))
+        fn, kwargs = transforms[-1].unwrap(fn, kwargs)
     sharded = fsdp.Sharded.of(fn)
     if sharded is not None:
-        fn, kwargs = sharded, {**kwargs, **sharded.shards()}
         transforms.append(fsdp.Gathering(sharded))
+        fn, kwargs = transforms[-1].unwrap(fn, kwargs)
     plan = None if collectives.dtensor_arguments(args, kwargs) else tensor_parallel.find(fn)
     if plan is not None:
         transforms.append(tensor_parallel.Parallel(plan))
+        fn, kwargs = transforms[-1].unwrap(fn, kwargs)
     return Unwrapped(fn, kwargs, transforms, wrapper, sharded)
 
 

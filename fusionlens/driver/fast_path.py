@@ -12,6 +12,9 @@ symbolically (a DynamicCache grown by a token) is checked by the guard expressio
 keyed. A call the function rejects (`MISS`) takes the generic path, which serves or compiles
 it and arms its program here in turn.
 
+A call the generated code serves counts as a hit in `cache_info()` (a new size a dynamic
+program serves too: the generic path counted it a miss that compiled nothing).
+
 The invariant: a call the function accepts is one the generic path would serve with the
 same program. Anything whose check could not be written exactly (an argument keyed by
 identity, a pytree node other than tuple, list and dict, a tensor held twice) is not armed:
@@ -69,6 +72,8 @@ class FastPaths:
             self.armed.insert(0, self.armed.pop(found))
         elif found is None or self.rebuilds.get(id(entry), 0) < MAX_REBUILDS:
             if found == 0:
+                if len(self.rebuilds) > 4 * MAX_ARMED:  # entries long evicted: their counts go too
+                    self.rebuilds.clear()
                 self.rebuilds[id(entry)] = self.rebuilds.get(id(entry), 0) + 1
                 self.armed.pop(0)
             try:

@@ -217,7 +217,8 @@ def compile_program(fn, args, kwargs, options: CompileOptions | None = None,
     `dims`: per user tensor, the dims the program serves every size of (fusionlens/frontend/dynamic.py);
     `ints`: the int arguments (positions among the call's flat leaves) it serves every value of.
     `transforms`: the parallel wrappings' (distributed/transform.py `unwrap`), whose hooks run
-    here: a forward they rewrite is the optimised trace (differentiated and fused as it is), a backward they rewrite is lowered as a program of its own (`Compiled.rewritten`);
+    here: a forward they rewrite is the optimised trace (differentiated and fused as it is),
+    a backward they rewrite is lowered as a program of its own (`Compiled.rewritten`);
     `finished` applies their last hook, once the compile was checked and timed."""
     options = options or CompileOptions()
     start, stage_ms, since = time.perf_counter(), dict.fromkeys(STAGE_TIMES, 0.0), stage_clock()

@@ -296,9 +296,10 @@ def _program(p, measured, gpu, estimate: bool) -> R.ProgramReport:
         measured.program if measured is not None and p.kind is ProgramKind.FORWARD else None)
 
 
-def _describe_kernels(c, programs: list[R.ProgramReport], gpu: str) -> None:
-    """Each fusion executor's account of its kernels: their launch, compiled for the target GPU
-    when the options ask (lazy and cached: docs/kernels.md), in one batch an executor."""
+def _describe_kernels(c, programs: list[R.ProgramReport], gpu: str) -> list[R.ProgramReport]:
+    """The programs with each fusion executor's account of its kernels: their launch, compiled
+    for the target GPU when the options ask (lazy and cached: docs/kernels.md), in one batch an
+    executor; the regions refined are new values (a report is frozen)."""
     pairs: dict[str, list] = {}
     for p, rp in zip(c.programs, programs):
         plans = [(p.plan.regions, rp.regions)]
@@ -306,9 +307,15 @@ def _describe_kernels(c, programs: list[R.ProgramReport], gpu: str) -> None:
         for regions, reported in plans:
             for region, out in zip(regions, reported):
                 pairs.setdefault(region.executor, []).append((region, out))
+    refined: dict[int, R.Region] = {}  # id() of a region as _program made it -> the executor's account
     for name, these in pairs.items():
         if name != "torch":
-            executor_registry.get(name).describe_kernels(these, gpu, c.options.static_kernels)
+            described = executor_registry.get(name).describe_kernels(these, gpu, c.options.static_kernels)
+            refined.update((id(out), new) for (_, out), new in zip(these, described))
+    swap = lambda regions: [refined.get(id(r), r) for r in regions]  # noqa: E731
+    return [dataclasses.replace(rp, regions=swap(rp.regions),
+                                previews=[dataclasses.replace(v, regions=swap(v.regions)) for v in rp.previews])
+            for rp in programs]
 
 
 def _training(c, measured) -> R.Training | None:
@@ -368,7 +375,7 @@ def assemble(c, target: R.Target, checked: list[R.Diagnostic], measured=None,
         diagnostics.append(R.Diagnostic("information", why, code=R.DiagnosticCode.ROOFLINE))
     diagnostics += [d for i in inputs for d in i.diagnostics]
     programs = [_program(p, measured, gpu, estimate) for p in c.programs]
-    _describe_kernels(c, programs, gpu.name)
+    programs = _describe_kernels(c, programs, gpu.name)
     return R.CompileReport(
         target=target, executors=c.executors, programs=programs,
         training=_training(c, measured), ops=_ops(c), fallbacks=fallbacks, diagnostics=diagnostics,

@@ -58,10 +58,11 @@ class FusionExecutor(Executor):
         ("cuda", "cpu") device; raises Decline where `generate` would decline them."""
         raise NotImplementedError(f"executor {self.name} writes no standalone source")
 
-    def describe_kernels(self, pairs: list, gpu: str, compile_static: bool) -> None:
-        """Fill each (lowering Region, report Region) pair's report Region with its kernels'
-        `launch` and, with `compile_static`, their `static` analysis and `findings` for the
-        target `gpu` (docs/kernels.md). Nothing by default."""
+    def describe_kernels(self, pairs: list, gpu: str, compile_static: bool) -> list:
+        """Each (lowering Region, report Region) pair's report Region with its kernels' `launch`
+        and, with `compile_static`, their `static` analysis and `findings` for the target `gpu`
+        (docs/kernels.md), in order: new values (a report Region is frozen). None added by default."""
+        return [out for _, out in pairs]
 
 
 @dataclass

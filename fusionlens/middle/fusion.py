@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from fusionlens.middle import passes
+from fusionlens.middle.unit_dims import unit_reshapes
 from fusionlens.middle.contract import Boundary, BoundaryCode, Decline, FusionGroup, boundary, source_comments
 from fusionlens.ir.trace import BoundSymbol, NameGen, OpTag, SymbolKind, Trace, Value, external_inputs
 from fusionlens.ir.vocabulary import Stage
@@ -162,6 +163,19 @@ def _new_group_for(gid: int, ex, b: BoundSymbol) -> Cluster:
     return Cluster(gid, ex, tuple(b.outputs[0].shape), None)
 
 
+def _merge_target(a: Cluster, b: Cluster) -> Cluster | None:
+    """The one of two groups an op joining both can merge the other into, or None: groups of one
+    domain and compatible reductions; or a reduction region and a group over its rows alone (a
+    norm's statistics worked on at [rows, 1], then used across the row)."""
+    if a.domain == b.domain and (a.rdims is None or b.rdims is None or a.rdims == b.rdims):
+        return a
+    for big, small in ((a, b), (b, a)):
+        if big.rdims and small.rdims is None and not small.scattered and all(
+                big.space(o.shape) == "reduced" for op in small.ops for o in op.outputs):
+            return big
+    return None
+
+
 Node = Cluster | BoundSymbol  # what the partition orders: a region, or one op left to torch
 
 
@@ -274,11 +288,13 @@ class _Partitioner:
                 continue
             if joined is None:
                 joined = g
-            elif (joined.domain == g.domain and (joined.rdims is None or g.rdims is None or joined.rdims == g.rdims)
-                  and not (joined.scattered and g.rdims or g.scattered and joined.rdims)  # a scatter never reduces
+            elif (not (joined.scattered and g.rdims or g.scattered and joined.rdims)  # a scatter never reduces
                   and not self.depends_on(self.deps_of[id(joined)], g)
                   and not self.depends_on(self.deps_of[id(g)], joined)):
-                self.merge(joined, g)  # e.g. two chains reading one input, combined here
+                into = _merge_target(joined, g)
+                if into is not None:  # e.g. two chains reading one input, combined here
+                    self.merge(into, g if into is joined else joined)
+                    joined = into
         return joined
 
     def claimed(self, i: int, b: BoundSymbol, ex, inputs: list[str]):
@@ -490,7 +506,7 @@ def prepare(optimised: Trace, fusers: list) -> Trace:
     leaves: list[BoundSymbol] = []
     for b in optimised.bound_symbols:
         leaves.extend(passes.flatten([b]) if b.subsymbols and _fuses_anything(b, fusers) else [b])
-    flat = passes.dce(passes.cse(optimised.with_(Stage.FUSION, leaves)))
+    flat = passes.dce(passes.cse(optimised.with_(Stage.FUSION, unit_reshapes(leaves))))
     return flat.with_(Stage.FUSION, sink_broadcasts(flat, fusers))
 
 

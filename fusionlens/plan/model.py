@@ -19,6 +19,7 @@ from fusionlens.plan import costs, memory as memory_model, schedule
 from fusionlens.plan.layout import Layout
 from fusionlens.plan.parallel import Collective, Sharding, shard
 from fusionlens.plan.trace import Traced
+from fusionlens.plan.units import fsdp_units
 from fusionlens.report import plan as R
 
 PARTS = ("pre", "block", "post")
@@ -151,6 +152,8 @@ def evaluate(traced: Traced, layout: Layout, name: str = "", detail: bool = True
     exposed["pp"] += p2p_s * m
     exposed["dp"] += dp_exposed
     compute = sum(slots[busiest] for _ in range(1)) * m - sum(exposed[g] for g in ("tp", "cp", "pp"))
+    if detail and layout.zero == 3:
+        fsdp_units(traced)  # before the notes are copied: a model FSDP2 cannot wrap says so
     rep = R.PlanReport(
         name, layout.cluster_name, layout.system.gpu, _options(layout), step, tokens / step,
         tokens / step / layout.world,

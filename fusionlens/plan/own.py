@@ -83,7 +83,7 @@ def _style(style: Any) -> tuple[str, bool]:
     sequence = any(isinstance(p, Shard) and p.dim == 1 for p in outputs)
     if isinstance(style, SequenceParallel):
         return "sequence", True
-    if isinstance(style, RowwiseParallel):  # before Colwise: torch's Rowwise is no subclass of it, but be exact
+    if isinstance(style, RowwiseParallel):  # its output left on Shard(1): sequence parallel after it
         return "rowwise", sequence
     if isinstance(style, ColwiseParallel):
         return "colwise", False

@@ -89,7 +89,7 @@ def collectives(comms, dp_colls, p2p, layout, stages, busiest, traced=None) -> l
         pc.seconds += per * count
         pc.exposed_s += (x.exposed / x.count if x.count else 0.0) * count
     out = list(merged.values())
-    units = fsdp_units(traced, layout.reshard_after_forward) if layout.zero == 3 and traced is not None else []
+    units = fsdp_units(traced) if layout.zero == 3 and traced is not None else []
     if units:
         out += _per_unit(dp_colls, units, traced, layout, stages.layers[busiest], size["dpcp"])
     else:

@@ -28,14 +28,13 @@ def _lines(records) -> list[tuple[str, int] | None]:
     return [(c.file, c.line) if c.file and c.line else None for c in records]
 
 
-def fsdp_units(traced: Traced, reshard_after_forward: bool) -> list[Unit]:
+def fsdp_units(traced: Traced) -> list[Unit]:
     """FSDP2's units of the traced model in the order their forward gathers run: the root (if it
     holds parameters of its own) first, then the traced blocks. [] where the transform does not
     apply (the note says why)."""
-    key = ("fsdp", reshard_after_forward)
-    if key not in traced.units:
-        traced.units[key] = _apply(traced)
-    return traced.units[key]
+    if "fsdp" not in traced.units:  # the units and their lines do not depend on the layout
+        traced.units["fsdp"] = _apply(traced)
+    return traced.units["fsdp"]
 
 
 def _apply(traced: Traced) -> list[Unit]:

@@ -43,6 +43,7 @@ The modules, down the pipeline:
     reduction   the reduction kernel writer (single pass, looped, online, Welford)
     module      module source (header, helpers, kernel, launcher); exec once per source
     runtime     generate / source_only / source_for, Generated and its stride variants
+    launch      each kernel's launch bound once (no per-call JIT dispatch on a GPU)
     aot         ahead-of-time compile for a GPU target without a GPU (python -m), specialised as the JIT
     static      every kernel's launch and its compile for the target GPU, for the report
 """
@@ -78,10 +79,10 @@ class TritonExecutor(FusionExecutor):
         or even importing triton: for reports on machines where the executor is unavailable."""
         return source_only(group)
 
-    def describe_kernels(self, pairs: list, gpu: str, compile_static: bool) -> None:
+    def describe_kernels(self, pairs: list, gpu: str, compile_static: bool) -> list:
         from . import static  # the report's kernel analysis: docs/kernels.md
 
-        static.describe(pairs, gpu, compile_static)
+        return static.describe(pairs, gpu, compile_static)
 
     def source_for(self, group: FusionGroup, layouts: list[Layout], device: str = "cuda") -> str:
         """The module (kernels and launcher) for inputs of these strides, as `generate` would

@@ -161,25 +161,24 @@ def kernel_static(row: dict[str, Any], spec: KernelSpec, launch: R.KernelLaunch,
     return K.complete(s, launch)
 
 
-def describe(pairs: list[tuple[Any, R.Region]], gpu: str, compile_static: bool) -> None:
-    """Fill `launch`, and with `compile_static` `static` and `findings`, of each report Region
-    from its lowering Region (pairs in one batch: one subprocess for every kernel not cached)."""
+def describe(pairs: list[tuple[Any, R.Region]], gpu: str, compile_static: bool) -> list[R.Region]:
+    """Each report Region of `pairs` with its `launch`, and with `compile_static` its `static` and
+    `findings`, from its lowering Region (one subprocess for every kernel not cached), in order."""
+    out = [report for _, report in pairs]
     found = []
-    for region, out in pairs:
+    for i, (region, _) in enumerate(pairs):
         got = specs_of(region)
-        if got is None:
-            continue
-        source, specs = got
-        out.launch = launches(specs)
-        found.append((out, source, specs))
+        if got is not None:
+            found.append((i, got[0], got[1], launches(got[1])))
     if not compile_static or not found:
-        for out, _, specs in found:
-            out.findings = K.findings(out.launch, [], specs[0].row_bytes)
-        return
+        for i, _, specs, launch in found:
+            out[i] = dataclasses.replace(out[i], launch=launch, findings=K.findings(launch, [], specs[0].row_bytes))
+        return out
     sm = K.sm_of(gpu)
-    items = [(source, spec) for _, source, specs in found for spec in specs]
-    rows = iter(compile_kernels(items, sm.arch))
-    for out, _, specs in found:
-        out.static = [kernel_static(next(rows), spec, launch, gpu) for spec, launch in zip(specs, out.launch)]
-        out.findings = K.findings(out.launch, out.static, specs[0].row_bytes)
+    rows = iter(compile_kernels([(source, spec) for _, source, specs, _ in found for spec in specs], sm.arch))
+    for i, _, specs, launch in found:
+        static = [kernel_static(next(rows), spec, each, gpu) for spec, each in zip(specs, launch)]
+        out[i] = dataclasses.replace(out[i], launch=launch, static=static,
+                                     findings=K.findings(launch, static, specs[0].row_bytes))
+    return out
 

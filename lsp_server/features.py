@@ -14,13 +14,13 @@ from lsprotocol import types as T
 from pygls.uris import from_fs_path
 
 from fusionlens.report import plan_text
-from fusionlens.report.schema import RegionRef, SavedTensor
+from fusionlens.report.schema import DiagnosticCode, RegionRef, SavedTensor
 from lsp_server.annotations import LineNote
 from lsp_server.commands import CMD_COMPILE, CMD_EXPORT_REPRO, CMD_SHOW_KERNEL, CMD_SHOW_TRACE
 from lsp_server.documents import DocState, View
 from lsp_server.server import SETTINGS_PENDING, FusionLensServer
 from lsp_server.views import (SAVED_FOR, boundary_label, boundary_tooltip, collective_label, collective_section,
-                              hint_label, hint_tooltip, hover_markdown,
+                              guard_section, hint_label, hint_tooltip, hover_markdown,
                               lens_title, plain_text, program_groups, shorten, target_hover)
 
 FUSION_EXECUTORS = ("triton", "nvfuser")  # the executors whose regions have a kernel to export
@@ -202,11 +202,15 @@ def hover(ls: FusionLensServer, params: T.HoverParams) -> T.Hover | None:
     saved = view.saved.get(line, [])
     found = view.collectives.get(line, [])
     planned = view.plans.get(line)
-    if notes or bounds or saved or found or planned:
+    # the values this line's branches read, checked at each call (issue 30's value guards)
+    guards = [d.message for ln, d in view.diags if ln == line and d.code == DiagnosticCode.VALUE_GUARD]
+    if notes or bounds or saved or found or planned or guards:
         value = hover_markdown(notes, bounds, view.region_lines_of, line, saved) if notes or bounds or saved or found \
             else ""
         if found:
             value = f"{collective_section(found)}\n\n{value}"
+        if guards:
+            value = f"{guard_section(guards)}\n\n{value}" if value else guard_section(guards)
         if planned:  # the line at scale (the target's plan=): after what runs here
             value = f"{value}\n\n{plan_text.hover(*planned)}" if value else plan_text.hover(*planned)
     else:

@@ -360,6 +360,12 @@ def program_groups(notes: list[LineNote]) -> list[list[LineNote]]:
     return list(groups.values())
 
 
+def guard_section(messages: list[str]) -> str:
+    """A line whose branch read a tensor's value: what the program checks at each call."""
+    items = "\n".join(f"- {m}" for m in dict.fromkeys(messages))
+    return f"**value guard** (checked at each call; another value compiles the other branch):\n\n{items}"
+
+
 def hover_markdown(notes: list[LineNote], boundaries: list[tuple[Region, Boundary]],
                    region_lines_of: Callable[[Result, str], list[int]], line: int,
                    saved: Sequence[SavedTensor] = ()) -> str:

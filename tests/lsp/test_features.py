@@ -178,4 +178,7 @@ async def test_other_file_annotations_and_data_dependent_warning(start_server):
     at = [d for d in warnings if d.range.start.line == line]
     assert at, [(d.range.start.line, d.message) for d in s.diagnostics(duri)]
     src = dd.read_text().splitlines()[line]
-    assert at[0].range.start.character == src.index("x.sum()")
+    assert all(d.range.start.character == src.index("x.sum()") for d in at), [(d.code, d.range) for d in at]
+    # the value the branch read is a guard of the program, named at its line in the hover too
+    assert any(d.code == "value-guard" for d in at), [(d.code, d.message) for d in at]
+    assert "value guard" in hover_text(await s.hover(duri, line))

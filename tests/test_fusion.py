@@ -356,3 +356,29 @@ def test_recompute_never_reads_more_than_it_saves(fuser):
     handed = [v.name for v in rows.outputs if list(v.shape) == [4, 8]]
     assert handed and handed == [v.name for v in columns.inputs], (rows.outputs, columns.inputs)
     assert [b.sym.name for b in columns.bsyms] == ["prims.sum"]
+
+
+def test_llama_rms_norm_backward_is_two_nvfuser_regions(fuser):
+    """Llama's RMSNorm backward (its [rows, 1] statistics reshaped between two reductions) as two
+    nvFuser definitions, run by tests/nvfuser_reference.py, gradients as eager's."""
+    import sys
+
+    from fusionlens.driver import pipeline
+    from nvfuser_testing import reference_backend, registered
+
+    sys.path.insert(0, os.path.join(ROOT, "examples"))
+    from llama_block import LlamaRMSNorm
+
+    norm = LlamaRMSNorm(6)
+
+    def fn(x, w):
+        return torch.func.functional_call(norm, {"weight": w}, (x,))
+
+    x, w = torch.randn(2, 40, 6, requires_grad=True), torch.randn(6, requires_grad=True)
+    with registered(reference_backend()):
+        c = pipeline.compile_program(fn, (x, w), {}, CompileOptions(executors=("nvfuser", "torch")))
+        dy = torch.randn(2, 40, 6)
+        got = torch.autograd.grad(c.fn(x, w, *c.constants), (x, w), dy)
+    assert checking.mismatch(list(got), list(torch.autograd.grad(fn(x, w), (x, w), dy))) is None
+    regions = c.program("backward").plan.regions
+    assert [r.executor for r in regions] == ["nvfuser", "nvfuser"], [(r.id, r.executor, r.note) for r in regions]

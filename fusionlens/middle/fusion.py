@@ -424,6 +424,8 @@ class _Regroup:
                 self.state.producer.pop(o.name, None)
             for u in b.inputs():
                 self.readers[u.name].remove(id(a))
+        if not a.ops:  # everything it made is recomputed where it is read
+            self.state.alive.discard(id(a))
 
     def merge_siblings(self):
         state = self.state

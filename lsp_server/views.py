@@ -305,6 +305,7 @@ def preview_section(group: list[LineNote]) -> list[str]:
     est = f" · {roofline_text(region)}" if roofline_text(region) else ""
     return [f"**where {p.executor} can run** (not here: {p.reason}), it would fuse this line{also} into one "
             f"kernel `{region.id}` ({len(region.ops)} ops){est}:",
+            *kernel_notes.markdown(region),  # its launch, its compile for the target GPU, findings
             code_block(region.code, HOVER_CODE_LINES)]
 
 

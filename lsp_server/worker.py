@@ -315,7 +315,10 @@ def _compile(req: CompileRequest) -> CompileAnswer:
     extra = {"source": req.source} if req.source is not None else {}  # an unsaved buffer
     # the worker is an entry point: the environment's options (FUSIONLENS_DEBUG, ...), then
     # the settings' (fusionlens.executors, fusionlens.targetGpu) over them
-    options = CompileOptions.from_env(executors=req.executors, gpu=req.gpu)
+    # the editor shows each Triton kernel's static analysis (launch, sm_90 compile, findings:
+    # docs/kernels.md) unless the environment says otherwise: a second a kernel once, then cached
+    static = None if os.environ.get("FUSIONLENS_STATIC", "").strip() else True
+    options = CompileOptions.from_env(executors=req.executors, gpu=req.gpu, static_kernels=static)
     report = compile_target(req.path, req.target, executors=req.executors, options=options, **extra,
                             benchmark=req.benchmark, repeats=req.repeats, device=req.device)
     answer = CompileAnswer(req.id, report.to_dict() if hasattr(report, "to_dict") else report)

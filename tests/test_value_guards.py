@@ -153,3 +153,46 @@ def test_an_encoder_with_padding_at_8_lengths_compiles_at_most_twice(name):
             got, want = jm(input_ids=ids, attention_mask=mask), model(input_ids=ids, attention_mask=mask)
             torch.testing.assert_close(got.last_hidden_state, want.last_hidden_state, atol=1e-5, rtol=1e-4)
     assert jm.cache_info()["compiles"] <= 2, compiler.last_report(jm).diagnostics
+
+
+# --- value-guarded programs on the fast path (fusionlens/driver/fast_path.py) -----------------------
+
+def test_a_value_guarded_program_is_served_by_its_generated_code(monkeypatch):
+    """The generated code re-reads the branch's value: counted (the generic key never runs),
+    equal to eager, and a changed mask compiles the other branch once, both then served."""
+    from fusionlens.driver import jit_cache
+    jfn = compiler.jit(_on_all)
+    jfn(torch.randn(2, 5), _mask(5, padded=False))
+    assert jfn.last is not None and jfn.last.values is not None and jfn.fast.source(jfn.last) is not None
+    keyed = []
+    real_key = jit_cache.JitFunction._key
+    monkeypatch.setattr(jit_cache.JitFunction, "_key", lambda *a: keyed.append(1) or real_key(*a))
+    for padded in (False, False, True, True, False, True):
+        x, m = torch.randn(2, 5), _mask(5, padded)
+        before = jfn.fast.served
+        torch.testing.assert_close(jfn(x, m), _on_all(x, m))
+        if padded and len(keyed) == 0:  # the first padded call: its guard fails, the generic path compiles
+            assert jfn.fast.served == before
+    assert jfn.cache_info()["compiles"] == 2
+    assert len(keyed) == 1  # only the call that compiled the other branch took the generic key
+    assert jfn.fast.served == 5
+
+
+def test_electra_with_a_padding_mask_takes_the_fast_path(monkeypatch):
+    from fusionlens.driver import jit_cache
+    torch.manual_seed(0)
+    model = _encoder("electra").eval()
+    jm = compiler.jit(model)
+    keyed = []
+    real_key = jit_cache.JitFunction._key
+    with torch.no_grad():
+        for i, padded in enumerate((True, True, False, True, False, True)):
+            ids, mask = torch.randint(1, 64, (2, 7)), _mask(7, padded).long()
+            got, want = jm(input_ids=ids, attention_mask=mask), model(input_ids=ids, attention_mask=mask)
+            torch.testing.assert_close(got.last_hidden_state, want.last_hidden_state, atol=1e-5, rtol=1e-4)
+            if i == 0:
+                assert jm.last is not None and jm.last.values is not None  # the mask check is a value guard
+                monkeypatch.setattr(jit_cache.JitFunction, "_key", lambda *a: keyed.append(1) or real_key(*a))
+    assert jm.cache_info()["compiles"] == 2
+    assert len(keyed) == 1  # the unpadded call's miss; every other call served by generated code
+    assert jm.fast.served == 4

@@ -148,8 +148,6 @@ def generate(owner, entry, args, kwargs, generation: list[int]) -> tuple[Callabl
     if TensorGuards is None or entry.eager_fallback or owner.wrapper is not None or owner.sharded is not None \
             or owner.transforms:
         raise NotArmed("the call runs eagerly or under a parallel wrapping")
-    if entry.values is not None:  # value guards (frontend/value_guards.py): jit_cache's _branch checks them
-        raise NotArmed("the program branched on a tensor's value")
     w = _Writer()
     flat, spec = pytree.tree_flatten((tuple(args), dict(kwargs)))
     w.check(f"len(args) == {len(args)} and len(kwargs) == {len(kwargs)}")
@@ -183,7 +181,7 @@ def generate(owner, entry, args, kwargs, generation: list[int]) -> tuple[Callabl
     _tensor_guards(w, c.guards, user, by_id)
     if c.guards is not None:
         _symbolic(w, c.guards, inputs, [leaf_vars[p] for p in c.guards.ints])
-    if entry.values is not None:
+    if entry.values is not None:  # the branch's values read again (a read of sizes only: once per size)
         w.check(f"{w.const(entry.values, 'VG')}.failing([{', '.join(inputs)}, *C]) is None")
     return _finish(w, owner, entry, inputs, leaf_vars, states)
 

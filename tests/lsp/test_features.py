@@ -80,6 +80,8 @@ async def test_gpt_block_lens_hints_hover_actions_commands(start_server):
     text = hover_text(await s.hover(uri, gelu_line))
     assert_line_hover(text)
     assert "torch.tanh" in text
+    # on a CPU the Triton preview's kernel, compiled for the target GPU here: its launch and static analysis
+    assert "**Kernels** (compiled for the target GPU here, nothing run):" in text and "sm_90" in text, text
     # the line's regions are the ones its hint names
     label = next(h.label for h in region_hints if h.position.line == gelu_line)
     assert f"`{label.split()[0].split('+')[0]}`" in text

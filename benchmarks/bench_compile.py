@@ -1,6 +1,6 @@
 """Fixed costs of the jit path: FusionLens vs Thunder, torch.compile and eager, in one run.
 
-    python benchmarks/bench_compile.py [--first-repeats 5] [--repeats 300] [--no-torch-compile]
+    python benchmarks/bench_compile.py [--first-repeats 5] [--repeats 300] [--no-torch-compile] [--baseline DIR]
                                        [--gc-collect | --gc-freeze]
 
 Three tables, for small functions (a 10-op elementwise chain, an MLP, softmax, LayerNorm):
@@ -64,6 +64,7 @@ sys.path.insert(0, HERE)
 from tables import table  # noqa: E402
 
 FRAMEWORKS = ("eager", "fusionlens", "thunder", "torch.compile")
+BASELINE = "fusionlens-before"  # the first-call table's row of --baseline DIR's FusionLens
 
 
 # --- workloads: torch only, so a child process imports nothing else before it is timed ----
@@ -113,6 +114,9 @@ WORKLOADS = ("chain10", "mlp", "softmax", "layernorm")
 
 def import_framework(framework: str):
     """The function that makes a compiled callable (its import is what is timed)."""
+    if framework == BASELINE:  # another checkout of FusionLens (--baseline DIR): before/after in one run
+        sys.path.insert(0, os.environ["FUSIONLENS_BENCH_BASELINE"])
+        framework = "fusionlens"
     if framework == "fusionlens":
         import compiler
 
@@ -238,6 +242,8 @@ def main():
     p.add_argument("--first-repeats", type=int, default=5, help="fresh processes per framework and workload")
     p.add_argument("--repeats", type=int, default=300, help="samples of 20 calls for the per-call table")
     p.add_argument("--no-examples", action="store_true")
+    p.add_argument("--baseline", metavar="DIR", help="another FusionLens checkout (e.g. `git archive HEAD` unpacked): "
+                   f"its first calls as {BASELINE!r}, interleaved with this one's")
     args = p.parse_args()
     if args.child:
         child_framework, child_workload = args.child  # nargs=2
@@ -253,6 +259,9 @@ def main():
     frameworks = [fw for fw in FRAMEWORKS if (fw != "thunder" or thunder is not None)
                   and (fw != "torch.compile" or not args.no_torch_compile)
                   and (not args.only or fw in args.only.split(","))]
+    if args.baseline:
+        os.environ["FUSIONLENS_BENCH_BASELINE"] = os.path.abspath(args.baseline)  # the children inherit it
+        frameworks.insert(frameworks.index("fusionlens") + 1 if "fusionlens" in frameworks else 0, BASELINE)
     import compiler
 
     print(f"{datetime.date.today()} · {platform.machine()} CPU, {os.cpu_count()} cores, torch threads 1 (per-call "
@@ -283,10 +292,12 @@ def main():
         print("\nFusionLens / Thunder (target for first call: <= 0.15x, issue 30 part 4)")
         rows = []
         for w in WORKLOADS:
-            fl, th = results["fusionlens", w], results["thunder", w]
-            rows.append([w] + [_ratio(_median(fl, k), _median(th, k))
-                               for k in ("import_ms", "first_ms", "first_no_gc_ms", "import_first_ms", "process_ms")])
-        table(rows, ["workload", "import", "first call", "first call - full gc", "import + first call", "process"])
+            for fw in ("fusionlens", BASELINE) if BASELINE in frameworks else ("fusionlens",):
+                fl, th = results[fw, w], results["thunder", w]
+                rows.append([w, fw] + [_ratio(_median(fl, k), _median(th, k)) for k in
+                                       ("import_ms", "first_ms", "first_no_gc_ms", "import_first_ms", "process_ms")])
+        table(rows, ["workload", "framework", "import", "first call", "first call - full gc", "import + first call",
+                     "process"])
 
     print(f"\nHost overhead per call on tiny inputs, median of {args.repeats} x 20 calls, us (x = vs eager)")
     rows = []

@@ -70,7 +70,7 @@ def test_decode_steps_with_a_dynamic_cache_match_eager(make):
             eager_ids = want.logits[:, -1:].argmax(-1)
             compiled_ids = got.logits[:, -1:].argmax(-1)
     _no_eager_calls(jfn)
-    assert jfn.cache_info()["compiles"] <= 3  # prefill, a decode step, then one program for every length
+    assert jfn.cache_info()["compiles"] <= 2  # prefill, then one program for every length
 
 
 @pytest.mark.parametrize("make,cache", [(_llama, "dynamic"), (_llama, "static"), (_mistral, "dynamic")],
@@ -87,7 +87,7 @@ def test_generate_gives_eagers_tokens_with_no_eager_call(make, cache):
             got = model.generate(ids, max_new_tokens=32, do_sample=False, **options)
             assert torch.equal(got, want)
     _no_eager_calls(model.forward)
-    assert model.forward.cache_info()["compiles"] <= (3 if cache == "dynamic" else 2)
+    assert model.forward.cache_info()["compiles"] <= 2
 
 
 def test_an_encoder_decoder_generates_eagers_tokens():
@@ -132,11 +132,11 @@ def test_the_compiled_entries_keep_no_cache_of_their_calls_alive():
     cache = transformers.DynamicCache(config=model.config)
     with torch.no_grad():
         ids = torch.randint(0, 128, (1, 4))
-        for _ in range(4):  # prefill, a static step, then the dynamic program
+        for _ in range(4):  # prefill, then the decode steps' dynamic program (the cache's growth symbolic)
             out = jfn(input_ids=ids, cache=cache, use_cache=True)
             ids = out.logits[:, -1:].argmax(-1)
     gone = weakref.ref(cache)
     del cache, out
     gc.collect()
     assert gone() is None, [type(r).__name__ for r in gc.get_referrers(gone())]
-    assert jfn.cache_info()["compiles"] == 3
+    assert jfn.cache_info()["compiles"] == 2

@@ -207,9 +207,8 @@ def test_decoding_walks_no_cache_layers_once_compiled(cache, monkeypatch):
     first = 4 if cache == "dynamic" else 10  # a StaticCache's size is the generate's length: the same one
     assert torch.equal(_generate(model, ids, first, cache), _generate(base, ids, first, cache))
     compiles = model.forward.cache_info()["compiles"]
-    # prefill, then the decode steps: with a DynamicCache the first step's program and one for
-    # every cache length after it; with a StaticCache one
-    assert compiles <= (3 if cache == "dynamic" else 2), model.forward.cache_info()
+    # prefill, then one program for every decode step (a DynamicCache's growth symbolic from its first step)
+    assert compiles <= 2, model.forward.cache_info()
     counted = _Counted(monkeypatch)
     served = model.forward.fast.served
     got = _generate(model, ids, 10, cache)  # (a DynamicCache: lengths the first generate never saw)
@@ -218,3 +217,30 @@ def test_decoding_walks_no_cache_layers_once_compiled(cache, monkeypatch):
     assert model.forward.fast.served - served == 10  # every step: prefill and 9 decode steps
     # the eager run above walks nothing of ours either: any count is the compiled calls'
     assert counted.calls == {"key": 0, "leaves": 0, "user_tensors": 0}, counted.calls
+
+
+def test_prefill_and_10_decode_steps_with_a_dynamic_cache_compile_twice():
+    """The cache's keys and values are a cat along the sequence dim in prefill's program: the
+    first decode step is traced symbolic along it, so one program serves every later length."""
+    base = _llama()
+    ids = torch.randint(0, 64, (1, 5), generator=torch.Generator().manual_seed(1))
+    model = copy.deepcopy(base)
+    model.forward = compiler.jit(model.forward)
+    assert torch.equal(_generate(model, ids, 11, "dynamic"), _generate(base, ids, 11, "dynamic"))
+    info = model.forward.cache_info()
+    assert info["compiles"] == 2 and info["dynamic"] == 1, info
+    assert model.forward.growing and set(model.forward.growing.values()) == {2}  # (batch, heads, length, dim)
+
+
+def test_the_reports_versions_read_from_metadata_headers_are_importlibs():
+    """The first call's report reads versions from METADATA's header lines (cheaper than
+    importlib.metadata.version's full parse): the same strings."""
+    import importlib.metadata
+
+    from fusionlens.driver import reporting
+    for dist in ("torch", "triton", "fusionlens", "no-such-distribution-here"):
+        try:
+            want = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            want = None
+        assert reporting._version(dist) == want

@@ -110,7 +110,8 @@ def compile_checked(fn, args, kwargs, options: CompileOptions, name: str, *, ben
                     eager_on_failure: bool = False,
                     dims: tuple[frozenset[int], ...] | None = None,
                     ints: frozenset[int] = frozenset(),
-                    transforms: Sequence[CompileTransform] = ()) -> tuple[pipeline.Compiled, R.CompileReport, bool]:
+                    transforms: Sequence[CompileTransform] = (),
+                    said: Sequence[R.Diagnostic] = ()) -> tuple[pipeline.Compiled, R.CompileReport, bool]:
     """Compile, check against eager, benchmark if asked, then report: what compile, jit and
     compile_target share. Returns (Compiled, report, whether the check failed).
 
@@ -123,18 +124,20 @@ def compile_checked(fn, args, kwargs, options: CompileOptions, name: str, *, ben
     `tracing`, applied by the pipeline, their report inputs assembled; on the groups they and the
     collectives the call makes communicate on, the ranks agree on the check (`_check`). Where a
     transform rewrote the backward (DDP's), the compile returned shows it, unless the check failed.
+    `said`: the caller's diagnostics, last in the report (jit: why the signature compiled again).
     """
     with contextlib.ExitStack() as stack:
         for t in transforms:
             stack.enter_context(t.tracing())
         return _compile_checked(fn, args, kwargs, options, name, benchmark, repeats, warmup, torch_compile, target,
-                                eager_on_failure, dims, ints, transforms)
+                                eager_on_failure, dims, ints, transforms, said)
 
 
 def _compile_checked(fn, args, kwargs, options: CompileOptions, name: str, benchmark: bool, repeats: int,
                      warmup: int, torch_compile: bool, target: R.Target | None, eager_on_failure: bool,
                      dims: tuple[frozenset[int], ...] | None, ints: frozenset[int],
-                     transforms: Sequence[CompileTransform]) -> tuple[pipeline.Compiled, R.CompileReport, bool]:
+                     transforms: Sequence[CompileTransform],
+                     said: Sequence[R.Diagnostic] = ()) -> tuple[pipeline.Compiled, R.CompileReport, bool]:
     defined = reporting.target_of(fn, name)
     target = target or defined
     if dims is None:  # the dims the example's tensors were marked with (fusionlens.mark_dynamic)
@@ -160,7 +163,7 @@ def _compile_checked(fn, args, kwargs, options: CompileOptions, name: str, bench
                       training) for t in transforms]
     if any(a.rewritten for a in added):
         c = c.showing_rewritten()
-    return c, reporting.assemble(c, target, checked, measured, extra, added), failed
+    return c, reporting.assemble(c, target, checked, measured, extra, added, said), failed
 
 
 def _check(c: pipeline.Compiled, call: tuple[Any, tuple[Any, ...], dict[str, Any]], inputs: list[Any],

@@ -9,8 +9,11 @@ layout) is written as one straight-line Python function, the ShapeEnv's guard ex
 inlined, and exec'd, as dynamo's guards are. The next call of that form runs the function:
 its checks, the program, the cache's updates set slot by slot. A size the program serves
 symbolically (a DynamicCache grown by a token) is checked by the guard expression, never
-keyed. A call the function rejects (`MISS`) takes the generic path, which serves or compiles
-it and arms its program here in turn.
+keyed. A program that branched on a tensor's value (frontend/value_guards.py) re-reads it:
+the ops the value depends on run again on the call's inputs (a value of sizes only, once per
+size); a value that differs is a MISS, and the generic path finds or compiles that branch.
+A call the function rejects (`MISS`) takes the generic path, which serves or compiles it and
+arms its program here in turn.
 
 A call the generated code serves counts as a hit in `cache_info()` (a new size a dynamic
 program serves too: the generic path counted it a miss that compiled nothing).

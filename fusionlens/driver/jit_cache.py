@@ -118,6 +118,7 @@ class JitFunction:
         self._state_generation = -1
         self._state: tuple[tuple[int, ...], ...] = ()
         self.fast = fast_path.FastPaths(self)  # cached calls as generated code (fast_path.py)
+        self.growing: dict[tuple, int] = {}  # a passed object's slot (path) -> the dim a cat grows it along
 
     def signature(self, args, kwargs) -> tuple[Any, ...]:
         """The cache key. Positional tensors only (the common call) key as a pair and are
@@ -185,8 +186,9 @@ class JitFunction:
             self.misses += 1
             entry, shape_why = self._dynamic_entry(key, list(args) if tensors is None else tensors, leaves)
             if entry is None:
-                entry = self._compile(key, args, kwargs, *self._dynamic(key, args, kwargs))
-                _say_why(entry, why or shape_why or self._static_why(key, entry))
+                dims, ints = self._dynamic(key, args, kwargs)
+                said = _why_said(why or shape_why or self._static_why(key))  # an input of the report's assembly
+                entry = self._compile(key, args, kwargs, dims, ints, said)
                 if entry.compiled.guards is not None:
                     self.symbolic.setdefault(_erased(key), []).append(entry)
             if len(self.cache) >= self.max_entries:  # forget the oldest signature
@@ -254,12 +256,12 @@ class JitFunction:
             why = why or value_why
         return None, why
 
-    def _static_why(self, key, new: CacheEntry) -> _Why | None:
+    def _static_why(self, key) -> _Why | None:
         """Why a call at new sizes compiled again where an earlier program of its erased
         signature is static: that program's own reason (it could not be traced symbolic)."""
         erased = _erased(key)
         for entry in self.cache.values():
-            if entry is not new and entry.compiled.guards is None and _erased(entry.signature) == erased:
+            if entry.compiled.guards is None and _erased(entry.signature) == erased:
                 said = [d for d in entry.report.diagnostics if d.code == R.DiagnosticCode.DYNAMIC_SHAPES]
                 if said:
                     return _Why(f"the sizes changed and the program for {_shapes(entry)} is static: {said[0].message}",
@@ -278,34 +280,53 @@ class JitFunction:
         ints_seen = [leaf if type(leaf) is int else None for leaf in leaves]  # no object kept alive here
         first_shapes, first_leaves = self.first_seen.setdefault(_erased(key), (shapes, ints_seen))
         dims = []
-        for t, shape, seen in zip(tensors, shapes, first_shapes):
+        grown = self._grown(args, kwargs, tensors) if self.dynamic is None else {}
+        for i, (t, shape, seen) in enumerate(zip(tensors, shapes, first_shapes)):
             changed = {i for i, (a, b) in enumerate(zip(shape, seen)) if a != b} if self.dynamic is None else \
                 set(range(t.ndim))
-            dims.append(frozenset(d for d in changed | dynamic.marked_dims(t) if shape[d] > 1))
+            grows = {grown[i]} if i in grown else set()
+            dims.append(frozenset(d for d in changed | grows | dynamic.marked_dims(t) if shape[d] > 1))
         ints = frozenset(i for i, (a, b) in enumerate(zip(leaves, first_leaves)) if type(a) is int
                          and (a != b or self.dynamic is True))
         return (tuple(dims) if any(dims) else ()), ints
 
-    def _compile(self, key, args, kwargs, dims: DynamicDims = (), ints: frozenset[int] = frozenset()) -> CacheEntry:
+    def _grown(self, args, kwargs, tensors: list) -> dict[int, int]:
+        """User tensor index -> the dim it grows along: a passed object's slot that an earlier
+        program replaced by a cat along that dim (dynamic.growing: a KV cache's layers)."""
+        if not self.growing:
+            return {}
+        index = {id(t): i for i, t in enumerate(tensors)}
+        out = {}
+        for state in objects.passed_states(pytree.tree_leaves((args, kwargs))):
+            for path, v in objects.leaves(state):
+                if isinstance(v, torch.Tensor) and path in self.growing and id(v) in index \
+                        and self.growing[path] < v.ndim:
+                    out[index[id(v)]] = self.growing[path]
+        return out
+
+    def _compile(self, key, args, kwargs, dims: DynamicDims = (), ints: frozenset[int] = frozenset(),
+                 said: list[R.Diagnostic] | None = None) -> CacheEntry:
         # The random stream is put back as it was before compiling (tracing and checking draw
         # from it): the program's first run then takes the draws (dropout's masks) eager would.
         # Not when the signature runs eagerly: its first result is the traced run's own.
         cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
         cpu_state, cuda_state = torch.random.get_rng_state(), torch.cuda.get_rng_state() if cuda else None
         self.compiles += 1
-        entry = self._compile_here(key, args, kwargs, dims, ints)
+        entry = self._compile_here(key, args, kwargs, dims, ints, said or [])
+        self.growing.update(dynamic.growing(entry.compiled.traced))
         if not entry.eager_fallback:
             torch.random.set_rng_state(cpu_state)
             if cuda_state is not None:
                 torch.cuda.set_rng_state(cuda_state)
         return entry
 
-    def _compile_here(self, key, args, kwargs, dims: DynamicDims, ints: frozenset[int]) -> CacheEntry:
+    def _compile_here(self, key, args, kwargs, dims: DynamicDims, ints: frozenset[int],
+                      said: list[R.Diagnostic]) -> CacheEntry:
         dtensors = collectives.dtensor_arguments(args, kwargs) is not None  # such calls run eagerly: no TP
         transforms = [t for t in self.transforms if not (dtensors and isinstance(t, Parallel))]
         c, rep, failed = api.compile_checked(self.fn, args, kwargs, self.options, frontend.target_name(self.fn),
                                              benchmark=False, eager_on_failure=True, dims=dims, ints=ints,
-                                             transforms=transforms)
+                                             transforms=transforms, said=said)
         symbolic = set(c.guards.ints) if c.guards is not None else set()
         leaves = pytree.tree_leaves((args, kwargs)) if len(key) == 3 else []
         static_ints = {i: x for i, x in enumerate(leaves) if type(x) is int and i not in symbolic}
@@ -324,6 +345,7 @@ class JitFunction:
         self.cache.clear()
         self.symbolic.clear()
         self.first_seen.clear()
+        self.growing.clear()
         self.fast.clear()
         self.hits = self.misses = self.compiles = 0
         self.last = None
@@ -391,12 +413,14 @@ def _join(previous: CacheEntry | None, entry: CacheEntry) -> None:
         entry.branches.append(entry)
 
 
-def _say_why(entry: CacheEntry, why: _Why | None) -> None:
-    """A recompile says why at the line of the guard that failed."""
-    if why is not None:
-        where = why.where
-        _said(entry, R.Diagnostic("information", f"compiled again: {why.message}", getattr(where, "file", None),
-                                  getattr(where, "line", None), code=why.code))
+def _why_said(why: _Why | None) -> list[R.Diagnostic]:
+    """What a recompile says, at the line of the guard that failed (the last of its report's
+    diagnostics, given to its assembly)."""
+    if why is None:
+        return []
+    where = why.where
+    return [R.Diagnostic("information", f"compiled again: {why.message}", getattr(where, "file", None),
+                         getattr(where, "line", None), code=why.code)]
 
 
 def _fall_back(entry: CacheEntry, e: ShapeChanged) -> None:

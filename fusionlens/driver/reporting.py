@@ -31,10 +31,18 @@ from fusionlens.middle.programs import ProgramKind
 
 
 def _version(dist: str) -> str | None:
+    """A distribution's version from its METADATA's header line: `importlib.metadata.version`
+    parses the whole file as an email (triton's: ~5 ms of a first jit call)."""
     try:
-        return importlib.metadata.version(dist)
+        found = importlib.metadata.distribution(dist)
     except importlib.metadata.PackageNotFoundError:
         return None
+    for line in (found.read_text("METADATA") or found.read_text("PKG-INFO") or "").splitlines():
+        if line.startswith("Version:"):
+            return line.removeprefix("Version:").strip()
+        if not line:  # the end of the headers
+            break
+    return found.version
 
 
 def _nvfuser_version() -> str | None:
@@ -358,12 +366,14 @@ def _ops(c) -> list[R.OpRecord]:
 
 
 def assemble(c, target: R.Target, checked: list[R.Diagnostic], measured=None,
-             extra: list[R.Diagnostic] | None = None, inputs: Sequence[ReportInputs] = ()) -> R.CompileReport:
+             extra: list[R.Diagnostic] | None = None, inputs: Sequence[ReportInputs] = (),
+             said: Sequence[R.Diagnostic] = ()) -> R.CompileReport:
     """The report of `c` (a pipeline.Compiled): `checked` are the diagnostics of its check
     against eager, `measured` its benchmark.Measurements (None when not timed), `extra`
     diagnostics of the caller (jit's eager fallback), `inputs` the transforms' (DDP's reducer's
-    buckets, listed after the programs' collectives, and its diagnostics, last). Nothing changes
-    a report after this: it is the compile's, whole."""
+    buckets, listed after the programs' collectives, and its diagnostics), `said` what the caller
+    knew before compiling (jit: why this signature compiled again), last. Nothing changes a
+    report after this: it is the compile's, whole."""
     measured = _timings_carried(c, measured)
     fallbacks = [R.Fallback(b.sym.name, b.note, b.provenance.file if b.provenance else None,
                             b.provenance.line if b.provenance else None)
@@ -373,7 +383,7 @@ def assemble(c, target: R.Target, checked: list[R.Diagnostic], measured=None,
     gpu, estimate, why = _roofline_gpu(c.device, c.options.gpu)
     if why:
         diagnostics.append(R.Diagnostic("information", why, code=R.DiagnosticCode.ROOFLINE))
-    diagnostics += [d for i in inputs for d in i.diagnostics]
+    diagnostics += [d for i in inputs for d in i.diagnostics] + list(said)
     programs = [_program(p, measured, gpu, estimate) for p in c.programs]
     programs = _describe_kernels(c, programs, gpu.name)
     return R.CompileReport(

@@ -23,6 +23,7 @@ from fusionlens.frontend.notes import Note, Severity
 from fusionlens.ir import provenance
 from fusionlens.report.schema import DiagnosticCode
 from fusionlens.ir.sizes import SIZES
+from fusionlens.ir.trace import Value
 
 if TYPE_CHECKING:  # sympy's import takes a second: only a dynamic compile pays it
     from fusionlens.ir import symbols
@@ -250,3 +251,25 @@ def _same_program(real, symbolic) -> None:
         raise Unsupported("with symbolic sizes the call ran other ops than on the example")
     if [(d.name, s.name) for d, s in real.writeback] != [(d.name, s.name) for d, s in symbolic.writeback]:
         raise Unsupported("with symbolic sizes the call updated other tensors than on the example")
+
+
+def growing(traced: frontend.TraceResult) -> dict[tuple, int]:
+    """The slots of objects passed in (a KV cache's layers, by path) that the call replaced by
+    a cat along a dim of what they held, or of an empty start (a cache made on its first call):
+    path -> that dim, which grows every call. jit makes it symbolic on the slot's first
+    appearance, as dynamo's automatic dynamic does for a size that changed, but known up front:
+    a decode step's first program serves every later length."""
+    if not traced.states:
+        return {}
+    made = {o.name: b for b in traced.trace.bound_symbols for o in b.outputs}
+    found: dict[tuple, int] = {}
+    for slots in traced.trace.output[1]:
+        for path, value in slots:
+            b = made.get(value.name) if isinstance(value, Value) else None
+            shape = getattr(value, "shape", None)
+            if b is None or b.sym.name not in ("torch.cat", "torch.concat", "torch.concatenate") or not shape:
+                continue
+            dim = b.kwargs.get("dim", b.args[1] if len(b.args) > 1 else 0)
+            if isinstance(dim, int):
+                found[tuple(path)] = dim % len(shape)
+    return found

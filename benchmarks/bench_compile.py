@@ -1,6 +1,7 @@
 """Fixed costs of the jit path: FusionLens vs Thunder, torch.compile and eager, in one run.
 
     python benchmarks/bench_compile.py [--first-repeats 5] [--repeats 300] [--no-torch-compile] [--baseline DIR]
+                                       [--threads N]
                                        [--gc-collect | --gc-freeze]
 
 Three tables, for small functions (a 10-op elementwise chain, an MLP, softmax, LayerNorm):
@@ -136,6 +137,8 @@ def import_framework(framework: str):
 # --- the child: one framework, one workload, one fresh process -----------------------------
 
 def child(framework: str, name: str, gc_mode: str) -> None:
+    if os.environ.get("FUSIONLENS_BENCH_THREADS"):  # --threads: before anything runs an op
+        torch.set_num_threads(int(os.environ["FUSIONLENS_BENCH_THREADS"]))
     if gc_mode == "freeze":
         gc.freeze()
     phase, full_ms, started = ["import"], {"import": 0.0, "setup": 0.0, "first": 0.0}, [0.0]
@@ -242,6 +245,9 @@ def main():
     p.add_argument("--first-repeats", type=int, default=5, help="fresh processes per framework and workload")
     p.add_argument("--repeats", type=int, default=300, help="samples of 20 calls for the per-call table")
     p.add_argument("--no-examples", action="store_true")
+    p.add_argument("--threads", type=int, help="torch threads in the first-call children (default: torch's own). "
+                   "On a loaded 2-core machine each multi-threaded op (softmax) waits 10-15 ms for its threads, "
+                   "and a framework that runs an op more often pays that more often")
     p.add_argument("--baseline", metavar="DIR", help="another FusionLens checkout (e.g. `git archive HEAD` unpacked): "
                    f"its first calls as {BASELINE!r}, interleaved with this one's")
     args = p.parse_args()
@@ -259,6 +265,8 @@ def main():
     frameworks = [fw for fw in FRAMEWORKS if (fw != "thunder" or thunder is not None)
                   and (fw != "torch.compile" or not args.no_torch_compile)
                   and (not args.only or fw in args.only.split(","))]
+    if args.threads:
+        os.environ["FUSIONLENS_BENCH_THREADS"] = str(args.threads)  # the children inherit it
     if args.baseline:
         os.environ["FUSIONLENS_BENCH_BASELINE"] = os.path.abspath(args.baseline)  # the children inherit it
         frameworks.insert(frameworks.index("fusionlens") + 1 if "fusionlens" in frameworks else 0, BASELINE)
@@ -270,8 +278,8 @@ def main():
 
     said = {"none": "no gc.collect() before it", "collect": "gc.collect() before it",
             "freeze": "gc.freeze() after import torch"}[args.gc]
-    print(f"\nFirst call in a fresh process, median of {args.first_repeats}, ms ({said}; 'its full gc': of the "
-          "import, of the first call, in full collections)")
+    print(f"\nFirst call in a fresh process, median of {args.first_repeats}, ms ({said}; torch threads "
+          f"{args.threads or 'default'}; 'its full gc': of the import, of the first call, in full collections)")
     results = first_calls(frameworks, args.first_repeats, args.gc)
     rows = []
     for w in WORKLOADS:

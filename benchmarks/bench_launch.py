@@ -21,6 +21,7 @@ import re
 import statistics
 import sys
 import time
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -29,7 +30,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 
-CASES = {
+CASES: dict[str, tuple[Callable, list[tuple[int, ...]]]] = {
     "softmax [64, 512]": (lambda x: torch.softmax(x, -1), [(64, 512)]),
     "layer_norm + residual [64, 512]": (lambda x, r, w, b: (x + r, F.layer_norm(x + r, (512,), w, b)),
                                         [(64, 512), (64, 512), (512,), (512,)]),

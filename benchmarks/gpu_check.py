@@ -42,7 +42,7 @@ import results  # noqa: E402
 
 PY = sys.executable or "python3"
 TESTS = ["tests/test_triton.py", "tests/test_triton_split.py", "tests/test_triton_static.py",
-         "tests/test_triton_gpu.py"]
+         "tests/test_triton_gpu.py", "tests/test_triton_launch.py"]
 
 
 def steps(dry: bool) -> list[tuple[str, int, list[str]]]:

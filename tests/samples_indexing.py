@@ -93,7 +93,8 @@ sample("torch.scatter_reduce", "scatter_reduce", lambda a, i, s: torch.scatter_r
        + a.scatter_reduce(0, i, s, "mean", include_self=False), t(3, 4), ints(2, 4, high=3), t(2, 4))
 sample("torch.put", "put", lambda a, i, s: torch.put(a, i, s) + a.put(i, s, accumulate=True), t(3, 4),
        ints(3, high=12), t(3))
-sample("torch.diagonal_scatter", "diagonal_scatter", lambda a, s: torch.diagonal_scatter(a, s, 1), t(3, 4), t(3))
+sample("torch.diagonal_scatter", "diagonal_scatter", lambda a, s: torch.diagonal_scatter(a, s, 1)
+       + a.diagonal_scatter(s[:2], -1) + a.diagonal_scatter(s[:2], 1, 1, 0), t(3, 4), t(3))
 sample("torch.as_strided_scatter", "as_strided_scatter", lambda a, s: torch.as_strided_scatter(a, s, (2, 2), (1, 2)),
        t(3, 4), t(2, 2))
 sample("torch.slice_scatter", "slice_scatter", lambda a, s, u: torch.slice_scatter(a, s, 1, 1, 3)
@@ -153,6 +154,26 @@ sample("torch.ops.aten.resize.default", "resize", lambda a: (torch.ops.aten.resi
 sample("torch.ops.aten.resize_as.default", "resize_as",
        lambda a, b: torch.ops.aten.resize_as.default(a, b) * 2, t(3, 4),
        t(6), dtypes=ONLY_F32)
+
+
+def _copy_(a, b, c):
+    """x.copy_(src) through views (written back into the base) and whole, src broadcast and cast."""
+    x = a * 1
+    x[1:, :2].copy_(b)
+    x[:, 3].copy_(c[:3])
+    return x, a.clone().copy_(c), torch.ops.aten.copy.default(a, c)
+
+
+def _fill_(a, v):
+    """x.fill_(value) with a number and a 0-dim tensor, through views and whole."""
+    x = a * 1
+    x[:, 1].fill_(2.5)
+    x[0, ::2].fill_(v)
+    return x, a.clone().fill_(v), torch.ops.aten.fill.Scalar(a, -0.5), torch.ops.aten.fill.Tensor(a, v)
+
+
+sample("torch.ops.aten.copy.default", "copy_", _copy_, t(3, 4), t(2, 2), ints(4, high=5))
+sample("torch.ops.aten.fill", "fill_", _fill_, t(3, 4), t())
 sample("torch.Tensor.sum_to_size", "sum_to_size", lambda a: (a.sum_to_size(3, 1), a.sum_to_size((1, 4)),
        a.sum_to_size(4)), t(2, 3, 4))
 each("copy", {

@@ -134,7 +134,9 @@ def _table_case(inplace_fn):
     sym, adapter = torch_ops.lookup_inplace(inplace_fn)
     args = {torch.Tensor.uniform_: (-1.0, 1.0), torch.Tensor.geometric_: (0.3,), torch.Tensor.random_: (0, 5),
             torch.Tensor.resize_: (2, 5), torch.Tensor.resize_as_: (torch.zeros(6),),
-            torch.resize_as_: (torch.zeros(6),)}.get(inplace_fn, ())
+            torch.resize_as_: (torch.zeros(6),),
+            torch.Tensor.copy_: (torch.rand(4, dtype=torch.float64),),  # broadcast and cast into x
+            torch.Tensor.fill_: (2.5,)}.get(inplace_fn, ())
     x = torch.rand(3, 4)
     call_args, kwargs = (x, *args), {}
     if adapter is not None:

@@ -171,6 +171,7 @@ LAMBDA_PRIMS = {
     "cat": "lambda tensors, dim: torch.cat(tensors, dim)",
     "take_along_axis": "lambda a, index, dim: torch.take_along_dim(a, index, dim)",
     "scatter_add": "lambda a, index, src, dim: a.scatter_add(dim, index, src)",
+    "scatter": "lambda a, index, src, dim: a.scatter(dim, index, src)",
     "sum": "lambda a, dims: torch.sum(a, dims, dtype=a.dtype)",
     "amax": "lambda a, dims: torch.amax(a, dims)",
     "amin": "lambda a, dims: torch.amin(a, dims)",

@@ -240,19 +240,19 @@ scatter_add = _prim("scatter_add", lambda a, index, src, dim: a.scatter_add(dim,
 # index is src's with dim `dim` replaced by index's value (index_copy_, a KV cache's positions).
 # The result is a new tensor (row-major); executors may write it where `a` was.
 
-def _flat(a):
-    return a.reshape(-1)
-
+# (each impl stands alone: repro scripts copy a named impl's source, and nothing else, as the
+# prim's torch spelling)
 
 def _window(a, shape, offset, strides):
     """The strided window of a's row-major elements, a view where a is contiguous."""
-    flat = _flat(a)
+    flat = a.reshape(-1)
     return torch.as_strided(flat, tuple(shape), tuple(strides), flat.storage_offset() + offset)
 
 
 def _strided_scatter(a, src, offset, strides):
     out = a.clone(memory_format=torch.contiguous_format)
-    _window(out, src.shape, offset, strides).copy_(src)
+    flat = out.view(-1)
+    torch.as_strided(flat, tuple(src.shape), tuple(strides), flat.storage_offset() + offset).copy_(src)
     return out
 
 

@@ -150,6 +150,24 @@ def _floor_times(op):
     return lambda x: op(x) * x
 
 
+def _setitem_window(x, y):
+    x = x * 1
+    x[1:, ::2] = y * 2
+    return x * 3
+
+
+def _copy_into_view(x, y):
+    x = x * 1
+    x[1:, 1].copy_(y)  # float32 src, cast into x's float64
+    return x.exp()
+
+
+def _setitem_index(x, y):
+    x = x.clone()
+    x[:, torch.tensor([4, 1])] = y  # one integer index among full slices: a scatter along dim 1
+    return x
+
+
 PRIM_CASES = [
     Case("abs", torch.abs, lambda: (r(3, 4),), (prim("abs"),)),
     Case("neg", lambda x: -x, lambda: (r(3, 4),), (prim("neg"),)),
@@ -246,6 +264,19 @@ PRIM_CASES = [
     Case("var_mean-mean-only", lambda x: torch.var_mean(x, 1)[1], lambda: (r(3, 4),), (prim("var_mean"),)),
     Case("var-correction-0", lambda x: x.var(0, correction=0), lambda: (r(3, 4),), (prim("var_mean"),)),
     Case("std", lambda x: x.std(), lambda: (r(3, 4),), (prim("var_mean"),)),
+    # the scatters of a view update: the window's cotangent goes to src, the rest to the base
+    Case("strided_scatter-slice-step", lambda x, y: torch.slice_scatter(x, y, 1, 1, None, 2),
+         lambda: (r(3, 5), r(3, 2)), (prim("strided_scatter"),)),
+    Case("strided_scatter-select", lambda x, y: torch.select_scatter(x, y, 0, -1), lambda: (r(3, 4), r(4)),
+         (prim("strided_scatter"),)),
+    Case("strided_scatter-diagonal", lambda x, y: torch.diagonal_scatter(x, y, -1), lambda: (r(3, 4), r(2)),
+         (prim("strided_scatter"),)),
+    Case("strided_scatter-setitem", _setitem_window, lambda: (r(4, 5), r(3, 3)), (prim("strided_scatter"),)),
+    Case("strided_scatter-broadcast-cast-src", _copy_into_view, lambda: (r(3, 4), r(2, dtype=torch.float32)),
+         (prim("strided_scatter"),), gradcheck=False, atol=1e-6, rtol=1e-6),
+    Case("scatter-index_copy", lambda x, y: x.index_copy(0, torch.tensor([3, 1]), y), lambda: (r(5, 3), r(2, 3)),
+         (prim("scatter"),)),
+    Case("scatter-setitem-index", _setitem_index, lambda: (r(2, 5, 3), r(2, 2, 3)), (prim("scatter"),)),
 ]
 
 
@@ -286,6 +317,11 @@ TRACE_PRIM_CASES = [  # (prim, case id, build from Values, make tensors, eager f
      lambda a: P.pad.impl(a, 1.5, [(0, 0, 0), (1, 1, 0)])),
     (P.scatter_add, "scatter_add", lambda a, i, s: P.scatter_add(a, i, s, 1), lambda: (r(3, 5), idx(5, 3, 4), r(3, 4)),
      lambda a, i, s: a.scatter_add(1, i, s)),
+    (P.strided_window, "strided_window", lambda a: P.strided_window(a, (2, 2), 1, (5, 2)), lambda: (r(3, 5),),
+     lambda a: P.strided_window.impl(a, (2, 2), 1, (5, 2))),
+    (P.strided_window, "strided_window-of-a-transpose", lambda a: P.strided_window(P.permute(a, (1, 0)), (2, 3), 2,
+                                                                                    (1, 4)),
+     lambda: (r(3, 4),), lambda a: P.strided_window.impl(a.t(), (2, 3), 2, (1, 4))),
     (P.tanh, "tanh", P.tanh, lambda: (r(3, 4),), torch.tanh),
     (P.sigmoid, "sigmoid", P.sigmoid, lambda: (r(3, 4),), torch.sigmoid),
 ]

@@ -180,7 +180,8 @@ each("copy", {
     "torch.expand_copy": lambda a: torch.expand_copy(a, (2, 3, 4)), "torch.permute_copy": lambda a: torch.permute_copy(
         a, (1, 0)), "torch.squeeze_copy": lambda a: torch.squeeze_copy(a[None]),
     "torch.unsqueeze_copy": lambda a: torch.unsqueeze_copy(a, 1), "torch.t_copy": lambda a: torch.t_copy(a),
-    "torch.transpose_copy": lambda a: torch.transpose_copy(a, 0, 1), "torch.view_copy": lambda a: torch.view_copy(a, (12,)),
+    "torch.transpose_copy": lambda a: torch.transpose_copy(a, 0, 1),
+    "torch.view_copy": lambda a: torch.view_copy(a, (12,)),
     "torch.unbind_copy": lambda a: torch.unbind_copy(a), "torch.alias_copy": lambda a: torch.alias_copy(a) * 2,
     "torch.narrow_copy": lambda a: (torch.narrow_copy(a, 1, 1, 2), a.narrow_copy(0, 0, 2))}, t(3, 4))
 each("diags", {

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Optional
 
 import pytest
 import torch
@@ -706,7 +706,7 @@ def test_batch_norm_training_updates_running_stats_once():
 # float32 tolerances. Without a GPU the kernels run under Triton's interpreter (slow: tiny sizes),
 # which needs TRITON_INTERPRET=1 when triton is first imported (see tests/test_triton.py).
 
-def _triton_problem() -> Optional[str]:
+def _triton_problem() -> str | None:
     if torch.cuda.is_available():
         return None
     try:

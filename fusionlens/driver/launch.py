@@ -286,8 +286,11 @@ def _first_failure(out: str, nproc: int) -> tuple[int, R.CompileReport] | None:
 def launch(file: str, names: list[str], settings: Settings, nproc: int) -> Launched:
     """Run `names` of `file` on `nproc` ranks (torch.distributed.run, --standalone) and merge
     each target's reports; or the first rank's failure."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # where `compiler` is imported from
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # where `fusionlens` is imported from
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)}
+    # the ranks' `-m` never puts the working folder first (a workspace's torch.py); main() adds it
+    # after FusionLens and torch are imported, as the CLI does
+    env["PYTHONSAFEPATH"] = "1"
     env.setdefault("OMP_NUM_THREADS", "1")  # N ranks share the cores (torch.distributed.run says so too)
     with tempfile.TemporaryDirectory(prefix="fusionlens-launch-") as out:
         command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(nproc),

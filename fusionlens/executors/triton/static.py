@@ -134,8 +134,9 @@ def _run_aot(missing: dict[str, tuple[str, KernelSpec]], arch: int) -> dict[str,
         path = Path(tmp) / "kernels.json"
         path.write_text(json.dumps(cases))
         try:
-            proc = subprocess.run([sys.executable, "-m", "fusionlens.executors.triton.aot", str(path), "--arch",
-                                   str(arch)], capture_output=True, text=True, env=env, timeout=900)
+            # -P and a folder of its own: the user's folder (a workspace's torch.py) never on its path
+            proc = subprocess.run([sys.executable, "-P", "-m", "fusionlens.executors.triton.aot", str(path), "--arch",
+                                   str(arch)], capture_output=True, text=True, env=env, timeout=900, cwd=tmp)
             lines, err = proc.stdout.splitlines(), proc.stderr
         except (OSError, subprocess.TimeoutExpired) as e:
             lines, err = [], f"{type(e).__name__}: {e}"

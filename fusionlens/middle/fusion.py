@@ -404,13 +404,18 @@ class _Regroup:
             for u in b.inputs():
                 if u.name in mapping:
                     self.readers[u.name].remove(id(g))
-        g.ops[:0] = copies
-        g.ops[len(copies):] = [b.replace(mapping) for b in g.ops[len(copies):]]
+        rest = [b.replace(mapping) for b in g.ops]
+        g.ops[:] = copies + rest
         g.produced.update(o.name for o in mapping.values())
+        new = {o.name for o in mapping.values()}
         for b in copies:
             for u in b.inputs():
                 self.readers.setdefault(u.name, []).append(id(g))
             self.state.producer[b.outputs[0].name] = g
+        for b in rest:  # g's own ops now read the copies: without these, a later drop_dead(g) misses them
+            for u in b.inputs():
+                if u.name in new:
+                    self.readers.setdefault(u.name, []).append(id(g))
         self.drop_dead(a)
 
     def drop_dead(self, a: Cluster):

@@ -63,7 +63,7 @@ def unit_reshapes(bsyms: list) -> list:
         x = b.args[0] if b.args else None
         if b.sym is P.reshape and isinstance(x, Value) and static(x.shape, b.outputs[0].shape):
             dims = _unit_dims(tuple(x.shape), tuple(b.outputs[0].shape))
-            if dims is not None:
+            if dims is not None and x.ndim < len(b.outputs[0].shape):  # an identity reshape stays one
                 b = BoundSymbol(P.broadcast_in_dim, (x, tuple(b.outputs[0].shape), dims), {}, list(b.outputs),
                                 None, b.provenance)
         elif b.sym is P.broadcast_in_dim and isinstance(x, Value) and x.name in producer and uses.get(x.name) == 1:

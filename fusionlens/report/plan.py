@@ -6,12 +6,10 @@ read it. docs/report.md documents every field; docs/plan.md how each is computed
 
 from __future__ import annotations
 
-import dataclasses
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from fusionlens.report.schema import from_plain
+from fusionlens.report.schema import JsonDocument
 
 PLAN_SCHEMA_VERSION = 1
 
@@ -92,7 +90,7 @@ class PlanPoint:
 
 
 @dataclass
-class PlanReport:
+class PlanReport(JsonDocument):
     name: str  # the target
     cluster: str  # 128x8xH100
     gpu: str
@@ -118,16 +116,3 @@ class PlanReport:
     planning_s: float = 0.0
     schema_version: int = PLAN_SCHEMA_VERSION
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    def to_json(self, indent: int | None = None) -> str:
-        return json.dumps(self.to_dict(), indent=indent)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> PlanReport:
-        return from_plain(cls, data)
-
-    @classmethod
-    def from_json(cls, text: str) -> PlanReport:
-        return cls.from_dict(json.loads(text))

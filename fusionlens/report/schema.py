@@ -422,8 +422,28 @@ class Target:
     end_line: int | None
 
 
+class JsonDocument:
+    """A report that is a JSON document of its own (CompileReport, plan.PlanReport): to and from
+    plain dicts and JSON text, nested dataclasses rebuilt by `from_plain`."""
+
+    def to_dict(self) -> dict[str, Any]:
+        # every subclass is a dataclass; this mixin itself is none
+        return dataclasses.asdict(self)  # type: ignore[call-overload]
+
+    def to_json(self, indent: int | None = None) -> str:
+        return json.dumps(self.to_dict(), indent=indent)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> typing.Self:
+        return from_plain(cls, data)
+
+    @classmethod
+    def from_json(cls, text: str) -> typing.Self:
+        return cls.from_dict(json.loads(text))
+
+
 @dataclass(frozen=True)
-class CompileReport:
+class CompileReport(JsonDocument):
     target: Target
     status: str = "ok"  # "ok" | "error"
     error: Diagnostic | None = None
@@ -445,19 +465,6 @@ class CompileReport:
     stage_ms: dict[str, float] = field(default_factory=dict)  # the compile's stages (pipeline.STAGE_TIMES) -> ms
     schema_version: int = SCHEMA_VERSION
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    def to_json(self, indent: int | None = None) -> str:
-        return json.dumps(self.to_dict(), indent=indent)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> CompileReport:
-        return from_plain(cls, data)
-
-    @classmethod
-    def from_json(cls, text: str) -> CompileReport:
-        return cls.from_dict(json.loads(text))
 
     def program(self, kind: str) -> ProgramReport | None:
         return next((p for p in self.programs if p.kind == kind), None)

@@ -463,8 +463,15 @@ async function showReportAndClick(page, regionLines) {
       throw new Error('the revealed line is not selected');
     }
     await screenshot(page, 'report-click-revealed');
-    // The page follows the cursor: another line of a region, moved to in the editor.
-    const other = lines[lines.length - 1];
+    // The page follows the cursor: another line of a region, moved to in the editor. The page
+    // opens on the GPU preview, where a line of views only (a transpose, a reshape) has no region
+    // of its own, so the line is one the page's plan shades as having regions.
+    const shaded = await frame.evaluate((ns) => ns.filter((n) => document.querySelector(
+      `#source .ln.has-ops[data-file$="gpt_block.py"][data-line="${n}"]`)), lines.slice(1));
+    if (!shaded.length) {
+      throw new Error(`no line of ${lines.slice(1)} has a region in the page's plan (${await frame.evaluate(() => window.fusionlens.plan())})`);
+    }
+    const other = shaded[shaded.length - 1];
     await goToLine(page, other);
     await until(`the page to select line ${other}`, async () => (await frame.evaluate(() => window.fusionlens.selected()))?.line === other, 20000);
     const sel = await frame.evaluate(() => window.fusionlens.selected());
@@ -472,9 +479,13 @@ async function showReportAndClick(page, regionLines) {
     if (!sel.region) {
       throw new Error(`line ${other} has ops but the page selected no region`);
     }
-    // Plotly drew under the webview's policy (no eval, scripts by nonce).
+    // The pictures drew under the webview's policy (no eval, scripts by nonce): graph.js's SVG
+    // with its nodes, Plotly's charts.
     const pictures = ['fusion-graph', 'roofline', 'timeline'];
-    const drawn = await frame.evaluate((ids) => ids.filter((id) => document.querySelector(`#${id} .main-svg`)), pictures);
+    const drawnNow = () => frame.evaluate((ids) => ids.filter((id) => document.querySelector(
+      id === 'fusion-graph' ? '#fusion-graph svg.graph-svg .node' : `#${id} .main-svg`)), pictures);
+    const drawn = await until('the pictures drawn', async () => ((await drawnNow()).length === pictures.length ? drawnNow() : null), 20000)
+      .catch(drawnNow);
     log(`report page: drawn ${drawn.join(', ')}; ${messages.length} console messages from the webview (${messages.slice(0, 3).join(' | ')}), ${errors.length} errors`);
     if (drawn.length !== pictures.length) {
       throw new Error(`drawn: ${drawn.join(', ')} of ${pictures.join(', ')}`);

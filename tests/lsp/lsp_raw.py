@@ -8,6 +8,7 @@ import asyncio
 import contextlib
 import json
 import sys
+import time
 from pathlib import Path
 
 from lsp_helpers import FAKE, REPO, server_env
@@ -121,3 +122,26 @@ async def stdio_server(tmp_path: Path, env: dict | None = None, args: tuple = ("
             proc.kill()
         await proc.wait()
         err.close()
+
+
+@contextlib.asynccontextmanager
+async def server_process(*args: str, stderr: int | None = asyncio.subprocess.PIPE):
+    """`python -P -m lsp_server ARGS` (a TCP or socket server) with the fake compiler, killed at the end."""
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-P", "-m", "lsp_server", *args, cwd=REPO,
+                                                env=server_env(FAKE), stderr=stderr)
+    try:
+        yield proc
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        await proc.wait()
+
+
+async def connect_tcp(port: int, deadline: float):
+    """A connection to the server's port, retried until it listens (or `deadline` passes)."""
+    while True:
+        try:
+            return await asyncio.open_connection("127.0.0.1", port)
+        except OSError:
+            assert time.monotonic() < deadline, "the server did not listen"
+            await asyncio.sleep(0.1)

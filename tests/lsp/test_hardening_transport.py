@@ -6,7 +6,6 @@ socket alone; SIGTERM removes the socket."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import signal
 import socket
 import subprocess
@@ -16,28 +15,7 @@ import time
 import pytest
 
 from lsp_helpers import FAKE, REPO, server_env
-from lsp_raw import Raw, debug_info
-
-
-async def _connect(port: int, deadline: float):
-    while True:
-        try:
-            return await asyncio.open_connection("127.0.0.1", port)
-        except OSError:
-            assert time.monotonic() < deadline, "the server did not listen"
-            await asyncio.sleep(0.1)
-
-
-@contextlib.asynccontextmanager
-async def _server(*args: str):
-    proc = await asyncio.create_subprocess_exec(sys.executable, "-P", "-m", "lsp_server", *args, cwd=REPO,
-                                                env=server_env(FAKE), stderr=asyncio.subprocess.PIPE)
-    try:
-        yield proc
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()
-        await proc.wait()
+from lsp_raw import Raw, connect_tcp, debug_info, server_process
 
 
 @pytest.mark.asyncio
@@ -45,14 +23,14 @@ async def test_a_port_probe_and_a_silent_connection_do_not_keep_the_editor_out(t
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    async with _server("--tcp", f"127.0.0.1:{port}", "--initialize-timeout", "1.5") as proc:
-        _, probe = await _connect(port, time.monotonic() + 30)
+    async with server_process("--tcp", f"127.0.0.1:{port}", "--initialize-timeout", "1.5") as proc:
+        _, probe = await connect_tcp(port, time.monotonic() + 30)
         probe.close()  # a port probe: connects, closes
         await asyncio.sleep(0.3)
         assert proc.returncode is None, "a port probe stopped the server"
-        _, silent = await _connect(port, time.monotonic() + 10)  # holds the slot, says nothing
+        _, silent = await connect_tcp(port, time.monotonic() + 10)  # holds the slot, says nothing
         await asyncio.sleep(2.5)  # past the deadline: dropped
-        editor = Raw(*await _connect(port, time.monotonic() + 10))
+        editor = Raw(*await connect_tcp(port, time.monotonic() + 10))
         editor.answers["workspace/configuration"] = lambda params: asyncio.sleep(0, [{}])
         assert "capabilities" in (await editor.initialize(tmp_path, {"compileTrigger": "manual"}))["result"]
         assert (await debug_info(editor))["workerPid"] is None
@@ -64,7 +42,7 @@ async def test_a_port_probe_and_a_silent_connection_do_not_keep_the_editor_out(t
 @pytest.mark.asyncio
 async def test_a_second_socket_server_refuses_and_sigterm_removes_the_socket(tmp_path):
     path = tmp_path / "run" / "fl.sock"
-    async with _server("--socket", str(path)) as first:
+    async with server_process("--socket", str(path)) as first:
         deadline = time.monotonic() + 30
         while not path.exists():
             assert time.monotonic() < deadline and first.returncode is None, "no socket"

@@ -9,7 +9,6 @@ compiler (tests/lsp/lsp_fake_compile.py): a compile that ran shows as a worker p
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import socket
 import stat
@@ -20,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from lsp_helpers import FAKE, MODEL, REPO, server_env, write_model
-from lsp_raw import Raw, stdio_server
+from lsp_raw import Raw, connect_tcp, server_process, stdio_server
 from lsp_server.features import CONFIG_NOTICE_S
 from lsp_server.files import UnsafeFolder, write_private
 
@@ -132,24 +131,13 @@ def test_unknown_keys_are_named_in_a_warning():
 
 # --- 3. sockets and initialize ------------------------------------------------------------------
 
-async def _connect(port: int, deadline: float):
-    while True:
-        try:
-            return await asyncio.open_connection("127.0.0.1", port)
-        except OSError:
-            assert time.monotonic() < deadline, "the server did not listen"
-            await asyncio.sleep(0.1)
-
-
 @pytest.mark.asyncio
 async def test_tcp_takes_one_client_and_a_second_gets_nothing(tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "lsp_server", "--tcp", f"127.0.0.1:{port}",
-                                                cwd=REPO, env=server_env(FAKE), stderr=asyncio.subprocess.DEVNULL)
-    try:
-        editor = Raw(*await _connect(port, time.monotonic() + 30))
+    async with server_process("--tcp", f"127.0.0.1:{port}", stderr=asyncio.subprocess.DEVNULL):
+        editor = Raw(*await connect_tcp(port, time.monotonic() + 30))
         editor.answers["workspace/configuration"] = lambda params: asyncio.sleep(0, [{}])
         assert "capabilities" in (await editor.initialize(tmp_path, {"compileTrigger": "manual"}))["result"]
         # the intruder: refused, or closed before it gets an answer; its didOpen and command go nowhere
@@ -168,10 +156,6 @@ async def test_tcp_takes_one_client_and_a_second_gets_nothing(tmp_path):
         regions = (await editor.request("fusionlens/regions", {"uri": secret.as_uri()}))["result"]
         assert regions["targets"] == []  # the intruder's document was never opened
         await editor.close()
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()
-        await proc.wait()
 
 
 @pytest.mark.asyncio
@@ -196,9 +180,7 @@ async def test_nothing_before_initialize(tmp_path):
 @pytest.mark.asyncio
 async def test_unix_socket_is_private_and_takes_one_client(tmp_path):
     path = tmp_path / "run" / "fl.sock"
-    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "lsp_server", "--socket", str(path),
-                                                cwd=REPO, env=server_env(FAKE), stderr=asyncio.subprocess.DEVNULL)
-    try:
+    async with server_process("--socket", str(path), stderr=asyncio.subprocess.DEVNULL) as proc:
         deadline = time.monotonic() + 30
         while not path.exists():
             assert time.monotonic() < deadline and proc.returncode is None, "no socket"
@@ -211,10 +193,6 @@ async def test_unix_socket_is_private_and_takes_one_client(tmp_path):
             await asyncio.open_unix_connection(str(path))  # the listener is gone
         assert (await _debug(editor))["workerPid"] is None
         await editor.close()
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()
-        await proc.wait()
 
 
 def test_a_socket_in_a_shared_folder_is_refused(tmp_path):

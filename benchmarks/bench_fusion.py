@@ -92,18 +92,15 @@ def row_sum(x):
     return x.sum(-1)
 
 
-def ln_backward_dx(x, w, dy, mean, rstd):
-    """LayerNorm's input gradient from its saved mean and rstd: one reduction over each row."""
+def ln_backward(x, w, dy, mean, rstd):
+    """LayerNorm's backward from its saved mean and rstd: dx reduces each row, the weight and bias
+    gradients each column of the same rows; the partitioner makes it one two-axis region (two
+    kernels: dx with each program's partial column sums, then their combine)."""
     xhat = (x.float() - mean.float()) * rstd.float()
     g = dy.float() * w.float()
     n = x.shape[-1]
-    return (rstd * (g - g.sum(-1, keepdim=True) / n - xhat * (g * xhat).sum(-1, keepdim=True) / n)).to(x.dtype)
-
-
-def ln_backward_wb(x, dy, mean, rstd):
-    """LayerNorm's weight and bias gradients: two sums over the rows, one split reduction."""
-    xhat = (x.float() - mean.float()) * rstd.float()
-    return (dy.float() * xhat).sum(0).to(x.dtype), dy.float().sum(0).to(x.dtype)
+    dx = (rstd * (g - g.sum(-1, keepdim=True) / n - xhat * (g * xhat).sum(-1, keepdim=True) / n)).to(x.dtype)
+    return dx, (dy.float() * xhat).sum(0).to(x.dtype), dy.float().sum(0).to(x.dtype)
 
 
 def ln_backward_eager(x, w, dy, mean, rstd):
@@ -144,16 +141,17 @@ def generated(name: str, inputs, device):
         gen = tx.generate(group, device)
         assert gen.fn is not None  # generate() gives the launcher
         return (lambda: gen.fn(*ins)), gen.kernels
-    x, w, dy, mean, rstd = inputs
-    gdx, ins_dx = group_from_fn(ln_backward_dx, x, w, dy, mean, rstd, gid="B_ln_dx")
-    gwb, ins_wb = group_from_fn(ln_backward_wb, x, dy, mean, rstd, gid="B_ln_wb")
-    dx, wb = tx.generate(gdx, device), tx.generate(gwb, device)
-    dx_fn, wb_fn = dx.fn, wb.fn
-    assert dx_fn is not None and wb_fn is not None
+    from fusion_groups import partitioned_group_from_fn
+
+    group, ins, order = partitioned_group_from_fn(ln_backward, *inputs, gid="B_ln_backward")
+    gen = tx.generate(group, device)
+    fn = gen.fn
+    assert fn is not None and group.column_dims, group  # one two-axis region
 
     def call():
-        return dx_fn(*ins_dx) + wb_fn(*ins_wb)[:1]  # dx, dw (db is computed too; eager's is not asked)
-    return call, dx.kernels + wb.kernels
+        out = fn(*ins)
+        return out[order[0]], out[order[1]]  # dx, dw (db is computed too; eager's is not asked)
+    return call, gen.kernels
 
 
 # --- timing ---------------------------------------------------------------------------------

@@ -80,3 +80,27 @@ def symbolic_group_from_fn(fn, *shapes, dtype: torch.dtype = torch.float32, size
         group, inputs = group_from_fn(fn, *args, gid=gid)
     where = [next(i for i, a in enumerate(args) if a is t) for t in inputs]
     return group, env, lambda tensors: [list(prepare(*tensors))[i] for i in where]
+
+
+def partitioned_group_from_fn(fn, *args, gid: str = "R0", executor=None) -> tuple:
+    """(group, its input tensors in order, the index in `group.outputs` of each of `fn`'s results):
+    the one region the partitioner makes of `fn` with `executor` (Triton's by default), as a
+    program's would be, so a two-axis group (row and column reductions: a norm's backward) too;
+    ValueError when `fn` is not one region."""
+    from fusionlens.middle import fusion
+
+    if executor is None:
+        from fusionlens.executors.triton import EXECUTOR as executor
+    traced = frontend.trace(fn, args, {}, getattr(fn, "__name__", "fn"))
+    flat = fusion.prepare(passes.optimise(passes.decompose(traced.trace)), [executor])
+    nodes, make_group = fusion.clusters(flat, [executor])
+    regions = [n for n in nodes if isinstance(n, fusion.Cluster)]
+    if len(regions) != 1 or len(nodes) != 1:
+        raise ValueError(f"{len(regions)} regions and {len(nodes) - len(regions)} other ops, not one region")
+    group = make_group(regions[0], gid)
+    user = [v for v in traced.trace.inputs if v.role == "input"]
+    given = [x for x in pytree.tree_leaves(args) if isinstance(x, torch.Tensor)]
+    tensors = {v.name: t for v, t in zip(user, given)}
+    tensors.update(traced.constants)
+    names = [o.name for o in group.outputs]
+    return group, [tensors[v.name] for v in group.inputs], [names.index(v.name) for v in values_in(flat.output)]

@@ -289,6 +289,56 @@ def test_no_collective_kind_is_parsed_from_a_symbol_name():
     assert not parsed, "\n".join(parsed)
 
 
+def _collective_symbols(*traces) -> dict[str, set[int]]:
+    """The ids of the collective symbols `traces` record, by kind ("wait" for a wait)."""
+    from fusionlens.distributed.vocabulary import describe
+
+    found: dict[str, set[int]] = {}
+    for trace in traces:
+        for b in trace.bound_symbols if trace is not None else []:
+            described = describe(b.sym)
+            if described is not None:
+                found.setdefault(str(described.kind or "wait"), set()).add(id(b.sym))
+    return found
+
+
+def test_every_family_records_the_same_collective_symbols():
+    """dist.* calls, functional collectives, DDP's buckets, FSDP2's gathers and reduce-scatters and
+    tensor parallel's f and g, traced on a fake 2-rank group: one symbol object a kind, one wait."""
+    import torch
+    import torch.distributed as dist
+    import torch.distributed._functional_collectives as funcol
+
+    from fusionlens.distributed import collectives, symbols
+    from fusionlens.distributed.transform import DDP, FSDP2, Mesh, Program, Style, TensorParallel, world
+    from fusionlens.frontend import tracer as frontend
+
+    mesh = Mesh((2,), ("dp",))
+    with world(mesh) as device_mesh:
+        group = device_mesh.get_group("dp")
+
+        def user(x):
+            y = x * 2
+            dist.all_reduce(y, group=group)
+            return y + funcol.all_reduce(x + 1, "sum", group)
+        user_trace = frontend.trace(user, (torch.randn(4),), {}, hooks=collectives.HOOKS).trace
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4))
+    x = torch.randn(3, 8, requires_grad=True)
+    families = {"dist and funcol": (user_trace,)}
+    for name, transform in (("ddp", DDP("dp")), ("fsdp2", FSDP2("dp", units=("0",))),
+                            ("tensor parallel", TensorParallel("dp", {"0": Style.COLWISE, "2": Style.ROWWISE}))):
+        sharded = transform(Program(model, (x,)), mesh)
+        families[name] = (sharded.forward, sharded.backward)
+    want = {str(kind): {id(sym)} for kind, sym in symbols.ISSUE.items()} | {"wait": {id(symbols.WAIT)}}
+    for name, traces in families.items():
+        found = _collective_symbols(*traces)
+        assert "wait" in found and len(found) > 1, (name, found)
+        assert all(ids == want[kind] for kind, ids in found.items()), (name, found)
+    kinds = {kind for traces in families.values() for kind in _collective_symbols(*traces)}
+    assert kinds == {"all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor", "wait"}, kinds
+
+
 def test_the_name_parse_check_finds_what_it_forbids():
     bad = ("if b.sym.name.startswith('fsdp_'): pass\n"
            "k = collectives.op_name(b.sym.name) == 'wait_tensor'\n"

@@ -33,7 +33,7 @@ from torch.utils import _pytree as pytree
 from fusionlens.driver import pipeline
 from fusionlens.options import CompileOptions
 from fusionlens.middle.autograd import composite_rules, prim_rules, runtime, torch_rules, transform
-from fusionlens.ir.trace import NameGen, Trace, TraceContext, Value, tracing
+from fusionlens.ir.trace import BoundSymbol, NameGen, Trace, TraceContext, Value, tracing
 from fusionlens.ops import prims as P
 
 F64 = torch.float64
@@ -779,3 +779,60 @@ def test_no_grad_block_stops_the_gradient():
             y = x * 2
         return x * y
     check(Case("no_grad", f, lambda: (r(3, 4),), gradcheck=False))
+
+
+# --- the collectives (fusionlens/distributed/autograd_rules.py): one rule reads each issue's `grad` ---
+
+def _issued(sym, x: Value, **kwargs):
+    """`sym(x, a 2-rank group, **kwargs)` recorded in a fresh trace context: (its op, the context)."""
+    from fusionlens.distributed.vocabulary import Group
+
+    ctx = TraceContext(NameGen("t", 0, {"x", "g"}))
+    with tracing(ctx):
+        sym(x, Group("0", (0, 1)), **kwargs)
+    return ctx.bound_symbols[-1], ctx
+
+
+@pytest.mark.parametrize("grad", ["none", "identity", "reduce_scatter"])
+def test_one_rule_serves_every_issued_collective_as_its_grad_says(grad):
+    """No gradient (a functional collective, dist.*), the cotangent unchanged (tensor parallel's g),
+    or reduce-scattered back, the mean over the ranks (FSDP2's all-gather); the wait hands its
+    cotangent to what it waited for."""
+    from fusionlens.distributed import autograd_rules, symbols as S
+    from fusionlens.distributed.vocabulary import ReduceOp
+
+    x = Value("x", (4, 3), torch.float32, "cpu", "input")
+    sym = S.ALL_REDUCE if grad == "identity" else S.ALL_GATHER
+    issue, ctx = _issued(sym, x, grad=S.Grad(grad))
+    g = Value("g", issue.outputs[0].shape, torch.float32, "cpu")
+    assert autograd_rules.RULES[S.WAIT](BoundSymbol(S.WAIT, (issue.outputs[0],), {}, [x]), [g]) == [
+        (issue.outputs[0], g)]
+    assert autograd_rules.RULES[sym](issue, [None]) == []
+    with tracing(ctx):
+        pairs = autograd_rules.RULES[sym](issue, [g])
+    if grad == "none":
+        assert pairs == []
+    elif grad == "identity":
+        assert pairs == [(x, g)]
+    else:
+        scatter = ctx.bound_symbols[-1]
+        assert scatter.sym is S.REDUCE_SCATTER and scatter.args == (g, issue.args[1]), scatter
+        assert scatter.kwargs == {"op": ReduceOp.AVG} and pairs == [(x, scatter.outputs[0])]
+        assert scatter.outputs[0].shape == x.shape
+
+
+def test_a_reduce_scatter_the_backward_issues_moves_up_to_its_input():
+    """autograd_rules.issue_early: FSDP2's reduce-scatter, issued where autograd reaches the
+    prefetched all-gather, runs right after the op that completes the gradient it sends."""
+    from fusionlens.distributed import autograd_rules, symbols as S
+    from fusionlens.distributed.vocabulary import Group
+
+    x = Value("x", (4, 3), torch.float32, "cpu", "input")
+    ctx = TraceContext(NameGen("t", 0, {"x"}))
+    with tracing(ctx):
+        g = P.mul(x, 2.0)
+        P.exp(x)  # what autograd records between the gradient and the all-gather's rule
+        S.WAIT(S.REDUCE_SCATTER(g, Group("0", (0, 1))))
+    made, other, scatter, wait = ctx.bound_symbols
+    backward, unsaved = autograd_rules.issue_early([], [made, other, scatter, wait], set())
+    assert [b.sym for b in backward] == [P.mul, S.REDUCE_SCATTER, P.exp, S.WAIT] and unsaved == []

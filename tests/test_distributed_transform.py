@@ -15,11 +15,11 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from fusionlens.distributed import collectives as C
+from fusionlens.distributed import symbols as S
 from fusionlens.distributed.staging import CompileTransform, ReportInputs
 from fusionlens.distributed.transform import DDP, FSDP2, Mesh, Program, Style, TensorParallel
 from fusionlens.distributed.transform import world as fake_world
-from fusionlens.distributed.vocabulary import CollectiveKind, ReduceOp
+from fusionlens.distributed.vocabulary import CollectiveKind, Group, ReduceOp
 from fusionlens.driver import pipeline
 from fusionlens.ir.trace import BoundSymbol, Trace, Value
 from fusionlens.ir.vocabulary import Stage
@@ -87,6 +87,44 @@ def test_ddp_buckets_follow_the_cap_on_any_mesh():
     assert len(many) > 1 and sum(c.bytes for c in many) == grads
 
 
+def test_ddp_applies_on_the_meta_device_as_on_real_tensors():
+    """DDP on a meta module (the plan at scale's): the same buckets, at the same lines, as the
+    module with values; nothing read, nothing allocated."""
+    def records(program: Program, world: int) -> list[tuple]:
+        return [(c.kind, c.program, c.bytes, c.group.size, c.line)
+                for c in DDP("dp", bucket_cap_mb=0.001)(program, Mesh((world,), ("dp",))).collectives]
+    real = Program(transform_models.model(), (transform_models.example(),))
+    with torch.device("meta"):
+        meta = Program(transform_models.model(), (torch.randn(6, 16, requires_grad=True),))
+    assert len(records(real, 4)) > 1 and records(meta, 4) == records(real, 4)
+    assert next(meta.module.parameters()).is_meta  # the caller's module is not changed
+    at_scale = records(meta, 4096)
+    assert at_scale and all(c[:2] == (CollectiveKind.ALL_REDUCE, "backward") and c[3] == 4096 for c in at_scale)
+    assert not dist.is_initialized()
+
+
+def test_a_mesh_applied_transform_runs_the_compile_hooks(monkeypatch):
+    """transform(program, mesh) goes through each wrapping's CompileTransform hooks, as the
+    compile does: tracing, rewrite_forward, rewrite_backward."""
+    from fusionlens.distributed import ddp_overlap, fsdp, tensor_parallel
+
+    called = set()
+    hooks = ("tracing", "rewrite_forward", "rewrite_backward")
+
+    def spying(real, hook: str):
+        def spy(self, *args):
+            called.add((self.name, hook))
+            return real(self, *args)
+        return spy
+    for cls in (ddp_overlap.Synchronising, fsdp.Gathering, tensor_parallel.Parallel):
+        for hook in hooks:
+            monkeypatch.setattr(cls, hook, spying(getattr(cls, hook), hook))
+    program = Program(transform_models.model(), (transform_models.example(),))
+    for transform in transform_models.TRANSFORMS.values():
+        transform(program, Mesh((2,), ("dp",)))
+    assert called == {(name, hook) for name in ("ddp", "fsdp2", "tensor_parallel") for hook in hooks}, called
+
+
 def test_a_mesh_dimension_the_transform_does_not_span_is_refused():
     with pytest.raises(ValueError, match="spans 'tp'"):
         DDP("tp")(Program(transform_models.model(), (transform_models.example(),)), Mesh((2,), ("dp",)))
@@ -95,27 +133,32 @@ def test_a_mesh_dimension_the_transform_does_not_span_is_refused():
 
 
 def test_every_collective_symbol_says_what_it_is():
-    from fusionlens.distributed import collectives, ddp_overlap, fsdp, tensor_parallel
+    from fusionlens.distributed import symbols
     from fusionlens.distributed.vocabulary import CollectiveSymbol, describe, is_wait
     from fusionlens.ir.pending import Phase
     from fusionlens.ir.trace import Symbol
 
-    kinds = {collectives.FUNCOL_ALL_REDUCE: (CollectiveKind.ALL_REDUCE, Phase.ISSUE),
-             collectives.FUNCOL_ALL_GATHER: (CollectiveKind.ALL_GATHER, Phase.ISSUE),
-             collectives.FUNCOL_REDUCE_SCATTER: (CollectiveKind.REDUCE_SCATTER, Phase.ISSUE),
-             fsdp.ALL_GATHER: (CollectiveKind.ALL_GATHER, Phase.ISSUE),
-             fsdp.REDUCE_SCATTER: (CollectiveKind.REDUCE_SCATTER, Phase.ISSUE),
-             ddp_overlap.ALL_REDUCE: (CollectiveKind.ALL_REDUCE, Phase.ISSUE),
-             tensor_parallel.ALL_REDUCE: (CollectiveKind.ALL_REDUCE, Phase.SYNC)}
-    for sym, (kind, phase) in kinds.items():
-        assert isinstance(sym, CollectiveSymbol) and (sym.collective.kind, sym.phase) == (kind, phase), sym
-    for wait in (collectives.FUNCOL_WAIT, fsdp.WAIT, ddp_overlap.WAIT):
-        assert is_wait(wait) and wait.phase is Phase.WAIT
+    assert set(symbols.ISSUE) == set(CollectiveKind)  # one issue symbol a kind, printed as the kind
+    for kind, sym in symbols.ISSUE.items():
+        assert isinstance(sym, CollectiveSymbol) and (sym.collective.kind, sym.phase, sym.name) == (
+            kind, Phase.ISSUE, str(kind)), sym
+    assert is_wait(symbols.WAIT) and symbols.WAIT.phase is Phase.WAIT and symbols.WAIT.name == "wait"
     # a functional collective the user's code calls directly is a torch call, described by the op it calls
     c10d = torch.ops._c10d_functional
     direct = Symbol("torch.ops._c10d_functional.reduce_scatter_tensor", c10d.reduce_scatter_tensor)
     assert describe(direct).kind is CollectiveKind.REDUCE_SCATTER and describe(Symbol("torch.sin", torch.sin)) is None
     assert ReduceOp.of("prod") is ReduceOp.PRODUCT and ReduceOp.of(dist.ReduceOp.MAX) is ReduceOp.MAX
+
+
+def test_collective_arguments_print_as_python_the_program_runs():
+    from fusionlens.distributed import symbols
+    from fusionlens.distributed.vocabulary import Group
+
+    namespace = symbols.program_globals()
+    for value in (Group("0", (0, 1)), Group("3", tuple(range(0, 4096, 8)), "dp"), Group("5", (3, 1, 2)),
+                  ReduceOp.AVG, symbols.Grad.REDUCE_SCATTER):
+        assert eval(repr(value), namespace) == value, repr(value)
+    assert len(repr(Group("3", tuple(range(4096))))) < 40  # a mesh's thousands of ranks, printed short
 
 
 class _LossAllReduce(CompileTransform):
@@ -136,10 +179,10 @@ class _LossAllReduce(CompileTransform):
     def rewrite_forward(self, forward: Trace) -> Trace:
         loss = forward.output
         issued, reduced = (Value(f"{loss.name}_{s}", loss.shape, loss.dtype, loss.device) for s in ("issued", "summed"))
-        ops = [*forward.bound_symbols, BoundSymbol(C.FUNCOL_ALL_REDUCE, (loss, "sum", self.group), {}, [issued]),
-               BoundSymbol(C.FUNCOL_WAIT, (issued,), {}, [reduced])]
+        ops = [*forward.bound_symbols, BoundSymbol(S.ALL_REDUCE, (loss, Group.named(self.group)), {}, [issued]),
+               BoundSymbol(S.WAIT, (issued,), {}, [reduced])]
         rewritten = forward.with_(forward.stage, ops, output=reduced)
-        rewritten.extra_globals.update({s.name: s.impl for s in (C.FUNCOL_ALL_REDUCE, C.FUNCOL_WAIT)})
+        rewritten.extra_globals.update(S.program_globals())
         return rewritten
 
     def rewrite_backward(self, d, inputs, constants, backward):
@@ -168,9 +211,9 @@ def test_a_transform_rewrites_the_forward_before_fusion():
         program = c.program(ProgramKind.FORWARD)
         for stage in (Stage.OPTIMISED, Stage.FUSION, Stage.EXECUTION):
             ops = [b.sym for b in program.traces[stage].bound_symbols]
-            assert ops[-2:] == [C.FUNCOL_ALL_REDUCE, C.FUNCOL_WAIT], (stage, ops[-3:])
-        assert C.FUNCOL_ALL_REDUCE not in [b.sym for b in c.traced.trace.bound_symbols]  # the rewrite's own
+            assert ops[-2:] == [S.ALL_REDUCE, S.WAIT], (stage, ops[-3:])
+        assert S.ALL_REDUCE not in [b.sym for b in c.traced.trace.bound_symbols]  # the rewrite's own
         x2, y2 = torch.randn(8, 16), torch.randn(8, 4)
         torch.testing.assert_close(c.fn(x2, y2, *c.constants), step(x2, y2), rtol=1.3e-6, atol=1e-5)
         unchanged = pipeline.compile_program(step, (x, y), {}, CompileOptions(verify=True))
-    assert C.FUNCOL_ALL_REDUCE not in [b.sym for b in unchanged.forward.traces[Stage.FUSION].bound_symbols]
+    assert S.ALL_REDUCE not in [b.sym for b in unchanged.forward.traces[Stage.FUSION].bound_symbols]

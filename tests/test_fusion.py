@@ -382,3 +382,70 @@ def test_llama_rms_norm_backward_is_two_nvfuser_regions(fuser):
     assert checking.mismatch(list(got), list(torch.autograd.grad(fn(x, w), (x, w), dy))) is None
     regions = c.program("backward").plan.regions
     assert [r.executor for r in regions] == ["nvfuser", "nvfuser"], [(r.id, r.executor, r.note) for r in regions]
+
+
+# --- a norm's backward as one two-axis region (regroup.py `merge_columns`) -------------------
+
+@pytest.fixture
+def column_fuser(fuser, monkeypatch):
+    """The test fuser, taking two-axis regions (row reductions and column sums of the same rows)."""
+    monkeypatch.setattr(fuser, "takes_columns", lambda domain, rdims, cdims, bsyms: None)
+    return fuser
+
+
+def test_layer_norm_backward_is_one_two_axis_region(column_fuser):
+    """dx (rows) and the weight and bias gradients (columns) in one region where the executor
+    takes one: nothing written between them, the verifier's contract held, gradients as eager's."""
+    from fusionlens.driver import pipeline
+
+    def ln(x, w, b):
+        return F.layer_norm(x, (6,), w, b)
+
+    x, w, b = (torch.randn(s, requires_grad=True) for s in ((2, 40, 6), (6,), (6,)))
+    c = pipeline.compile_program(ln, (x, w, b), {}, CompileOptions(executors=("testfuser", "torch")))
+    dy = torch.randn(2, 40, 6)
+    got = torch.autograd.grad(c.fn(x, w, b, *c.constants), (x, w, b), dy)
+    assert checking.mismatch(list(got), list(torch.autograd.grad(ln(x, w, b), (x, w, b), dy))) is None
+    (region,) = [r for r in c.program("backward").plan.regions if r.executor == "testfuser"]
+    assert region.group.reduction_dims == (2,) and region.group.column_dims == (0, 1)
+    assert region.group.kind == "two-axis reduction" and region.group.column_shape == (6,)
+    assert sorted(list(o.shape) for o in region.outputs) == [[2, 40, 6], [6], [6]]
+    assert region.boundary is not None and region.boundary.code is not BoundaryCode.REDUCTION_AXIS
+
+
+def test_two_axis_region_only_where_column_sums_are_outputs(column_fuser):
+    """A row reduction reading a column sum needs all rows first: two regions, the column sum
+    handed over; a column sum of a row region's value (no row op reading it) joins it."""
+    def reads_column(x):
+        return (x * x.sum(0)).sum(1)
+
+    def column_back_to_rows(x):  # the column region itself brings its sum back to the rows
+        return x - x.sum(0), torch.exp(x).sum(1)
+
+    def columns_of_rows(x):
+        s = torch.exp(x) - torch.exp(x).sum(1, keepdim=True)
+        return s.sum(0), s.amax(1)
+
+    x = torch.randn(4, 8)
+    apart = [r for r in _lowered(reads_column, x).regions if r.executor == "testfuser"]
+    assert len(apart) == 2 and not any(r.group.column_dims for r in apart), [r.group for r in apart]
+    back = [r for r in _lowered(column_back_to_rows, x).regions if r.executor == "testfuser"]
+    assert len(back) == 2 and not any(r.group.column_dims for r in back), [r.group for r in back]
+    from fusionlens.ir.interpret import run_ops
+
+    plan = _lowered(columns_of_rows, x)
+    (one,) = [r for r in plan.regions if r.executor == "testfuser"]
+    assert one.group.column_dims == (0,) and one.group.reduction_dims == (1,)
+    env = run_ops(plan.trace.bound_symbols, {plan.trace.inputs[0].name: x})
+    got = [env[v.name] for v in plan.trace.results()]
+    assert checking.mismatch(got, list(columns_of_rows(x))) is None
+
+
+def test_no_two_axis_region_for_an_executor_that_does_not_take_one(fuser):
+    """The test fuser as it is (base.FusionExecutor.takes_columns refuses): two regions."""
+    def columns_of_rows(x):
+        s = torch.exp(x) - torch.exp(x).sum(1, keepdim=True)
+        return s.sum(0), s.amax(1)
+
+    regions = [r for r in _lowered(columns_of_rows, torch.randn(4, 8)).regions if r.executor == "testfuser"]
+    assert len(regions) == 2 and not any(r.group.column_dims for r in regions)

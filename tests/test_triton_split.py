@@ -131,11 +131,11 @@ def test_autotune_picks_the_fastest_configuration_once():
         torch.testing.assert_close(group_fn(*inputs, num_warps=w)[0], out[0])
 
 
-# --- a norm's backward: dx in one region, the weight and bias gradients in one (split) region --
+# --- a norm's backward: one two-axis region, dx and partial column sums, then their combine --
 
 def _norm_backward_regions(fn, args):
     """Compile `fn` for training with Triton, run it, compare outputs and every gradient with
-    eager on a fresh random cotangent; return the backward's Triton regions."""
+    eager on a fresh random cotangent; return the backward's regions."""
     from torch.utils import _pytree as pytree
 
     from fusionlens.driver import pipeline
@@ -153,37 +153,53 @@ def _norm_backward_regions(fn, args):
     ref = [g.to(a.dtype) for g, a in zip(torch.autograd.grad(fn(*wide), wide, dy.float()), args)]
     problem = checking.mismatch(list(got), ref)
     assert problem is None, problem
-    return [r for r in c.program("backward").plan.regions if r.executor == "triton"]
+    again = torch.autograd.grad(pytree.tree_leaves(c.fn(*args, *c.constants))[0], args, dy)
+    assert all(torch.equal(a, b) for a, b in zip(got, again)), "the partial sums are combined in a fixed order"
+    return c.program("backward").plan.regions
 
 
-@pytest.mark.parametrize("split", [False, True], ids=["one-kernel", "split"])
+def _kernels(regions) -> int:
+    """Device kernels a call of the program launches: each fused region's, one a torch op that computes."""
+    from fusionlens.ops import prims
+
+    return sum(r.generated.kernels if r.generated is not None else 1 for r in regions
+               if r.generated is not None or any(s.sym.tags & {prims.ELEMENTWISE, prims.REDUCTION} for s in r.bsyms))
+
+
+# rows not a multiple of the block (64 rows of 8 columns; 32 of 64), columns not a power of two;
+# one SM: two programs, each looping over several row blocks (the last one partly masked)
+NORM_SHAPES = {"rows 171 x 6": (3, 57, 6), "rows 300 x 40": (300, 40)}
+
+
+@pytest.mark.parametrize("shape", list(NORM_SHAPES))
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
-def test_layer_norm_backward_is_two_regions_and_matches_eager(monkeypatch, dtype, split):
+def test_layer_norm_backward_is_two_kernels_and_matches_eager(monkeypatch, dtype, shape):
     import torch.nn.functional as F
 
-    if split:  # the column sums split across programs, as over a GPT's rows on an H100
-        monkeypatch.setattr(tuning, "SM_COUNT", 2)
-        monkeypatch.setattr(tuning, "SPLIT_MIN_BYTES", 0)
-        monkeypatch.setattr(tuning, "LOOP_BLOCK_N", 16)
-    x = (torch.randn(2, 40, 6, device=DEVICE) * 3 + 1).to(dtype).requires_grad_()
-    w = torch.randn(6, device=DEVICE).to(dtype).requires_grad_()
-    b = torch.randn(6, device=DEVICE).to(dtype).requires_grad_()
-    regions = _norm_backward_regions(lambda x, w, b: F.layer_norm(x, (6,), w, b), (x, w, b))
-    assert len(regions) == 2, [(r.id, [s.sym.name for s in r.bsyms]) for r in regions]
-    rows, columns = regions
-    assert rows.group.reduction_dims == (2,) and columns.group.reduction_dims == (0, 1)
-    # dy * xhat is recomputed where it is summed, not written out: the row region's only
-    # full-size output is dx, and the column region reads the row statistics and makes both gradients
-    assert [list(o.shape) for o in rows.outputs if list(o.shape) == list(x.shape)] == [[2, 40, 6]]
-    assert sorted(list(o.shape) for o in columns.outputs) == [[6], [6]]
-    assert columns.generated.kernels == (2 if split else 1), columns.generated.source
+    monkeypatch.setattr(tuning, "SM_COUNT", 1)
+    dims = NORM_SHAPES[shape]
+    n = dims[-1]
+    x = (torch.randn(*dims, device=DEVICE) * 3 + 1).to(dtype).requires_grad_()
+    w = torch.randn(n, device=DEVICE).to(dtype).requires_grad_()
+    b = torch.randn(n, device=DEVICE).to(dtype).requires_grad_()
+    regions = _norm_backward_regions(lambda x, w, b: F.layer_norm(x, (n,), w, b), (x, w, b))
+    assert _kernels(regions) == 2, [(r.id, r.executor, [s.sym.name for s in r.bsyms]) for r in regions]
+    (norm,) = [r for r in regions if r.executor == "triton"]
+    last = len(dims) - 1
+    assert norm.group.reduction_dims == (last,) and norm.group.column_dims == tuple(range(last))
+    # dx, dw and db are all it writes: no dy * xhat, no statistics handed to another region
+    assert sorted(list(o.shape) for o in norm.outputs) == sorted([list(dims), [n], [n]])
+    source = norm.generated.source
+    assert "for blk in range(pid, " in source and "_combine[" in source, source
+    programs = int(source.split("_kernel[(")[1].split(",")[0])
+    assert programs == 2 and -(-x.shape[:-1].numel() // int(source.split("BLOCK_M=")[1].split(",")[0])) > programs
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
-def test_llama_rms_norm_backward_is_two_regions_and_matches_eager(dtype):
+def test_llama_rms_norm_backward_is_two_kernels_and_matches_eager(dtype):
     """Llama's RMSNorm (examples/llama_block.py: float32 statistics, `mean(-1, keepdim=True)`),
-    differentiated through its prims: the weight gradient (columns) and dx (rows: the statistics
-    at [rows, 1], the reshape between them index arithmetic) are two regions."""
+    differentiated through its prims: dx (rows: the statistics at [rows, 1], the reshape between
+    them index arithmetic) and the weight gradient (columns) in one two-axis region."""
     import sys
     from pathlib import Path
 
@@ -194,11 +210,69 @@ def test_llama_rms_norm_backward_is_two_regions_and_matches_eager(dtype):
     with torch.no_grad():
         norm.weight.normal_()
     norm.weight.data = norm.weight.data.to(dtype)
-    x = torch.randn(2, 40, 6, device=DEVICE).to(dtype).requires_grad_()
+    x = torch.randn(2, 37, 6, device=DEVICE).to(dtype).requires_grad_()
     regions = _norm_backward_regions(lambda x, w: _rms(norm, x, w), (x, norm.weight))
+    assert _kernels(regions) == 2, [(r.id, r.executor, [s.sym.name for s in r.bsyms]) for r in regions]
+    (region,) = [r for r in regions if r.executor == "triton"]
+    assert region.group.reduction_dims == (2,) and region.group.column_dims == (0, 1)
+    assert sorted(list(o.shape) for o in region.outputs) == [[2, 37, 6], [6]]
+
+
+@pytest.mark.parametrize("split", [False, True], ids=["one-kernel", "split"])
+def test_layer_norm_backward_over_long_rows_is_two_regions(monkeypatch, split):
+    """Rows too long for registers take no two-axis kernel (support.takes_columns): dx is one
+    region, the weight and bias gradients one that recomputes dy * xhat (a split reduction where
+    the rows are few), as before."""
+    import torch.nn.functional as F
+
+    monkeypatch.setattr(tuning, "MAX_SINGLE_PASS", 16)
+    monkeypatch.setattr(tuning, "LOOP_BLOCK_N", 16)
+    if split:
+        monkeypatch.setattr(tuning, "SM_COUNT", 2)
+        monkeypatch.setattr(tuning, "SPLIT_MIN_BYTES", 0)
+    x = (torch.randn(2, 40, 24, device=DEVICE) * 3 + 1).requires_grad_()
+    w, b = (torch.randn(24, device=DEVICE).requires_grad_() for _ in range(2))
+    regions = [r for r in _norm_backward_regions(lambda x, w, b: F.layer_norm(x, (24,), w, b), (x, w, b))
+               if r.executor == "triton"]
     assert len(regions) == 2, [(r.id, [s.sym.name for s in r.bsyms]) for r in regions]
-    assert {r.group.reduction_dims for r in regions} == {(0, 1), (2,)}
+    rows, columns = regions
+    assert rows.group.reduction_dims == (2,) and columns.group.reduction_dims == (0, 1)
+    assert not rows.group.column_dims and sorted(list(o.shape) for o in columns.outputs) == [[24], [24]]
+    assert columns.generated.kernels == (2 if split else 1), columns.generated.source
 
 
 def _rms(norm, x, w):
     return torch.func.functional_call(norm, {"weight": w}, (x,))
+
+
+def test_gpt2_training_step_has_each_layer_norm_backward_in_two_kernels():
+    """A transformers GPT-2 built from a config (no download), one training step's gradients
+    compiled with Triton: each LayerNorm's backward (ln_1, ln_2, ln_f) is one two-axis region of
+    two kernels, and every parameter's gradient is eager's."""
+    import zoo_imports
+
+    if zoo_imports.transformers is None:
+        pytest.skip("transformers is not installed")
+    from fusionlens.driver import pipeline
+    from fusionlens.options import CompileOptions
+
+    config = zoo_imports.transformers.GPT2Config(n_layer=1, n_embd=24, n_head=2, vocab_size=40, n_positions=16,
+                                                 resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                                                 bos_token_id=0, eos_token_id=0)
+    model = zoo_imports.transformers.GPT2LMHeadModel(config).to(DEVICE)
+    names = [n for n, _ in model.named_parameters()]
+    ids = torch.randint(0, 40, (2, 9), device=DEVICE)
+
+    def step(*params):
+        return torch.func.functional_call(model, dict(zip(names, params)), (ids,), {"labels": ids}).loss
+
+    params = [p.detach().clone().requires_grad_() for p in model.parameters()]
+    c = pipeline.compile_program(step, tuple(params), {}, CompileOptions(executors=("triton", "torch")))
+    got = torch.autograd.grad(c.fn(*params, *c.constants), params)
+    problem = checking.mismatch(list(got), list(torch.autograd.grad(step(*params), params)))
+    assert problem is None, problem
+    norms = [r for r in c.program("backward").plan.regions if r.executor == "triton" and r.group.column_dims]
+    assert len(norms) == 3, [(r.id, r.group.domain, r.group.reduction_dims) for r in c.program("backward").plan.regions]
+    for r in norms:
+        assert r.generated.kernels == 2 and r.group.reduction_dims == (2,) and r.group.column_dims == (0, 1)
+        assert [list(o.shape) for o in r.outputs].count([24]) >= 2, r.outputs  # the weight and bias gradients

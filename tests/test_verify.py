@@ -432,7 +432,8 @@ def _collective_trace(order: str) -> Trace:
     ('i' issue, 'w' wait, 'u' the use of the result, 'p' a use of the pending value itself,
     'W' a second wait, 'n' an op reading neither, 'v' a wait of the input x), made by hand from
     the real collective symbols."""
-    from fusionlens.distributed import collectives
+    from fusionlens.distributed import symbols
+    from fusionlens.distributed.vocabulary import Group
     from fusionlens.ir.provenance import Provenance
 
     line = _line(_issued, "x + y")
@@ -440,13 +441,13 @@ def _collective_trace(order: str) -> Trace:
     x, y = (Value(n, (4,), torch.float32, "cpu", "input") for n in ("x", "y"))
     pending, ready, used, misused, again = (Value(n, (4,), torch.float32, "cpu") for n in ("t1", "t2", "t3", "t4",
                                                                                              "t5"))
-    ops = {"i": BoundSymbol(collectives.FUNCOL_ALL_REDUCE, (x, "sum", "0"), {}, [pending], None, where),
-           "w": BoundSymbol(collectives.FUNCOL_WAIT, (pending,), {}, [ready], None, where),
-           "W": BoundSymbol(collectives.FUNCOL_WAIT, (pending,), {}, [again], None, where),
+    ops = {"i": BoundSymbol(symbols.ALL_REDUCE, (x, Group("0", (0,))), {}, [pending], None, where),
+           "w": BoundSymbol(symbols.WAIT, (pending,), {}, [ready], None, where),
+           "W": BoundSymbol(symbols.WAIT, (pending,), {}, [again], None, where),
            "u": BoundSymbol(prims.add, (ready, y), {}, [used], None, where),
            "p": BoundSymbol(prims.add, (pending, y), {}, [misused], None, where),
            "n": BoundSymbol(prims.add, (x, y), {}, [used], None, where),  # reads neither
-           "v": BoundSymbol(collectives.FUNCOL_WAIT, (x,), {}, [ready], None, where)}  # waits for an input
+           "v": BoundSymbol(symbols.WAIT, (x,), {}, [ready], None, where)}  # waits for an input
     out = used if "u" in order or "n" in order else ready
     return Trace("collective", [x, y], [ops[k] for k in order], out)
 

@@ -1,45 +1,51 @@
 """Backward rules of the collectives a program issues itself, registered with the autograd
 transform's lookup (fusionlens.middle.autograd.rules.extend) when this package is imported.
 
-Each rule is a function of its own, per collective: (forward op, cotangents of its outputs) ->
-[(input Value, its cotangent)], recording the backward's ops (collectives among them) under
-the forward op's line.
+A rule is (forward op, cotangents of its outputs) -> [(input Value, its cotangent)], recording
+the backward's ops (collectives among them) under the forward op's line. One rule serves every
+issued collective (distributed/symbols.py), reading how its gradient passes from its `grad`
+argument; the wait hands its cotangent on; FSDP2's copy-in and tensor parallel's f have their
+own. Two rewrites of the backward are registered with remat: reduce-scatters issued as early as
+their input allows (`issue_early`), and FSDP2's re-gather of resharded units (`fsdp_regather`).
 """
 
 from __future__ import annotations
 
 import math
 
-from fusionlens.distributed import fsdp, tensor_parallel
+from fusionlens.distributed import fsdp, symbols as S, tensor_parallel, vocabulary as V
 from fusionlens.middle.autograd import remat, rules
 from fusionlens.middle.autograd.torch_rules import Rule
 from fusionlens.ir.trace import BoundSymbol, OpTag, Symbol, SymbolKind, Value, external_inputs
 from fusionlens.ops import prims as P
 
 
-# --- FSDP2 (fusionlens/distributed/fsdp.py) -----------------------------------------------------------------
+# --- the collectives (distributed/symbols.py): one rule an issue, reading its `grad` ---------------
 
-def fsdp_all_gather(b: BoundSymbol, cots: list[Value | None]) -> list[tuple[Value, Value]]:
-    """A unit's all-gather: its gradient flows through its wait (which names the buffer sent),
-    never through the issued tensor, which only the wait reads."""
-    return []
-
-
-def fsdp_wait(b: BoundSymbol, cots: list[Value | None]) -> list[tuple[Value, Value]]:
-    """An all-gather's wait (it names the buffer sent and the group): each rank's gradient of
-    the buffer it sent is the mean over the ranks of their gradients of the gathered buffer,
-    reduce-scattered (FSDP2's default reduction) and issued here, where the unit's last
-    gradient is made (the all-gather itself sits a unit earlier: the prefetch). Not waited for
-    here: the copy-in's rule, last in the backward, waits for it. A wait of nothing gathered
-    hands its cotangent on."""
+def issued(b: BoundSymbol, cots: list[Value | None]) -> list[tuple[Value, Value]]:
+    """Every issued collective's rule, as its `grad` argument says: no gradient (Grad.NONE: a
+    functional collective, dist.*, a backward's own), the cotangent to each rank's part unchanged
+    (Grad.IDENTITY: tensor parallel's g, whose result is replicated), or the mean over the ranks
+    reduce-scattered back to the buffer each rank sent (Grad.REDUCE_SCATTER: FSDP2's all-gather;
+    `issue_early` moves the reduce-scatter up to where the gradient is complete, and the
+    copy-in's rule, last in the backward, waits for it)."""
     (g,) = cots
-    if g is None:
+    grad = b.kwargs.get("grad", S.Grad.NONE)
+    if g is None or grad is S.Grad.NONE:
         return []
-    if len(b.args) == 1:
-        return [(b.args[0], g)]
-    _, flat, group_size, group_name = b.args
-    return [(flat, fsdp.REDUCE_SCATTER(g, fsdp.REDUCE_OP, group_size, group_name))]
+    x, group = b.args[0], b.args[1]
+    if grad is S.Grad.IDENTITY:
+        return [(x, g)]
+    return [(x, S.REDUCE_SCATTER(g, group, op=fsdp.REDUCE_OP))]
 
+
+def waited(b: BoundSymbol, cots: list[Value | None]) -> list[tuple[Value, Value]]:
+    """A wait hands its cotangent to the value it waited for (the issue's rule takes it on)."""
+    (g,) = cots
+    return [(b.args[0], g)] if g is not None else []
+
+
+# --- FSDP2 (fusionlens/distributed/fsdp.py) -----------------------------------------------------------------
 
 def fsdp_copy_in(b: BoundSymbol, cots: list[Value | None]) -> list[tuple[Value, Value]]:
     """The padded shards flattened into one buffer: the reduce-scatter of the buffer's gradient
@@ -48,7 +54,7 @@ def fsdp_copy_in(b: BoundSymbol, cots: list[Value | None]) -> list[tuple[Value, 
     if g is None:
         return []
     shards, padded = b.args
-    reduced, pairs, offset = fsdp.WAIT(g), [], 0
+    reduced, pairs, offset = S.WAIT(g), [], 0
     for shard, rows in zip(shards, padded):
         numel = rows * math.prod(shard.shape[1:])
         grad = P.reshape(P.slice(reduced, [offset], [offset + numel]), (rows, *shard.shape[1:]))
@@ -61,7 +67,35 @@ def fsdp_copy_in(b: BoundSymbol, cots: list[Value | None]) -> list[tuple[Value, 
 
 # --- FSDP2's reshard after forward: the backward gathers a unit's parameters again -------------
 
-_GATHER = (fsdp.COPY_IN, fsdp.ALL_GATHER, fsdp.WAIT)
+def _regathered(b: BoundSymbol) -> bool:
+    """Whether `b` is an all-gather the backward issues again (`regather`) instead of saving its result."""
+    return b.sym is S.ALL_GATHER and bool(b.kwargs.get("regather"))
+
+
+def issue_early(forward: list[BoundSymbol], backward: list[BoundSymbol],
+                inputs: set[str]) -> tuple[list[BoundSymbol], list[str]]:
+    """(the backward with each reduce-scatter moved up to right after the op that completes its
+    input, nothing more recomputed). An all-gather's rule issues it where autograd reaches the
+    all-gather, a unit ahead of where the unit's gradient is complete (the gather was
+    prefetched); FSDP2 reduce-scatters a unit's gradient as soon as its backward is done, so that
+    it overlaps the next unit's."""
+    if not any(b.sym is S.REDUCE_SCATTER for b in backward):
+        return backward, []
+    made = {o.name: i for i, b in enumerate(backward) for o in b.outputs}
+    after: dict[int, list[BoundSymbol]] = {}
+    rest = []
+    for i, b in enumerate(backward):
+        if b.sym is S.REDUCE_SCATTER:
+            after.setdefault(max((made.get(v.name, -1) for v in b.inputs()), default=-1), []).append(b)
+        else:
+            rest.append((i, b))
+    out = list(after.get(-1, []))
+    for i, b in rest:
+        out += [b, *after.get(i, [])]
+    return out, []
+
+
+_GATHER = (fsdp.COPY_IN, S.ALL_GATHER, S.WAIT)
 _MAX_COPY_OUT = 64  # ops from the shards to one gathered parameter at most (copy-in, gather, wait, views)
 
 
@@ -80,8 +114,9 @@ def _gathered_from_shards(v: Value, producer: dict[str, BoundSymbol],
         b = producer.get(x.name)
         if b is None or len(ops) >= _MAX_COPY_OUT:
             return None
-        if b.sym is fsdp.WAIT:
-            if not b.kwargs.get("reshard") or (wait is not None and wait is not b):
+        if b.sym is S.WAIT:
+            gather = producer.get(b.args[0].name)
+            if gather is None or not _regathered(gather) or (wait is not None and wait is not b):
                 return None
             wait = b
         elif b.sym not in _GATHER and not (b.sym.kind is SymbolKind.PRIM and OpTag.SHAPE in b.sym.tags):
@@ -100,8 +135,8 @@ def fsdp_regather(forward: list[BoundSymbol], backward: list[BoundSymbol],
     shards (inputs, which FSDP holds anyway): the copy-in and all-gather issued right after the
     previous unit's wait in backward order (the first at the backward's start), the wait and
     the copy-out right before the first op that reads them. A reshard_after_forward=False unit
-    (its wait has no `reshard`) keeps its gathered parameters saved."""
-    if not any(b.sym is fsdp.WAIT and b.kwargs.get("reshard") for b in forward):
+    (its all-gather has no `regather`) keeps its gathered parameters saved."""
+    if not any(_regathered(b) for b in forward):
         return backward, []  # most programs: no FSDP2 unit resharded
     producer = {o.name: b for b in forward for o in b.outputs}
     order = {id(b): i for i, b in enumerate(forward)}
@@ -122,7 +157,7 @@ def fsdp_regather(forward: list[BoundSymbol], backward: list[BoundSymbol],
     ranked = sorted(units, key=lambda u: first[u])
 
     def part(u: int, issue: bool) -> list[BoundSymbol]:
-        return sorted((b for b in units[u].values() if (b.sym in (fsdp.COPY_IN, fsdp.ALL_GATHER)) == issue),
+        return sorted((b for b in units[u].values() if (b.sym in (fsdp.COPY_IN, S.ALL_GATHER)) == issue),
                       key=lambda b: order[id(b)])
     before: dict[int, list[BoundSymbol]] = {0: part(ranked[0], True)}
     for k, u in enumerate(ranked):
@@ -135,30 +170,23 @@ def fsdp_regather(forward: list[BoundSymbol], backward: list[BoundSymbol],
     return out, list(unit_of)
 
 
-# --- tensor parallel (fusionlens/distributed/tensor_parallel.py): Megatron's f and g --------------------------
-
-def tp_all_reduce(b: BoundSymbol, cots: list[Value | None]) -> list[tuple[Value, Value]]:
-    """g, the sum over the ranks of a rowwise layer's partial results: its cotangent passes to
-    every rank's part unchanged (the result is replicated: each rank's cotangent is the same)."""
-    (g,) = cots
-    return [(b.args[0], g)] if g is not None else []
-
+# --- tensor parallel (fusionlens/distributed/tensor_parallel.py): Megatron's f ------------------------------
 
 def tp_grad_all_reduce(b: BoundSymbol, cots: list[Value | None]) -> list[tuple[Value, Value]]:
     """f, the identity before a colwise layer: the input's gradient is the sum over the ranks
     of each rank's part, all-reduced in the backward."""
     (g,) = cots
-    x, op, group_name = b.args
-    return [(x, tensor_parallel.ALL_REDUCE(g, op, group_name))] if g is not None else []
+    x, group = b.args
+    return [(x, S.WAIT(S.ALL_REDUCE(g, group, op=V.ReduceOp.SUM)))] if g is not None else []
 
 
-RULES: dict[Symbol, Rule] = {  # by symbol; a collective's rule in a function of its own
+RULES: dict[Symbol, Rule] = {  # by symbol; every issue's rule reads its `grad`
+    **{sym: issued for sym in S.ISSUE.values()},
+    S.WAIT: waited,
     fsdp.COPY_IN: fsdp_copy_in,
-    fsdp.ALL_GATHER: fsdp_all_gather,
-    fsdp.WAIT: fsdp_wait,
-    tensor_parallel.ALL_REDUCE: tp_all_reduce,
     tensor_parallel.GRAD_ALL_REDUCE: tp_grad_all_reduce,
 }
 
 rules.extend(RULES)
+remat.extend(issue_early)  # before the regather, which places its ops by the backward's order
 remat.extend(fsdp_regather)

@@ -5,12 +5,13 @@ TorchFunctionMode never sees them, so a trace would leave out the communication 
 program compute on each rank's own values. While a call is traced with a process group up,
 `recording` puts a wrapper in front of each of them (in `torch.distributed` and its
 `distributed_c10d` module, where `dist.x` finds them): the collective runs as eager runs it,
-and the tracer records its functional form (the tensor it updates in place gets a new Value,
-written back as any in-place update is). Those it cannot record (lists of tensors, objects,
-point-to-point) make the signature run eagerly, with the reason at the user's line.
+and the tracer records it as its issue and its wait (distributed/symbols.py: the tensor it
+updates in place gets the wait's result as its new Value, written back as any in-place update
+is). Those it cannot record (lists of tensors, objects, point-to-point) make the signature run
+eagerly, with the reason at the user's line.
 The functional collectives (`torch.distributed._functional_collectives`): `all_reduce`,
 `all_gather_tensor` and `reduce_scatter_tensor` (module attributes, as `funcol.all_reduce(...)`
-finds them) are recorded as two symbols each, the collective at its line and its wait right
+finds them) are recorded as the same two symbols, the collective's issue at its line and its wait right
 before the first op that reads the result (where eager's AsyncCollectiveTensor waits); funcol's
 other functions, and `torch.ops._c10d_functional` called directly, are torch ops the tracer
 records anyway (ops/torch_ops/fallbacks.py tags them collective).
@@ -29,40 +30,77 @@ from typing import Any
 import torch
 from torch.utils import _pytree as pytree
 
-from fusionlens.distributed import vocabulary as V
+from fusionlens.distributed import symbols as S, vocabulary as V
 from fusionlens.frontend.recorder import Recorder
-from fusionlens.ir.trace import BoundSymbol, OpTag, Symbol, SymbolKind, Trace
+from fusionlens.ir.trace import BoundSymbol, Trace
 
-# name -> position of the tensor the collective writes (its output, updated in place)
-RECORDED = {"all_reduce": 0, "broadcast": 0, "reduce": 0, "all_gather_into_tensor": 0,
-            "reduce_scatter_tensor": 0, "all_to_all_single": 0}
+# torch.distributed's collectives recorded (as their issue and wait), and those that make the call run eagerly
+RECORDED = ("all_reduce", "broadcast", "reduce", "all_gather_into_tensor", "reduce_scatter_tensor",
+            "all_to_all_single")
 NOT_RECORDED = ("all_gather", "all_gather_object", "gather", "gather_object", "scatter", "scatter_object_list",
                 "reduce_scatter", "all_to_all", "broadcast_object_list", "send", "recv", "isend", "irecv",
                 "batch_isend_irecv", "barrier", "monitored_barrier")
-def functional(name: str, real: Callable) -> Callable:
-    """The collective `name` as a function returning what it writes, on a copy (the program's
-    form: its input Value is not changed), its arguments by keyword. Runs synchronously."""
-    written = list(inspect.signature(real).parameters)[RECORDED[name]]
-
-    @functools.wraps(real)
-    def run(**kwargs):
-        kwargs[written] = kwargs[written].clone()
-        real(**{**kwargs, "async_op": False})
-        return kwargs[written]
-    run.__name__ = f"dist_{name}"
-    return run
 
 
-def _dist_symbol(name: str, impl: Callable) -> Callable[[str], Symbol]:
-    """The symbol of torch.distributed's `name` run synchronously by `impl`, printed as given."""
-    tags = (OpTag.LIBRARY_CALL, OpTag.COLLECTIVE, OpTag.NON_DIFFERENTIABLE)
-    return lambda printed: V.CollectiveSymbol(printed, impl, V.of_dist(name), kind=SymbolKind.OPAQUE, tags=tags)
+def _root(a: dict, key: str, pg: Any) -> int:
+    """A broadcast's or reduce's root as a rank of its group (`group_src`/`group_dst`, else the
+    global `src`/`dst`)."""
+    local = a.get(f"group_{key}")
+    return int(local) if local is not None else torch.distributed.get_group_rank(pg, a[key])
+
+
+# torch.distributed's arguments of each kind: (the tensor it writes, the tensor it sends, its root's)
+_ARGUMENTS = {V.CollectiveKind.ALL_REDUCE: ("tensor", "tensor", None),
+              V.CollectiveKind.BROADCAST: ("tensor", "tensor", "src"),
+              V.CollectiveKind.REDUCE: ("tensor", "tensor", "dst"),
+              V.CollectiveKind.ALL_GATHER: ("output_tensor", "input_tensor", None),
+              V.CollectiveKind.REDUCE_SCATTER: ("output", "input", None),
+              V.CollectiveKind.ALL_TO_ALL: ("output", "input", None)}
+
+
+def _dist_call(name: str, a: dict) -> tuple[V.CollectiveKind, torch.Tensor, torch.Tensor, dict] | str:
+    """(kind, the tensor sent, the tensor written, the issue's keywords) of torch.distributed's
+    `name` (a CollectiveKind's value) called with arguments `a`, or why it is not recorded."""
+    kind = V.CollectiveKind(name)
+    written_at, sent_at, root_at = _ARGUMENTS[kind]
+    written, sent = a[written_at], a[sent_at]
+    pg = a.get("group") if a.get("group") is not None else torch.distributed.group.WORLD
+    kw: dict[str, Any] = {"group": V.Group.of(pg)}
+    if "op" in a:
+        op = V.ReduceOp.of(a["op"] if a["op"] is not None else "sum")
+        if op is V.ReduceOp.PREMUL_SUM:
+            return "with a premul_sum op"
+        kw["op"] = op
+    if root_at is not None:
+        kw["root"] = _root(a, root_at, pg)
+    kw |= {k: list(a[k]) for k in ("output_split_sizes", "input_split_sizes") if a.get(k) is not None}
+    with torch.device("meta"):
+        made = S.ISSUE[kind].meta(sent.to("meta"), **kw)  # type: ignore[misc]
+    if made.shape != written.shape:
+        return f"into an output of shape {tuple(written.shape)} (not its functional form's {tuple(made.shape)})"
+    return kind, sent, written, kw
+
+
+def _record_dist(tracer: Recorder, name: str, a: dict) -> None:
+    """torch.distributed's `name` (arguments `a`, by name), which ran, recorded as its issue and
+    its wait: the tensor it wrote in place gets the wait's result as its new value."""
+    with tracer.unrecorded():  # its shape check's meta tensors are no ops of the program
+        call = _dist_call(name, a)
+    if isinstance(call, str):
+        return tracer.refuse(name, call)
+    kind, sent, written, kw = call
+    group = kw.pop("group")
+    S.declare(tracer)
+    where = tracer.where()
+    issue = BoundSymbol(S.ISSUE[kind], (tracer.value(sent), group), kw, [tracer.pending(written)], None, where)
+    tracer.update(name, lambda new: [issue, BoundSymbol(S.WAIT, (issue.outputs[0],), {}, [new], None, where)],
+                  written)
 
 
 @contextlib.contextmanager
 def recording(tracer: Recorder):
-    """While active, each collective of RECORDED runs and is recorded (`tracer.update`: its
-    functional form, its arguments by name, the tensor it wrote); each of NOT_RECORDED makes the
+    """While active, each collective of RECORDED runs and is recorded (`tracer.update`: its issue
+    and wait, the wait's result the new value of the tensor it wrote); each of NOT_RECORDED makes the
     call run eagerly (`tracer.refuse`); a collective's own ops run unrecorded.
     Nothing is patched when no process group is up (tracing pays nothing)."""
     dist = sys.modules.get("torch.distributed")
@@ -71,7 +109,6 @@ def recording(tracer: Recorder):
         return
     modules = [dist, sys.modules["torch.distributed.distributed_c10d"]]
     saved = [(m, name, getattr(m, name)) for m in modules for name in (*RECORDED, *NOT_RECORDED) if hasattr(m, name)]
-    originals = {name: fn for m, name, fn in saved if m is dist}
 
     def wrap(name: str, real: Callable) -> Callable:
         @functools.wraps(real)
@@ -84,11 +121,10 @@ def recording(tracer: Recorder):
             with tracer.unrecorded():
                 work = real(*args, **kwargs)
             if isinstance(work, torch.distributed.Work):
-                work.wait()  # the program runs it synchronously: so does the traced run
+                work.wait()  # the program waits right after the issue: so does the traced run
             bound = inspect.signature(real).bind(*args, **kwargs)
-            arguments = {k: v for k, v in bound.arguments.items() if k != "async_op"}
-            tracer.update(name, _dist_symbol(name, functional(name, originals.get(name, real))), arguments,
-                              list(bound.arguments.values())[RECORDED[name]])
+            bound.apply_defaults()
+            _record_dist(tracer, name, dict(bound.arguments))
             return work
         return traced
     waits: list[BoundSymbol] = []  # the functional collectives' waits, placed once the call returned
@@ -153,38 +189,6 @@ HOOKS = (TraceHook(),)  # every compile traces with these
 # report sees which regions run between them. The traced run waits at once.
 
 _FUNCOL = "torch.distributed._functional_collectives"
-_FUNCOL_TAGS = (OpTag.LIBRARY_CALL, OpTag.COLLECTIVE, OpTag.NON_DIFFERENTIABLE, OpTag.PROGRAM_GLOBAL)
-
-
-def _c10d(name: str) -> Callable:
-    return getattr(torch.ops._c10d_functional, name)
-
-
-def _all_reduce(x: torch.Tensor, op: str, group_name: str) -> torch.Tensor:
-    return _c10d("all_reduce")(x, op, group_name)
-
-
-def _all_gather(x: torch.Tensor, group_size: int, group_name: str) -> torch.Tensor:
-    return _c10d("all_gather_into_tensor")(x, group_size, group_name)
-
-
-def _reduce_scatter(x: torch.Tensor, op: str, group_size: int, group_name: str) -> torch.Tensor:
-    return _c10d("reduce_scatter_tensor")(x, op, group_size, group_name)
-
-
-def _wait_tensor(t: torch.Tensor) -> torch.Tensor:
-    return _c10d("wait_tensor")(t)
-
-
-FUNCOL_ALL_REDUCE = V.CollectiveSymbol("funcol_all_reduce", _all_reduce, V.ALL_REDUCE, tags=_FUNCOL_TAGS,
-                                       meta=lambda x, op, name: torch.empty_like(x))
-FUNCOL_ALL_GATHER = V.CollectiveSymbol("funcol_all_gather_into_tensor", _all_gather, V.ALL_GATHER, tags=_FUNCOL_TAGS,
-                                       meta=lambda x, n, name: x.new_empty((x.shape[0] * n, *x.shape[1:])))
-FUNCOL_REDUCE_SCATTER = V.CollectiveSymbol("funcol_reduce_scatter_tensor", _reduce_scatter, V.REDUCE_SCATTER,
-                                           tags=_FUNCOL_TAGS,
-                                           meta=lambda x, op, n, name: x.new_empty((x.shape[0] // n, *x.shape[1:])))
-FUNCOL_WAIT = V.CollectiveSymbol("funcol_wait_tensor", _wait_tensor, V.WAIT, tags=_FUNCOL_TAGS,
-                                 meta=lambda t: torch.empty_like(t))
 # the funcol functions traced so (the module attribute a user's `funcol.all_reduce(...)` finds)
 FUNCOL_TRACED = {"all_reduce": V.CollectiveKind.ALL_REDUCE, "all_gather_tensor": V.CollectiveKind.ALL_GATHER,
                  "all_gather_single": V.CollectiveKind.ALL_GATHER,
@@ -197,17 +201,18 @@ def _funcol_saved() -> list[tuple[ModuleType, str, Callable]]:
     return [(funcol, n, getattr(funcol, n)) for n in FUNCOL_TRACED if hasattr(funcol, n)] if funcol else []
 
 
-def _issue(tracer: Recorder, sym: Symbol, args: tuple, waits: list[BoundSymbol]) -> torch.Tensor:
-    """`sym(*args)` run and waited for, recorded as the collective here and its wait, to place."""
+def _issue(tracer: Recorder, kind: V.CollectiveKind, x: torch.Tensor, group_name: str, waits: list[BoundSymbol],
+           **kw: Any) -> torch.Tensor:
+    """`kind` issued on `x` and waited for, recorded as the collective here and its wait, to place."""
+    sym, group = S.ISSUE[kind], V.Group.named(group_name)
     with tracer.unrecorded():
-        issued = sym.impl(*args)
-        waited = _wait_tensor(issued)
+        issued = sym.impl(x, group, **kw)
+        waited = S.wait(issued)
     where = tracer.where()
-    for each in (sym, FUNCOL_WAIT):
-        tracer.program_global(each.name, each.impl)
+    S.declare(tracer)
     value = tracer.pending(issued)
-    tracer.emit(BoundSymbol(sym, tuple(map(tracer.value, args)), {}, [value], None, where))
-    waits.append(BoundSymbol(FUNCOL_WAIT, (value,), {}, [tracer.output(waited)], None, where))
+    tracer.emit(BoundSymbol(sym, (tracer.value(x), group), kw, [value], None, where))
+    waits.append(BoundSymbol(S.WAIT, (value,), {}, [tracer.output(waited)], None, where))
     return waited
 
 
@@ -227,17 +232,17 @@ def _funcol_traced(tracer: Recorder, name: str, real: Callable, waits: list[Boun
         group_name = funcol._resolve_group_name(a["group"], a.get("tag", ""))
         kind = FUNCOL_TRACED[name]
         if kind is V.CollectiveKind.ALL_REDUCE:
-            return _issue(tracer, FUNCOL_ALL_REDUCE, (a["self"], a["reduceOp"].lower(), group_name), waits)
+            return _issue(tracer, kind, a["self"], group_name, waits, op=V.ReduceOp.of(a["reduceOp"]))
         n = torch.distributed.get_world_size(torch.distributed.distributed_c10d._resolve_process_group(group_name))
         if kind is V.CollectiveKind.ALL_GATHER:
-            out = _issue(tracer, FUNCOL_ALL_GATHER, (a["self"], n, group_name), waits)
+            out = _issue(tracer, kind, a["self"], group_name, waits)
             return out if a["gather_dim"] == 0 else torch.cat(torch.chunk(out, n), dim=a["gather_dim"])
         x, dim = a["self"], a["scatter_dim"]
         if x.size(dim) % n != 0:
             raise ValueError(f"reduce_scatter_tensor: dim {dim} of the input ({x.size(dim)}) is no multiple of "
                              f"the group's size ({n})")
         x = x if dim == 0 else torch.cat(torch.chunk(x, n, dim=dim))
-        return _issue(tracer, FUNCOL_REDUCE_SCATTER, (x, a["reduceOp"].lower(), n, group_name), waits)
+        return _issue(tracer, kind, x, group_name, waits, op=V.ReduceOp.of(a["reduceOp"]))
     return traced
 
 

@@ -6,8 +6,8 @@ all-reduce before the whole backward was done. When DDP's configuration is one t
 mirrors (`unsupported`), the backward trace gets, right after the op that finishes the last
 gradient of each bucket, that bucket flattened (each gradient added to what `p.grad` holds
 and divided by the world size, as DDP's reducer without a comm hook does) and an asynchronous
-all-reduce of it in place (`torch.ops._c10d_functional.all_reduce_`); each is waited for
-(`wait_tensor`) at the end of the program, before it returns the gradients. Buckets are made
+all-reduce of it issued (distributed/symbols.py's `all_reduce`, as every collective); each is waited for
+(`wait`) at the end of the program, before it returns the gradients. Buckets are made
 in the order the backward produces gradients, capped as DDP caps its rebuilt buckets (the
 first at DDP's first-bucket cap), a bucket per dtype and device.
 
@@ -33,18 +33,12 @@ from torch.utils.hooks import RemovableHandle
 
 from fusionlens.distributed.ddp import buckets as ddp_buckets
 from fusionlens.distributed.staging import CompileTransform, ReportInputs, Rewritten
-from fusionlens.distributed import vocabulary as V
+from fusionlens.distributed import symbols as S, vocabulary as V
 from fusionlens.report import schema as R
 from fusionlens.ir.vocabulary import Stage, ValueRole
 from fusionlens.ir.trace import BoundSymbol, OpTag, Symbol, SymbolKind, Trace, Value
 
-_COLLECTIVE = frozenset({OpTag.LIBRARY_CALL, OpTag.COLLECTIVE, OpTag.NON_DIFFERENTIABLE})
 _LOCAL = frozenset({OpTag.LIBRARY_CALL, OpTag.NON_DIFFERENTIABLE})
-# in place, as DDP's reducer reduces its bucket: the flat tensor is the program's own, read by no other op
-ALL_REDUCE = V.CollectiveSymbol("torch.ops._c10d_functional.all_reduce_", torch.ops._c10d_functional.all_reduce_,
-                                V.ALL_REDUCE, kind=SymbolKind.OPAQUE, tags=_COLLECTIVE)
-WAIT = V.CollectiveSymbol("torch.ops._c10d_functional.wait_tensor", torch.ops._c10d_functional.wait_tensor, V.WAIT,
-                          kind=SymbolKind.OPAQUE, tags=_COLLECTIVE)
 
 
 def unsupported(ddp) -> str | None:
@@ -169,11 +163,11 @@ def overlap(trace: Trace, buckets: list[Bucket], group: str, world: int) -> Trac
     and the reduced gradients returned in place of the local ones."""
     outputs: list[Value] = list(trace.output)
     made = {o.name: i for i, b in enumerate(trace.bound_symbols) for o in b.outputs}
-    names, extra = _Names(trace), dict(trace.extra_globals)
+    names, extra = _Names(trace), {**trace.extra_globals, **S.program_globals()}
     issue_after: dict[int, list[BoundSymbol]] = {}
     waits: list[BoundSymbol] = []
     unflatten: list[BoundSymbol] = []
-    reduce_sym, wait_sym = ALL_REDUCE, WAIT
+    bucket_group = V.Group.named(group)
     for i, bucket in enumerate(buckets):
         grads = [outputs[k] for k in bucket.outputs]
         last = max(made.get(g.name, -1) for g in grads)
@@ -187,8 +181,8 @@ def overlap(trace: Trace, buckets: list[Bucket], group: str, world: int) -> Trac
         issue_after.setdefault(last, []).extend([
             BoundSymbol(Symbol(flat_name, extra[flat_name], kind=SymbolKind.OPAQUE, tags=_LOCAL), tuple(grads), {},
                         [flat], None, where),
-            BoundSymbol(reduce_sym, (flat, "sum", group), {}, [reduced], None, where)])
-        waits.append(BoundSymbol(wait_sym, (reduced,), {}, [done], None, where))
+            BoundSymbol(S.ALL_REDUCE, (flat, bucket_group), {"op": V.ReduceOp.SUM}, [reduced], None, where)])
+        waits.append(BoundSymbol(S.WAIT, (reduced,), {}, [done], None, where))
         views_name = names(f"ddp_bucket{i}_grads")
         extra[views_name] = _views([tuple(g.shape) for g in grads])
         synced = [Value(names(f"{g.name}_reduced"), g.shape, g.dtype, g.device) for g in grads]
@@ -237,7 +231,7 @@ class Synced:
 
     def _all_reduce_held(self) -> None:
         """Each bucket of what `.grad` holds, divided by the world and summed over it, into `.grad`."""
-        reducing = []
+        reducing, group = [], V.Group.named(self.group)
         for b in self.buckets:
             flat = torch.empty(sum(p.numel() for p in b.params), dtype=b.params[0].dtype, device=b.params[0].device)
             start = 0
@@ -246,9 +240,9 @@ class Synced:
                 assert held is not None  # its hook ran: autograd accumulated it
                 torch.mul(held, 1.0 / self.world, out=flat[start:start + p.numel()].view(p.shape))
                 start += p.numel()
-            reducing.append(torch.ops._c10d_functional.all_reduce_(flat, "sum", self.group))
+            reducing.append(S.all_reduce(flat, group, V.ReduceOp.SUM))
         for b, r in zip(self.buckets, reducing):
-            done = torch.ops._c10d_functional.wait_tensor(r)
+            done = S.wait(r)
             for p, g in zip(b.params, _views([tuple(p.shape) for p in b.params])(done)):
                 p.grad = g
 

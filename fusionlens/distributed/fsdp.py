@@ -10,10 +10,10 @@ call's arguments and, as keyword arguments, each FSDP parameter's local shard
 shard's gradient into `p.grad` as a DTensor, as FSDP2 leaves it). While it runs, FSDP's
 hooks are off and ours gather each unit from the shards: the shards padded on dim 0 to a
 multiple of the world, copied into one flat buffer (FSDP2's copy-in), all-gathered
-(`fsdp_all_gather_into_tensor`, then `fsdp_wait_tensor`), and copied out into the unit's
-full parameters. Traced, the all-gather is a symbol at the unit's call line; its wait's
-backward rule (distributed/autograd_rules.py) reduce-scatters the gradient with FSDP2's
-default reduction, the mean over the ranks. Each unit's all-gather is issued one unit ahead
+(distributed/symbols.py's `all_gather_into_tensor`, then `wait`), and copied out into the unit's
+full parameters. Traced, the all-gather is a symbol at the unit's call line whose `grad`
+(Grad.REDUCE_SCATTER) makes its backward rule (distributed/autograd_rules.py) reduce-scatter
+the gradient with FSDP2's default reduction, the mean over the ranks. Each unit's all-gather is issued one unit ahead
 (right after the previous unit's wait) and waited for right before its first use, so it
 overlaps the previous unit's compute; each reduce-scatter is issued where its unit's last
 gradient is made and waited for at the end of the backward. A unit FSDP2 reshards after
@@ -37,33 +37,14 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from fusionlens.distributed import vocabulary as V
+from fusionlens.distributed import symbols as S, vocabulary as V
 from fusionlens.distributed.staging import CompileTransform, ReportInputs
 from fusionlens.frontend import recorder
 from fusionlens.frontend.arguments import sanitize
 from fusionlens.ir.trace import BoundSymbol, OpTag, Symbol
 
-_C10D = "_c10d_functional"
-_TAGS = (OpTag.LIBRARY_CALL, OpTag.COLLECTIVE, OpTag.PROGRAM_GLOBAL)
-REDUCE_OP = "avg"  # FSDP2's default gradient reduction for float32 and bfloat16 (ReduceOp.AVG)
+REDUCE_OP = V.ReduceOp.AVG  # FSDP2's default gradient reduction for float32 and bfloat16 (ReduceOp.AVG)
 DTYPES = (torch.float32, torch.bfloat16)  # FSDP2 pre- and post-divides the others: not reproduced
-
-
-def _all_gather(flat: torch.Tensor, group_size: int, group_name: str) -> torch.Tensor:
-    return getattr(torch.ops, _C10D).all_gather_into_tensor(flat, group_size, group_name)
-
-
-def _reduce_scatter(flat: torch.Tensor, op: str, group_size: int, group_name: str) -> torch.Tensor:
-    return getattr(torch.ops, _C10D).reduce_scatter_tensor(flat.contiguous(), op, group_size, group_name)
-
-
-def _wait(t: torch.Tensor, sent: torch.Tensor | None = None, group_size: int = 0, group_name: str = "",
-          reshard: bool = False) -> torch.Tensor:
-    """Waits for `t`. An all-gather's wait also names the buffer it sent and the group, for
-    its backward: the reduce-scatter issued where the wait's gradient is complete; `reshard`:
-    the unit's parameters are freed after its forward and gathered again for its backward
-    (FSDP2's reshard_after_forward; distributed/autograd_rules.py `fsdp_regather`)."""
-    return getattr(torch.ops, _C10D).wait_tensor(t)
 
 
 def copy_in(shards: list[torch.Tensor], padded: list[int]) -> torch.Tensor:
@@ -85,14 +66,6 @@ def _copy_in_meta(shards: list[torch.Tensor], padded: list[int]) -> torch.Tensor
 # backward, last in the backward program, waits for the reduce-scatter the all-gather's
 # backward issued, so the reduce-scatter overlaps the rest of the backward.
 COPY_IN = Symbol("fsdp_copy_in", copy_in, tags=(OpTag.LIBRARY_CALL, OpTag.PROGRAM_GLOBAL), meta=_copy_in_meta)
-# Issue and wait are separate symbols (the functional collectives' convention: the input, the
-# group's size, its name), so a collective can be issued ahead of the wait that needs it.
-ALL_GATHER = V.CollectiveSymbol("fsdp_all_gather_into_tensor", _all_gather, V.ALL_GATHER, tags=_TAGS,
-                                meta=lambda x, n, name: x.new_empty((x.shape[0] * n, *x.shape[1:])))
-REDUCE_SCATTER = V.CollectiveSymbol("fsdp_reduce_scatter_tensor", _reduce_scatter, V.REDUCE_SCATTER, tags=_TAGS,
-                                    meta=lambda x, op, n, name: x.new_empty((x.shape[0] // n, *x.shape[1:])))
-WAIT = V.CollectiveSymbol("fsdp_wait_tensor", _wait, V.WAIT, tags=_TAGS,
-                          meta=lambda x, *rest, **kw: torch.empty_like(x))
 
 
 class _Gathered(torch.autograd.Function):
@@ -100,13 +73,13 @@ class _Gathered(torch.autograd.Function):
     gradient, the mean over the ranks."""
 
     @staticmethod
-    def forward(ctx: Any, flat: torch.Tensor, group_size: int, group_name: str) -> torch.Tensor:
-        ctx.group = (group_size, group_name)
-        return _wait(_all_gather(flat, group_size, group_name))
+    def forward(ctx: Any, flat: torch.Tensor, group: V.Group) -> torch.Tensor:
+        ctx.group = group
+        return S.wait(S.all_gather_into_tensor(flat, group))
 
     @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
-        return _wait(_reduce_scatter(grad, REDUCE_OP, *ctx.group)), None, None
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        return S.wait(S.reduce_scatter_tensor(grad, ctx.group, REDUCE_OP)), None
 
 
 # --- what the module's FSDP units are --------------------------------------------------------
@@ -298,30 +271,31 @@ class Sharded:
         local = [shards[n] for n in unit.names]
         tracer = recorder.current()
         if tracer is None or not tracer.records():
-            return _copy_out(unit, _Gathered.apply(copy_in(local, unit.padded), unit.group_size, unit.group_name))
+            return _copy_out(unit, _Gathered.apply(copy_in(local, unit.padded), V.Group.named(unit.group_name)))
         return _copy_out(unit, self._traced_gather(tracer, unit, local))
 
     def _traced_gather(self, tracer: recorder.Recorder, unit: Unit, local: list[torch.Tensor]) -> torch.Tensor:
         """The copy-in recorded after the previous units' (first in the program), the
         all-gather just after the previous unit's wait (both read only the shards, inputs of
         the program), and the wait here, before the unit's first use."""
+        group = V.Group.named(unit.group_name)
         with tracer.unrecorded():  # run as eager runs them, recorded below as three symbols
             flat = copy_in(local, unit.padded)
-            gathered = _Gathered.apply(flat, unit.group_size, unit.group_name)
+            gathered = _Gathered.apply(flat, group)
         where = tracer.where()
-        for sym in (COPY_IN, ALL_GATHER, WAIT):
-            tracer.program_global(sym.name, sym.impl)
+        tracer.program_global(COPY_IN.name, COPY_IN.impl)
+        S.declare(tracer)
         shards = [tracer.value(t) for t in local]
         tracer.emit(BoundSymbol(COPY_IN, (shards, list(unit.padded)), {}, [tracer.output(flat)], None, where),
                     self._copy_in_at)
         self._copy_in_at += 1
         issued = tracer.pending(gathered)
-        issue = BoundSymbol(ALL_GATHER, (tracer.value(flat), unit.group_size, unit.group_name), {}, [issued],
-                            None, where)
+        # its backward reduce-scatters the gradient (Grad.REDUCE_SCATTER); `regather`: FSDP2 frees
+        # the gathered parameters after the unit's forward, the backward gathers them again
+        kw: dict[str, Any] = {"grad": S.Grad.REDUCE_SCATTER, **({"regather": True} if unit.reshard else {})}
+        issue = BoundSymbol(S.ALL_GATHER, (tracer.value(flat), group), kw, [issued], None, where)
         tracer.emit(issue, None if self._prefetch_at is None else self._prefetch_at + 1)
-        waited = (issued, tracer.value(flat), unit.group_size, unit.group_name)
-        kw = {"reshard": True} if unit.reshard else {}
-        tracer.emit(BoundSymbol(WAIT, waited, kw, [tracer.output(gathered)], None, where))
+        tracer.emit(BoundSymbol(S.WAIT, (issued,), {}, [tracer.output(gathered)], None, where))
         self._prefetch_at = len(tracer.ops())
         return gathered
 

@@ -11,8 +11,9 @@ forward and identity backward). While fusionlens.jit compiles such a module (`co
 DTensor parameter is replaced by its local shard (`p.to_local()`, in the caller's grad mode, so
 autograd carries the shard's gradient into `p.grad` as a DTensor with the parameter's
 placements), and each parallel Linear's hooks by a forward that runs f or g as autograd
-Functions and records them as symbols (ALL_REDUCE, GRAD_ALL_REDUCE) at the line that calls the
-layer; their backward rules are in distributed/autograd_rules.py. The program takes the shards
+Functions and records them at the line that calls the layer: g as the shared all-reduce and its
+wait (distributed/symbols.py, `grad=Grad.IDENTITY`), f as GRAD_ALL_REDUCE, an identity whose
+backward issues the all-reduce; their backward rules are in distributed/autograd_rules.py. The program takes the shards
 as inputs, fresh at each call (`Compiling.settle`). Any other style, layout or DTensor parameter
 keeps the eager path, the reason naming it (`unsupported`).
 """
@@ -29,42 +30,31 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from fusionlens.distributed import vocabulary as V
+from fusionlens.distributed import symbols as S, vocabulary as V
 from fusionlens.distributed.staging import CompileTransform, ReportInputs
 from fusionlens.frontend import recorder
 from fusionlens.ir.trace import BoundSymbol, OpTag, Symbol, SymbolKind
 
-# --- the two collectives of a parallel Linear, as trace symbols ---------------------------------
+# --- Megatron's f and g: g the shared all-reduce (distributed/symbols.py), f an identity op -------
 
 
-def _group(group_name: str) -> Any:
-    return torch.distributed.distributed_c10d._resolve_process_group(group_name)  # type: ignore[arg-type]
-
-
-def all_reduce(x: torch.Tensor, op: str, group_name: str) -> torch.Tensor:
-    """The sum of `x` over the group's ranks, out of place (the functional collectives'
-    convention: the group by name, third, so reports find its size)."""
-    if op != "sum":
-        raise ValueError(f"tensor parallel all-reduces sum, not {op}")
-    out = torch.clone(x, memory_format=torch.contiguous_format)  # gloo and NCCL take dense tensors
-    torch.distributed.all_reduce(out, group=_group(group_name))
-    return out
-
-
-def grad_all_reduce(x: torch.Tensor, op: str, group_name: str) -> torch.Tensor:
+def grad_all_reduce(x: torch.Tensor, group: V.Group) -> torch.Tensor:
     """`x` itself (a view): the input of a colwise layer, whose gradient is all-reduced."""
     return x.view_as(x)
 
 
-def _like(x: torch.Tensor, op: str, group_name: str) -> torch.Tensor:
+def _like(x: torch.Tensor, group: V.Group) -> torch.Tensor:
     return torch.empty_like(x)
 
 
-ALL_REDUCE = V.CollectiveSymbol("tp_all_reduce", all_reduce, V.synchronous(V.ALL_REDUCE), kind=SymbolKind.OPAQUE,
-                                meta=_like, tags=(OpTag.LIBRARY_CALL, OpTag.COLLECTIVE, OpTag.PROGRAM_GLOBAL))
-# communicates nothing forward: no collective there (its backward's ALL_REDUCE is one)
+# f: communicates nothing forward, so no collective there; its backward issues the all-reduce
+# (distributed/autograd_rules.py)
 GRAD_ALL_REDUCE = Symbol("tp_grad_all_reduce", grad_all_reduce, kind=SymbolKind.OPAQUE, meta=_like,
                          tags=(OpTag.LIBRARY_CALL, OpTag.PROGRAM_GLOBAL))
+
+
+def _summed(x: torch.Tensor, group: V.Group) -> torch.Tensor:
+    return S.wait(S.all_reduce(x, group, V.ReduceOp.SUM))
 
 
 class _ReduceForward(torch.autograd.Function):
@@ -72,8 +62,8 @@ class _ReduceForward(torch.autograd.Function):
     cotangent of a replicated result is the same on every rank)."""
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, group_name: str) -> torch.Tensor:
-        return all_reduce(x, "sum", group_name)
+    def forward(ctx, x: torch.Tensor, group: V.Group) -> torch.Tensor:
+        return _summed(x, group)
 
     @staticmethod
     def backward(ctx, g: torch.Tensor) -> tuple[torch.Tensor, None]:
@@ -84,39 +74,48 @@ class _ReduceBackward(torch.autograd.Function):
     """Megatron's f: identity forward, the sum of the ranks' gradients backward."""
 
     @staticmethod
-    def forward(ctx, x: torch.Tensor, group_name: str) -> torch.Tensor:
-        ctx.group_name = group_name
+    def forward(ctx, x: torch.Tensor, group: V.Group) -> torch.Tensor:
+        ctx.group = group
         return x.view_as(x)
 
     @staticmethod
     def backward(ctx, g: torch.Tensor) -> tuple[torch.Tensor, None]:
-        return all_reduce(g, "sum", ctx.group_name), None
+        return _summed(g, ctx.group), None
 
 
-def _run(sym: Symbol, function: type[torch.autograd.Function], x: torch.Tensor, group_name: str) -> torch.Tensor:
-    """`function` on `x`, recorded as `sym` at the user's line when a trace records (the
-    frontend's current recorder); torch ops inside it are not."""
+def _run(function: type[torch.autograd.Function], x: torch.Tensor, group_name: str) -> torch.Tensor:
+    """`function` on `x`, recorded at the user's line when a trace records (the frontend's
+    current recorder): g as the all-reduce's issue and wait (its gradient unchanged: Grad.IDENTITY),
+    f as GRAD_ALL_REDUCE; torch ops inside it are not recorded."""
     tracer = recorder.current()
+    group = V.Group.named(group_name)
     if tracer is None or not tracer.records():
-        return function.apply(x, group_name)
-    with tracer.unrecorded():  # its clone and dist.all_reduce are the symbol's own
-        out = function.apply(x, group_name)
-    tracer.program_global(sym.name, sym.impl)
-    tracer.emit(BoundSymbol(sym, (tracer.value(x), "sum", group_name), {}, [tracer.output(out)], None,
-                            tracer.where()))
+        return function.apply(x, group)
+    with tracer.unrecorded():  # its collective's own ops
+        out = function.apply(x, group)
+    where = tracer.where()
+    S.declare(tracer)  # f's backward issues the all-reduce: the program names it too
+    if function is _ReduceBackward:
+        tracer.program_global(GRAD_ALL_REDUCE.name, GRAD_ALL_REDUCE.impl)
+        tracer.emit(BoundSymbol(GRAD_ALL_REDUCE, (tracer.value(x), group), {}, [tracer.output(out)], None, where))
+        return out
+    issued = tracer.pending(out)
+    tracer.emit(BoundSymbol(S.ALL_REDUCE, (tracer.value(x), group), {"op": V.ReduceOp.SUM, "grad": S.Grad.IDENTITY},
+                            [issued], None, where))
+    tracer.emit(BoundSymbol(S.WAIT, (issued,), {}, [tracer.output(out)], None, where))
     return out
 
 
 def _colwise_forward(layer: Layer, x: torch.Tensor) -> torch.Tensor:
     m = layer.module
     if torch.is_grad_enabled() and x.requires_grad:  # else no gradient reaches x: f has nothing to do
-        x = _run(GRAD_ALL_REDUCE, _ReduceBackward, x, layer.group_name)
+        x = _run(_ReduceBackward, x, layer.group_name)
     return F.linear(x, m.weight, m.bias)
 
 
 def _rowwise_forward(layer: Layer, x: torch.Tensor) -> torch.Tensor:
     m = layer.module
-    y = _run(ALL_REDUCE, _ReduceForward, F.linear(x, m.weight), layer.group_name)
+    y = _run(_ReduceForward, F.linear(x, m.weight), layer.group_name)
     return y if m.bias is None else y + m.bias  # once, after the sum (DTensor adds it once too)
 
 

@@ -199,12 +199,30 @@ class DDP:
         from torch.nn.parallel import DistributedDataParallel
 
         group = mesh.get_group(self.dim)
-        if self.bucket_cap_mb is None:
-            return DistributedDataParallel(module, process_group=group)
-        return DistributedDataParallel(module, process_group=group, bucket_cap_mb=self.bucket_cap_mb)
+        caps: dict[str, Any] = {} if self.bucket_cap_mb is None else {"bucket_cap_mb": self.bucket_cap_mb}
+        if not any(p.is_meta for p in module.parameters()):
+            return DistributedDataParallel(module, process_group=group, **caps)
+        with _no_shape_check():  # on the meta device: nothing to read or broadcast
+            return DistributedDataParallel(module, process_group=group, init_sync=False, **caps)
 
     def __call__(self, program: Program, mesh: Mesh) -> ShardedProgram:
         return _apply(self, program, mesh)
+
+
+@contextlib.contextmanager
+def _no_shape_check() -> Iterator[None]:
+    """DDP's construction without its check that every rank's parameters have the same shapes
+    (it reads their values: `.item()`, which a meta tensor has not). On the meta device every
+    rank's module is this one (the transform applies it to a copy), so the check has nothing to
+    find; `init_sync=False` skips the broadcast of the parameters, which have no values either."""
+    import torch.nn.parallel.distributed as ddp_impl
+
+    check = ddp_impl._verify_param_shape_across_processes
+    ddp_impl._verify_param_shape_across_processes = lambda *args, **kwargs: None
+    try:
+        yield
+    finally:
+        ddp_impl._verify_param_shape_across_processes = check
 
 
 @dataclass
@@ -275,36 +293,36 @@ def _device(program: Program) -> torch.device:
 
 def _traces(wrapped: torch.nn.Module, program: Program) -> tuple[Trace, Trace | None]:
     """The forward (and in training the backward) trace of the wrapped module's call, as the
-    pipeline makes them before fusion: traced, decomposed, optimised, differentiated; DDP's
-    gradient all-reduces issued in its backward."""
-    ddp = wrapped if ddp_module.is_ddp(wrapped) else None
-    module: torch.nn.Module = ddp.module if ddp is not None else wrapped  # type: ignore[assignment]
-    sharded = fsdp.Sharded.of(module)
-    fn: Any = sharded or module
-    kwargs = {**program.kwargs, **(sharded.shards() if sharded is not None else {})}
-    why = fsdp.unsupported(module) if fsdp.is_sharded(module) and sharded is None else None
-    plan = tensor_parallel.find(fn) if sharded is None else None
-    if why is None and sharded is None and plan is None:
-        why = tensor_parallel.unsupported(module)
-    if why is not None:
-        raise ValueError(f"the transform makes a module FusionLens does not compile: {why}")
-    with tensor_parallel.compiling(plan):
+    pipeline makes them before fusion, through the same transforms (`unwrap`) and hooks as
+    compile, jit and compile_target: traced under each's `tracing`, decomposed, optimised, each's
+    `rewrite_forward`, differentiated, the first `rewrite_backward` that rewrites (DDP's
+    gradient all-reduces issued in its backward)."""
+    unwrapped = unwrap(wrapped, program.args, program.kwargs)
+    fn, kwargs, transforms = unwrapped.fn, unwrapped.kwargs, unwrapped.transforms
+    if not transforms or (unwrapped.ddp is not None and len(transforms) == 1):
+        module = fn if isinstance(fn, torch.nn.Module) else wrapped
+        why = fsdp.unsupported(module) if fsdp.is_sharded(module) else tensor_parallel.unsupported(module)
+        if why is not None:
+            raise ValueError(f"the transform makes a module FusionLens does not compile: {why}")
+    with contextlib.ExitStack() as stack:
+        for t in transforms:
+            stack.enter_context(t.tracing())
         traced = frontend.trace(fn, program.args, kwargs, hooks=collectives.HOOKS)
     if traced.eager_only is not None:
         raise ValueError(f"the sharded program runs eagerly: {traced.eager_only}")
     optimised = passes.optimise(passes.decompose(traced.trace))
+    for t in transforms:
+        optimised = t.rewrite_forward(optimised)
     tensors = frontend.user_tensors(fn, program.args, kwargs)
     constants = [traced.constants[v.name] for v in optimised.inputs if v.role is not ValueRole.INPUT]
     inputs = tensors + constants
     if not (torch.is_grad_enabled() and any(t.requires_grad for t in inputs)):
         return optimised, None
     d = autograd.differentiate(optimised, [t.requires_grad for t in inputs])
-    backward = d.backward
-    if ddp is not None:
-        slots = ddp_overlap.grad_slots(d, traced.trace.inputs, constants, backward, ddp)
-        if slots:
-            backward = ddp_overlap.bucketed(backward, slots, ddp)[0]
-    return d.forward, backward
+    rewritten = next((r for t in transforms
+                      if (r := t.rewrite_backward(d, list(traced.trace.inputs), constants, d.backward)) is not None),
+                     None)
+    return d.forward, rewritten.trace if rewritten is not None else d.backward
 
 
 def _records(trace: Trace, program: str, group_name: str, dim: str) -> list[CollectiveRecord]:

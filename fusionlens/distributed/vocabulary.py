@@ -1,6 +1,7 @@
 """The collectives' vocabulary: what a collective is, as types, never parsed from a name.
 
-Every collective a program issues is a `CollectiveSymbol` (an ir.pending.AsyncSymbol): its
+Every collective a program issues is a `CollectiveSymbol` (an ir.pending.AsyncSymbol; the
+seven every family records are in distributed/symbols.py): its
 `collective` attribute says which collective it is (`CollectiveKind`), whether it issues
 (its result pending until a wait takes it), waits, or runs synchronously (`Phase`), and where
 among a bound symbol's arguments the tensor each rank sends, the reduce op and the process
@@ -61,6 +62,9 @@ class ReduceOp(enum.StrEnum):
             text = str(getattr(op, "name", None) or str(op).rsplit(".", 1)[-1]).lower()
         return cls.PRODUCT if text == "prod" else cls(text)
 
+    def __repr__(self) -> str:  # printed so in a program, which has ReduceOp among its globals
+        return f"ReduceOp.{self.name}"
+
 
 @dataclass(frozen=True)
 class Group:
@@ -78,6 +82,14 @@ class Group:
     def __str__(self) -> str:
         dim = f" {self.mesh_dim}" if self.mesh_dim else ""
         return f"group{dim} {self.name!r} ({self.size} ranks)"
+
+    def __repr__(self) -> str:  # printed so in a program, which has Group among its globals
+        dim = f", {self.mesh_dim!r}" if self.mesh_dim else ""
+        r = self.ranks
+        step = r[1] - r[0] if len(r) > 2 else 0
+        evenly = step > 0 and all(b - a == step for a, b in zip(r, r[1:]))  # a mesh's thousands of ranks: short
+        ranks = f"tuple(range({r[0]}, {r[-1] + step}{f', {step}' if step != 1 else ''}))" if evenly else repr(r)
+        return f"Group({self.name!r}, {ranks}{dim})"
 
     @staticmethod
     def of(process_group: Any) -> Group:
@@ -136,6 +148,8 @@ class Collective:
         """The group it communicates on: named (a functional collective's), a ProcessGroup, or
         the default group."""
         group = _argument(b, self.group)
+        if isinstance(group, Group):  # the collective symbols' (distributed/symbols.py)
+            return group
         return Group.named(group) if isinstance(group, str) else Group.of(group)
 
 
@@ -153,34 +167,13 @@ class CollectiveSymbol(AsyncSymbol):
         self.collective = collective
 
 
-WAIT = Collective(None, Phase.WAIT, sent=None)
-# the functional collectives' argument layouts: (input, [op,] [group size,] group name)
-ALL_REDUCE = Collective(CollectiveKind.ALL_REDUCE, Phase.ISSUE, 0, 1, 2)
-ALL_GATHER = Collective(CollectiveKind.ALL_GATHER, Phase.ISSUE, 0, None, 2)
-REDUCE_SCATTER = Collective(CollectiveKind.REDUCE_SCATTER, Phase.ISSUE, 0, 1, 3)
+WAITING = Collective(None, Phase.WAIT, sent=None)  # what the one wait symbol does (distributed/symbols.py)
 
 
-def synchronous(c: Collective) -> Collective:
-    """The same collective run synchronously (issued and waited in one op)."""
-    return Collective(c.kind, Phase.SYNC, c.sent, c.op, c.group, c.default_op)
-
-
-# torch.distributed's collectives recorded in their functional form, arguments by keyword
-# (collectives.functional): the tensor each sends, its op, its group
-_DIST = {
-    "all_reduce": Collective(CollectiveKind.ALL_REDUCE, Phase.SYNC, "tensor", "op", "group", ReduceOp.SUM),
-    "broadcast": Collective(CollectiveKind.BROADCAST, Phase.SYNC, "tensor", None, "group"),
-    "reduce": Collective(CollectiveKind.REDUCE, Phase.SYNC, "tensor", "op", "group", ReduceOp.SUM),
-    "all_gather_into_tensor": Collective(CollectiveKind.ALL_GATHER, Phase.SYNC, "input_tensor", None, "group"),
-    "reduce_scatter_tensor": Collective(CollectiveKind.REDUCE_SCATTER, Phase.SYNC, "input", "op", "group",
-                                        ReduceOp.SUM),
-    "all_to_all_single": Collective(CollectiveKind.ALL_TO_ALL, Phase.SYNC, "input", None, "group"),
-}
-
-
-def of_dist(name: str) -> Collective:
-    """The Collective of torch.distributed's `name` (a key of collectives.RECORDED)."""
-    return _DIST[name]
+def synchronous(kind: CollectiveKind, op: Where, group: Where) -> Collective:
+    """A torch-level functional collective the user's code calls: issued and waited in one op
+    as FusionLens describes it (its input first)."""
+    return Collective(kind, Phase.SYNC, 0, op, group)
 
 
 def _c10d_table() -> dict[Any, Collective]:
@@ -191,11 +184,13 @@ def _c10d_table() -> dict[Any, Collective]:
     import torch
 
     ops = torch.ops._c10d_functional
-    table = {ops.all_reduce: synchronous(ALL_REDUCE), ops.all_reduce_: synchronous(ALL_REDUCE),
-             ops.all_gather_into_tensor: synchronous(ALL_GATHER),
-             ops.reduce_scatter_tensor: synchronous(REDUCE_SCATTER),
-             ops.all_to_all_single: Collective(CollectiveKind.ALL_TO_ALL, Phase.SYNC, 0, None, 3),
-             ops.broadcast: Collective(CollectiveKind.BROADCAST, Phase.SYNC, 0, None, 2),
+    # (input, [op,] [group size,] group name), as torch declares them
+    table = {ops.all_reduce: synchronous(CollectiveKind.ALL_REDUCE, 1, 2),
+             ops.all_reduce_: synchronous(CollectiveKind.ALL_REDUCE, 1, 2),
+             ops.all_gather_into_tensor: synchronous(CollectiveKind.ALL_GATHER, None, 2),
+             ops.reduce_scatter_tensor: synchronous(CollectiveKind.REDUCE_SCATTER, 1, 3),
+             ops.all_to_all_single: synchronous(CollectiveKind.ALL_TO_ALL, None, 3),
+             ops.broadcast: synchronous(CollectiveKind.BROADCAST, None, 2),
              ops.wait_tensor: Collective(None, Phase.SYNC, sent=None)}
     return table
 

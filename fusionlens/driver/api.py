@@ -59,6 +59,26 @@ class CompileError(Exception):
         super().__init__(f"{where}{e.message if e else 'compile failed'}")
         self.report = report
 
+    @classmethod
+    def like(cls, report: R.CompileReport, eager: BaseException | None) -> CompileError:
+        """The error for a call whose user code raised `eager` while traced: a CompileError that
+        is also eager's type (a RuntimeError torch raised stays catchable as one)."""
+        if not isinstance(eager, Exception) or isinstance(eager, CompileError):
+            return cls(report)
+        try:
+            return _like(type(eager))(report)  # type: ignore[arg-type]  # (a class is hashable)
+        except TypeError:  # an exception type that cannot be built from a message
+            return cls(report)
+
+
+@functools.lru_cache(maxsize=64)
+def _like(kind: type[Exception]) -> type[CompileError]:
+    """The CompileError that is also a `kind`, eager's exception type."""
+    try:
+        return type(CompileError.__name__, (CompileError, kind), {"__module__": CompileError.__module__})
+    except TypeError:  # a layout that cannot be mixed in
+        return CompileError
+
 
 def compile(fn, *args, executors: list[str] | None = None, benchmark: bool = False, repeats: int = 20,
             warmup: int = 3, torch_compile: bool = False, name: str | None = None,
@@ -111,7 +131,8 @@ def compile_checked(fn, args, kwargs, options: CompileOptions, name: str, *, ben
                     dims: tuple[frozenset[int], ...] | None = None,
                     ints: frozenset[int] = frozenset(),
                     transforms: Sequence[CompileTransform] = (),
-                    said: Sequence[R.Diagnostic] = ()) -> tuple[pipeline.Compiled, R.CompileReport, bool]:
+                    said: Sequence[R.Diagnostic] = (),
+                    first_call: bool = False) -> tuple[pipeline.Compiled, R.CompileReport, bool]:
     """Compile, check against eager, benchmark if asked, then report: what compile, jit and
     compile_target share. Returns (Compiled, report, whether the check failed).
 
@@ -125,19 +146,22 @@ def compile_checked(fn, args, kwargs, options: CompileOptions, name: str, *, ben
     collectives the call makes communicate on, the ranks agree on the check (`_check`). Where a
     transform rewrote the backward (DDP's), the compile returned shows it, unless the check failed.
     `said`: the caller's diagnostics, last in the report (jit: why the signature compiled again).
+    `first_call` (jit): the compile is for this call, whose result the checked run of the program
+    is where it ran on the call's own tensors (`Compiled.take_result`); the report's traces are
+    printed when first read.
     """
     with contextlib.ExitStack() as stack:
         for t in transforms:
             stack.enter_context(t.tracing())
         return _compile_checked(fn, args, kwargs, options, name, benchmark, repeats, warmup, torch_compile, target,
-                                eager_on_failure, dims, ints, transforms, said)
+                                eager_on_failure, dims, ints, transforms, said, first_call)
 
 
 def _compile_checked(fn, args, kwargs, options: CompileOptions, name: str, benchmark: bool, repeats: int,
                      warmup: int, torch_compile: bool, target: R.Target | None, eager_on_failure: bool,
                      dims: tuple[frozenset[int], ...] | None, ints: frozenset[int],
-                     transforms: Sequence[CompileTransform],
-                     said: Sequence[R.Diagnostic] = ()) -> tuple[pipeline.Compiled, R.CompileReport, bool]:
+                     transforms: Sequence[CompileTransform], said: Sequence[R.Diagnostic] = (),
+                     first_call: bool = False) -> tuple[pipeline.Compiled, R.CompileReport, bool]:
     defined = reporting.target_of(fn, name)
     target = target or defined
     if dims is None:  # the dims the example's tensors were marked with (fusionlens.mark_dynamic)
@@ -146,11 +170,11 @@ def _compile_checked(fn, args, kwargs, options: CompileOptions, name: str, bench
         with _no_full_collections():
             c = pipeline.compile_program(fn, args, kwargs, options, name, dims, ints, transforms)
     except frontend.TraceError as e:
-        raise CompileError(reporting.error_report(e, target, options.executors)) from e
+        raise CompileError.like(reporting.error_report(e, target, options.executors), e.__cause__) from e
     inputs = frontend.user_tensors(fn, args, kwargs) + c.constants
     groups = [g for t in transforms for g in t.groups()]
     talking = list(dict.fromkeys([*groups, *collectives.trace_groups(c.acquired)]))
-    checked, failed, extra = _check(c, (fn, args, kwargs), inputs, defined, options.check, talking)
+    checked, failed, extra, result = _check(c, (fn, args, kwargs), inputs, defined, options.check, talking)
     measured = bench.measure_program(c, fn, args, kwargs, inputs, repeats=repeats, warmup=warmup,
                                      torch_compile=torch_compile) if benchmark else None
     if failed and eager_on_failure and not extra:
@@ -163,21 +187,37 @@ def _compile_checked(fn, args, kwargs, options: CompileOptions, name: str, bench
                       training) for t in transforms]
     if any(a.rewritten for a in added):
         c = c.showing_rewritten()
-    return c, reporting.assemble(c, target, checked, measured, extra, added, said), failed
+    if first_call and result is not None and not failed and not transforms and _reusable(c):
+        c.first_result = result
+    return c, reporting.assemble(c, target, checked, measured, extra, added, said, deferred=first_call), failed
+
+
+def _reusable(c: pipeline.Compiled) -> bool:
+    """Whether the check's run of the program is the call's own: on the caller's tensors (the
+    call updates none in place: those the check runs on copies), drawing no random numbers (jit
+    puts the random stream back for the call to draw eager's), updating no object passed in (jit
+    sets a cache's slots from the call's result), and an inference program (a training result's
+    graph would end at gradient accumulators that the check's float64 run, which swaps the
+    leaves' data, may have replaced). The call then returns it rather than running the program
+    a second time, as Thunder's first call runs it once."""
+    return (c.differentiated is None and not c.traced.mutated and not c.traced.objects_passed
+            and not checking.is_random(c.acquired))
 
 
 def _check(c: pipeline.Compiled, call: tuple[Any, tuple[Any, ...], dict[str, Any]], inputs: list[Any],
-           defined: R.Target, check: bool, groups: list[str]) -> tuple[list[R.Diagnostic], bool, list[R.Diagnostic]]:
+           defined: R.Target, check: bool,
+           groups: list[str]) -> tuple[list[R.Diagnostic], bool, list[R.Diagnostic], tuple[Any] | None]:
     """(the check's diagnostics, whether the signature runs eagerly, a warning where only another
-    rank failed). A call that communicates (`groups`) is checked alike on every rank: a step that
-    may differ between ranks (the float64 re-judge, the gradient check after a forward that failed)
-    runs on all of them once any needs it, and they agree on the outcome (one all-reduce of a flag
-    per group, collectives.any_rank), so that none runs the program while another runs eagerly
-    (their collectives would not match)."""
+    rank failed, (the result of the program's run it checked,) or None). A call that
+    communicates (`groups`) is checked alike on every rank: a step that may differ between
+    ranks (the float64 re-judge, the gradient check after a forward that failed) runs on all of
+    them once any needs it, and they agree on the outcome (one all-reduce of a flag per group,
+    collectives.any_rank), so that none runs the program while another runs eagerly (their
+    collectives would not match)."""
     any_rank = functools.partial(collectives.any_rank, groups=groups) if groups else bool
     erred = lambda ds: any(d.severity == Severity.ERROR for d in ds)  # noqa: E731
     check = check and c.eager_only is None  # a signature that runs eagerly: no program runs
-    checked = checking.check_program(c, inputs, defined, call, any_rank) if check else []
+    checked, result = checking.checked_run(c, inputs, defined, call, any_rank) if check else ([], None)
     if check and not any_rank(erred(checked)):
         fn, args, kwargs = call
         checked += checking.check_gradients(c, fn, args, kwargs, inputs, defined, any_rank)
@@ -187,5 +227,5 @@ def _check(c: pipeline.Compiled, call: tuple[Any, tuple[Any, ...], dict[str, Any
         return checked, True, [R.Diagnostic(
             "warning", "another rank's compile of this signature failed its check: it runs eagerly on every "
             "rank, so that all of them communicate alike", defined.file, defined.line,
-            code=R.DiagnosticCode.EAGER_FALLBACK)]
-    return checked, failed, []
+            code=R.DiagnosticCode.EAGER_FALLBACK)], None
+    return checked, failed, [], (result,) if check else None

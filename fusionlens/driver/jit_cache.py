@@ -17,7 +17,7 @@ from torch.utils import _pytree as pytree
 
 from fusionlens.driver import api, fast_path, wire
 from fusionlens.distributed import collectives, ddp_overlap, transform
-from fusionlens.frontend import dynamic, tracer as frontend, objects, value_guards
+from fusionlens.frontend import dynamic, tracer as frontend, objects, overlap, value_guards
 from fusionlens.report import schema as R
 from fusionlens.distributed.ddp import call as _ddp_call
 from fusionlens.distributed.fsdp import call as _fsdp_call
@@ -44,10 +44,11 @@ def _leaf_key(x):
         return (type(x), id(x))
 
 
-def _layout(x: torch.Tensor) -> bool | torch.layout:
-    """Whether a strided tensor is contiguous; another layout (sparse CSR, which has no
-    is_contiguous) keys as itself."""
-    return x.is_contiguous() if x.layout is torch.strided else x.layout
+def _layout(x: torch.Tensor) -> bool | tuple[int, ...] | str | torch.layout:
+    """Whether a strided tensor is contiguous, and if not which of its elements share memory
+    (overlap.layout_key: a program for an expanded input must not serve a plain one, nor the
+    reverse); another layout (sparse CSR, which has no is_contiguous) keys as itself."""
+    return (x.is_contiguous() or overlap.layout_key(x)) if x.layout is torch.strided else x.layout
 
 
 _STATE_GENERATION = [0]  # bumped whenever any module registers (or replaces) a parameter or buffer
@@ -138,7 +139,8 @@ class JitFunction:
                 if not isinstance(a, torch.Tensor):
                     break
                 keys.append((a.shape, a.dtype, a.device, a.requires_grad,
-                             a.is_contiguous() if a.layout is torch.strided else a.layout, type(a)))
+                             (a.is_contiguous() or overlap.layout_key(a)) if a.layout is torch.strided else a.layout,
+                             type(a)))
             else:
                 return (mode, tuple(keys)), []
         flat, spec = pytree.tree_flatten((args, kwargs))
@@ -180,6 +182,7 @@ class JitFunction:
                 t.requires_grad for t in entry.compiled.constants):  # a parameter frozen or unfrozen since
             entry = None
         why = None  # why this call compiles again: the guard that failed, at the line that made it
+        first = None  # (the result of the compile's checked run, where it was this call's own)
         if entry is not None and entry.values is not None:  # it branched on a value: the branch of this call's
             entry, why = _branch(entry, list(args) if tensors is None else tensors)
         if entry is None:
@@ -201,6 +204,7 @@ class JitFunction:
                 entry.compiled.traced.release()
                 return result
             entry.compiled.traced.release()
+            first = entry.compiled.take_result()  # the checked run was this call's: not run twice
         else:
             self.hits += 1
         self.last = entry
@@ -210,6 +214,8 @@ class JitFunction:
         c = entry.compiled
         if c.guards is not None and c.guards.ints:  # the program reads its int arguments' symbols
             c.guards.bind(leaves)
+        if first is not None:
+            return first[0]
         fn = entry.synced.fn if self._sync and entry.synced is not None else c.fn
         try:
             if tensors is None:  # positional tensors only: they are the program's inputs
@@ -326,7 +332,7 @@ class JitFunction:
         transforms = [t for t in self.transforms if not (dtensors and isinstance(t, Parallel))]
         c, rep, failed = api.compile_checked(self.fn, args, kwargs, self.options, frontend.target_name(self.fn),
                                              benchmark=False, eager_on_failure=True, dims=dims, ints=ints,
-                                             transforms=transforms, said=said)
+                                             transforms=transforms, said=said, first_call=True)
         symbolic = set(c.guards.ints) if c.guards is not None else set()
         leaves = pytree.tree_leaves((args, kwargs)) if len(key) == 3 else []
         static_ints = {i: x for i, x in enumerate(leaves) if type(x) is int and i not in symbolic}

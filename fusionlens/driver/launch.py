@@ -169,16 +169,26 @@ def with_model(report: R.CompileReport, fit: R.Calibration | None) -> R.CompileR
     return dataclasses.replace(report, collectives=modelled)
 
 
+def _in_program_ms(c: R.Collective, region_ms: dict[str, float | None]) -> float | None:
+    """A traced collective nothing overlaps, as the program ran it: its issue's region and its
+    wait's, which follows it at once (one region where the collective is a torch call run whole);
+    None where something overlaps it (its regions time its issue and the wait that is left)."""
+    if not c.region or c.overlapped_by:
+        return None
+    issue, wait = region_ms.get(c.region), region_ms.get(c.wait_region) if c.wait_region else 0.0
+    return None if issue is None or wait is None else round(issue + wait, 6)
+
+
 def _collective_ms(report: R.CompileReport, world: int, device, repeats: int) -> list[float | None]:
-    """Per collective, the time of the region that runs it (a synchronous traced one) or of it
-    timed alone (DDP's reducer's all-reduces, an asynchronous one: FSDP2's all-gathers and
-    reduce-scatters); by the collective's kind (the report's `op`, a CollectiveKind value)."""
+    """Per collective, the time of the regions that issue and wait for it (a traced one nothing
+    overlaps) or of it timed alone (DDP's reducer's all-reduces, an overlapped one: FSDP2's
+    all-gathers and reduce-scatters); by the collective's kind (the report's `op`, a CollectiveKind value)."""
     from fusionlens.distributed.vocabulary import CollectiveKind
 
     region_ms = {r.id: r.timing.median_ms if r.timing else None for r in report.all_regions()}
     collective_ms: list[float | None] = []
     for c in report.collectives:
-        timed = region_ms.get(c.region) if c.region and not c.overlapped_by else None
+        timed = _in_program_ms(c, region_ms)
         kind = next((k for k in CollectiveKind if k.value == c.op), None)
         alone = c.group_size == world and repeats > 0
         if timed is not None:  # a synchronous collective: its region is its time

@@ -109,6 +109,14 @@ class Compiled:
     rewritten: RewrittenProgram | None = None  # a transform's backward (DDP's), beside the one checked
     # the backward the check and the benchmark ran, where `programs` shows the rewritten one instead
     replaced: Program | None = None
+    # (the result of the checked run of the program,) where it ran on the call's own tensors
+    # (api.compile_checked's first_call): jit's first call returns it (take_result)
+    first_result: tuple[Any] | None = None
+
+    def take_result(self) -> tuple[Any] | None:
+        """(the checked run's result,) once, or None: a jit entry keeps no call's tensors."""
+        result, self.first_result = self.first_result, None
+        return result
 
     def finished(self, transforms: Sequence[CompileTransform]) -> Compiled:
         """This compile's calls as each call runs them (each transform's `finish`: tensor parallel's

@@ -121,6 +121,8 @@ def _collectives(c) -> list[R.Collective]:
     out = []
     for p in c.programs:
         overlapped = _overlapped(p.plan.regions)
+        waits = {v.name: r.id for r in p.plan.regions for b in r.bsyms if vocabulary.is_wait(b.sym)
+                 for v in b.inputs()}  # the pending value -> the region of its wait
         for r in p.plan.regions:
             for b in r.bsyms:
                 described = vocabulary.describe(b.sym)
@@ -131,7 +133,8 @@ def _collectives(c) -> list[R.Collective]:
                 where = b.provenance
                 out.append(R.Collective(str(described.kind), "traced", nbytes, described.group_of(b).size,
                                         wire.program_kind(p.kind), r.id, where.file if where else None,
-                                        where.line if where else None, overlapped_by=overlapped(b)))
+                                        where.line if where else None, overlapped_by=overlapped(b),
+                                        wait_region=next((waits[o.name] for o in b.outputs if o.name in waits), "")))
     return out
 
 
@@ -292,14 +295,16 @@ def _peaks(gpu, estimate: bool, device, measured) -> R.DevicePeaks:
                          copy, str(device) if copy is not None else None)
 
 
-def _program(p, measured, gpu, estimate: bool) -> R.ProgramReport:
+def _program(p, measured, gpu, estimate: bool, deferred: bool) -> R.ProgramReport:
     """A pipeline.Program as the report shows it: its traces, regions and previews, by one
-    function for every kind of program (nothing in a preview ran: its rooflines are estimates)."""
+    function for every kind of program (nothing in a preview ran: its rooflines are estimates).
+    `deferred`: its traces printed when first read (R.Deferred)."""
     timed = measured.regions.get(p.kind, {}) if measured is not None else {}
     previews = [R.Preview(v.executor, v.reason, [_region(r, None, gpu, True) for r in v.plan.regions])
                 for v in p.previews]
+    traces = R.Deferred(make=functools.partial(wire.traces, dict(p.traces))) if deferred else wire.traces(p.traces)
     return R.ProgramReport(
-        wire.program_kind(p.kind), wire.traces(p.traces),
+        wire.program_kind(p.kind), traces,
         [_region(r, timed.get(r.id), gpu, estimate) for r in p.plan.regions], previews,
         measured.program if measured is not None and p.kind is ProgramKind.FORWARD else None)
 
@@ -367,13 +372,14 @@ def _ops(c) -> list[R.OpRecord]:
 
 def assemble(c, target: R.Target, checked: list[R.Diagnostic], measured=None,
              extra: list[R.Diagnostic] | None = None, inputs: Sequence[ReportInputs] = (),
-             said: Sequence[R.Diagnostic] = ()) -> R.CompileReport:
+             said: Sequence[R.Diagnostic] = (), deferred: bool = False) -> R.CompileReport:
     """The report of `c` (a pipeline.Compiled): `checked` are the diagnostics of its check
     against eager, `measured` its benchmark.Measurements (None when not timed), `extra`
     diagnostics of the caller (jit's eager fallback), `inputs` the transforms' (DDP's reducer's
     buckets, listed after the programs' collectives, and its diagnostics), `said` what the caller
-    knew before compiling (jit: why this signature compiled again), last. Nothing changes a
-    report after this: it is the compile's, whole."""
+    knew before compiling (jit: why this signature compiled again), last. `deferred` (jit): the
+    traces printed when first read. Nothing changes a report after this: it is the compile's,
+    whole (the package versions, a process's constant, are looked up when first read)."""
     measured = _timings_carried(c, measured)
     fallbacks = [R.Fallback(b.sym.name, b.note, b.provenance.file if b.provenance else None,
                             b.provenance.line if b.provenance else None)
@@ -384,7 +390,7 @@ def assemble(c, target: R.Target, checked: list[R.Diagnostic], measured=None,
     if why:
         diagnostics.append(R.Diagnostic("information", why, code=R.DiagnosticCode.ROOFLINE))
     diagnostics += [d for i in inputs for d in i.diagnostics] + list(said)
-    programs = [_program(p, measured, gpu, estimate) for p in c.programs]
+    programs = [_program(p, measured, gpu, estimate, deferred) for p in c.programs]
     programs = _describe_kernels(c, programs, gpu.name)
     return R.CompileReport(
         target=target, executors=c.executors, programs=programs,
@@ -394,7 +400,8 @@ def assemble(c, target: R.Target, checked: list[R.Diagnostic], measured=None,
             [x for i in inputs for x in i.collectives], c.options.cluster),
         device=str(c.device),
         device_name=timing.device_name(c.device),
-        versions=versions(), compile_ms=round(c.compile_ms, 3), peaks=_peaks(gpu, estimate, c.device, measured),
+        versions=R.Deferred(make=versions), compile_ms=round(c.compile_ms, 3),
+        peaks=_peaks(gpu, estimate, c.device, measured),
         stage_ms={stage: round(ms, 3) for stage, ms in c.stage_ms.items()})
 
 

@@ -3,6 +3,9 @@ executor hands back for one region.
 
     available(device) -> (ok, why not)     every executor
     can_take(bsym) -> None | why not        fusion executors: may this prim join a region?
+    takes_columns(domain, rdims, cdims, bsyms) -> None | why not
+                                            may a row-reduction region also hold column
+                                            reductions of the same rows (a two-axis group)?
     generate(group, device) -> Generated    the region's kernel(s), ready to call
     definition_source(group) -> str         the code it would run for contiguous inputs,
                                             without running anything (previews: lowering's
@@ -46,6 +49,12 @@ class FusionExecutor(Executor):
 
     def can_take(self, bsym: BoundSymbol) -> str | None:
         raise NotImplementedError
+
+    def takes_columns(self, domain: tuple, reduction_dims: tuple[int, ...], column_dims: tuple[int, ...],
+                      bsyms: list[BoundSymbol]) -> str | None:
+        """None if this executor generates a two-axis group of these ops (row reductions over
+        `reduction_dims`, column sums over `column_dims`: fusionlens/middle/contract.py); else why not."""
+        return f"{self.name} does not generate a region reducing rows and columns at once"
 
     def generate(self, group: FusionGroup, device) -> Generated:
         raise NotImplementedError

@@ -2,7 +2,8 @@
 
 `tracer` (the call run under a TorchFunctionMode, each torch op recorded at its user line),
 `arguments` (what the program takes), `objects` (objects in a result that are no pytree node),
-`views` (in-place updates through views, functionalised), `notes` (what the compiler tells
+`views` (in-place updates through views, functionalised), `overlap` (inputs whose elements
+share memory: expanded ones), `notes` (what the compiler tells
 the user, and its Severity), `dynamic` (the call again on
 symbolic sizes).
 

@@ -6,7 +6,6 @@ what order), how a signature describes them. The frontend traces with these; jit
 from __future__ import annotations
 
 import inspect
-import re
 
 import torch
 from torch.utils import _pytree as pytree
@@ -17,7 +16,7 @@ from fusionlens.ir.vocabulary import ValueRole
 
 
 def sanitize(name: str) -> str:
-    name = re.sub(r"\W", "_", name)
+    name = "".join(c if c.isalnum() or c == "_" else "_" for c in name)  # re's \W, without compiling it
     return name if name and not name[0].isdigit() else f"_{name}"
 
 

@@ -16,10 +16,9 @@ from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
-from torch.utils import _pytree as pytree
 
 from fusionlens.ir.provenance import Provenance
-from fusionlens.ir.trace import BoundSymbol, Symbol, Value
+from fusionlens.ir.trace import BoundSymbol, Value
 
 
 class Recorder(Protocol):
@@ -62,9 +61,9 @@ class Recorder(Protocol):
         """The ops recorded so far, in order (read only)."""
         ...
 
-    def update(self, name: str, make: Callable[[str], Symbol], kwargs: dict, written: torch.Tensor) -> None:
-        """An op that wrote `written` in place (a torch.distributed collective): recorded as
-        `make(printed name)` of `kwargs` returning its new value."""
+    def update(self, name: str, ops: Callable[[Value], Sequence[BoundSymbol]], written: torch.Tensor) -> None:
+        """An op that wrote `written` in place (a torch.distributed collective): recorded as the
+        ops `ops(its new Value)` returns (made before: they read its old one)."""
         ...
 
     def refuse(self, name: str, how: str = "") -> None:
@@ -125,17 +124,13 @@ class Recording:
     def ops(self) -> Sequence[BoundSymbol]:
         return tuple(self.bound_symbols)
 
-    def update(self, name: str, make: Callable[[str], Symbol], kwargs: dict, written: torch.Tensor) -> None:
-        where = self.where()
+    def update(self, name: str, ops: Callable[[Value], Sequence[BoundSymbol]], written: torch.Tensor) -> None:
         if written._base is not None:
             return self.refuse(name, "on a view")
-        printed = self._unique(f"dist_{name}")
-        sym = make(printed)
-        self.extra_globals[printed] = sym.impl
-        self.updated_at.setdefault(id(written), where)
-        arguments = pytree.tree_map(self.argument, kwargs)
+        made = ops(self.new_output(written))
+        self.updated_at.setdefault(id(written), made[-1].provenance if made else self.where())
         # no note: a collective is no fallback (fusion ends its regions at it: BoundaryCode.COLLECTIVE)
-        self.bound_symbols.append(BoundSymbol(sym, (), arguments, [self.new_output(written)], None, where))
+        self.bound_symbols.extend(made)
 
     def refuse(self, name: str, how: str = "") -> None:
         if self.eager_only is None:

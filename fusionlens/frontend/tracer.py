@@ -19,9 +19,10 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils import _pytree as pytree
 
-from fusionlens.frontend import modules, objects, recorder as recorder_api, value_guards, views
+from fusionlens.frontend import modules, objects, overlap, recorder as recorder_api, value_guards, views
 from fusionlens.frontend.notes import Note, Severity
 from fusionlens.ir import provenance, torch_compat
+from fusionlens.ir.program_calls import write_back
 # the call's arguments (fusionlens/frontend/arguments.py); target_name and user_tensors are used through frontend too
 from fusionlens.frontend.arguments import describe_input, parameter_names, sanitize as _sanitize, signature_names, \
     target_name, user_tensors  # noqa: F401
@@ -238,7 +239,7 @@ class Tracer(recorder_api.Recording):
             # x.uniform_(), x.zero_(), x.resize_(n): no functional method, a registered functional form
             entry = torch_ops.lookup_inplace(func) or (torch_ops.lookup(fn) if fn is not None else None)
             if args and isinstance(args[0], torch.Tensor):
-                self.view_mutation(args[0], name, where)
+                self.view_mutation(args[0], name, where, args)
             if entry is None and not hasattr(torch.Tensor, name):  # a function such as nn.init.constant_
                 return self.opaque(views.inplace_function_wrapper(func), name, args, kwargs, where, called=func)
             if entry is None:
@@ -363,7 +364,7 @@ class TraceResult:
             if not _same_values(copy_, original):
                 leaf = original.is_leaf and original.requires_grad  # updated under no_grad in the call
                 with torch.no_grad() if leaf else contextlib.nullcontext():
-                    original.copy_(copy_)
+                    write_back(original, copy_)  # (an expanded input: each location once)
             by_id[id(copy_)] = original
         result = pytree.tree_map(lambda x: by_id.get(id(x), x) if isinstance(x, torch.Tensor) else x,
                                  self.eager_output)
@@ -534,14 +535,21 @@ def _differentiable(t: torch.Tensor) -> bool:
 
 def _clone(x: torch.Tensor) -> torch.Tensor:
     """A copy with the caller's strides, exactly (torch's overlap checks read them: a slice
-    cloned dense made `x[None].addcmul_(x, x)` raise where eager's call did not); an expanded
-    tensor (stride 0) and other layouts as clone makes them."""
+    cloned dense made `x[None].addcmul_(x, x)` raise where eager's call did not); a tensor
+    whose elements share memory (an expanded one, stride 0) sharing it alike (overlap.clone:
+    eager's errors, and its contiguous() a copy); a subclass, a parameter that overlaps and
+    other layouts as clone makes them."""
     if x.layout != torch.strided:
         return x.clone()
+    if type(x) is torch.Tensor and overlap.overlaps(x):  # elements that share memory share it in the copy
+        return overlap.clone(x)
     if type(x) not in (torch.Tensor, torch.nn.Parameter) or x.is_contiguous() or any(
             st == 0 and n > 1 for n, st in zip(x.shape, x.stride())):
         return x.clone(memory_format=torch.preserve_format)
     return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device).copy_(x)  # autograd: as clone
+
+
+_PLAIN = (torch.Tensor, torch.nn.Parameter)  # a subclass's equal may do more than compare (communicate)
 
 
 def _same_values(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -551,6 +559,8 @@ def _same_values(a: torch.Tensor, b: torch.Tensor) -> bool:
         return False
     if a.layout != torch.strided:
         a, b = a.to_dense(), b.to_dense()
+    if type(a) in _PLAIN and type(b) in _PLAIN and torch.equal(a, b):  # one op, where the check below runs six
+        return True
     same = a == b
     if a.dtype.is_floating_point or a.dtype.is_complex:
         same |= a.isnan() & b.isnan()

@@ -13,6 +13,12 @@ changed since it was made is made again from the parent's new Value when it is n
 torch's functionalization regenerates views from their updated base. The base, if it is an
 input, is then written back to the caller by the frontend's write-back.
 
+An input whose elements share memory (an expanded input: fusionlens/frontend/overlap.py) is
+updated element by element in the trace, where eager's write shows in every element aliasing
+the location written: `merge_dims` follows the update with the first element that changed
+along each stride-0 dim, broadcast back. A write into another overlapping layout, or several
+values into one location, runs the signature eagerly (`give_up`).
+
 Autograd: an update eager's autograd does not record (under no_grad, through `.data` or
 `.detach()`) of a tensor that requires grad gives it new values and keeps its gradient path:
 `untracked_update(old, new)`. A parameter the call updates is put back after tracing, its
@@ -27,6 +33,7 @@ from typing import Any
 import torch
 from torch.utils import _pytree as pytree
 
+from fusionlens.frontend import overlap
 from fusionlens.ir.trace import BoundSymbol, Symbol, SymbolKind, Value
 from fusionlens.ir.vocabulary import ValueRole
 from fusionlens.ops import torch_ops
@@ -39,6 +46,10 @@ GETITEM = torch_ops.registered("operator.getitem")
 INDEX_COPY = torch_ops.registered("torch.index_copy")
 ARANGE = torch_ops.registered("torch.arange")
 DIAGONAL_SCATTER = torch_ops.registered("torch.diagonal_scatter")
+NE, ISNAN, AND, NOT, ANY = (torch_ops.registered(f"torch.{n}") for n in ("ne", "isnan", "logical_and", "logical_not",
+                                                                         "any"))
+ARGMAX, GATHER, TO, EXPAND = (torch_ops.registered(n) for n in ("torch.argmax", "torch.gather", "torch.Tensor.to",
+                                                                "torch.Tensor.expand"))
 
 # how each view op's update goes back into its parent (by the recorded symbol's name)
 _RESHAPES = {"torch.reshape", "torch.Tensor.view_as", "torch.flatten", "torch.unflatten", "torch.squeeze",
@@ -115,6 +126,7 @@ class Views:
     pending: tuple[torch.Tensor, Value, str, Provenance | None] | None = None
     why: tuple[str, Provenance | None] | None = None  # why calls of this signature must run eagerly
     untracked: Symbol | None = None  # this trace's untracked_update symbol
+    written: tuple[Any, ...] = ()  # the pending in-place op's arguments
 
     # --- reading ------------------------------------------------------------------------------
 
@@ -185,6 +197,7 @@ class Views:
                 self.give_up(f"{name} changes the shape of a tensor that shares its memory with another", where)
             return
         self.pending = (t, tracer.to_value(t), name, where)
+        self.written = args
         if name == "__setitem__" and self._puts_itself_back(t, args):
             self.pending = (t, self.pending[1], "", where)  # `x[k] += y` ends with x[k] = (x[k] updated)
 
@@ -214,7 +227,9 @@ class Views:
         first, made, storage = tensors[0], tracer.bound_symbols[-1], None
         outs = [x for x in flat if isinstance(x, torch.Tensor)]
         known = tracer.inputs_by_id.get(id(first))
-        if func in _BY_STRIDES and (known is None or known.role is ValueRole.INPUT):  # a parameter's strides stay
+        # (a parameter's strides stay; an input's contiguous() is itself or a copy as the jit's key says)
+        if func in _BY_STRIDES and (known is None or known.role is ValueRole.INPUT and
+                                    func is not torch.Tensor.contiguous):
             self.by_strides.update(id(o) for o in outs)
         for i, o in enumerate(outs):
             if o.layout != torch.strided or any(o is x for x in tensors):
@@ -235,20 +250,44 @@ class Views:
         if self.by_strides and self.stride_dependent is None and self._by_strides(t):
             self.stride_dependent = (f"in-place {name} of the result of a reshape, which is a view of its input or "
                                      "a copy as the strides of a non-contiguous input have it", where)
-        child, value = t, new
+        child, value, before = t, new, old
         while (link := self.links.get(id(child))) is not None:
             if not link.inverse or (link.inverse[0] == "expand" and (child is not t or name == "__setitem__")):
                 self.give_up(f"in-place {name} of a view of another tensor ({link.why or 'part of an expanded view'})",
                              where)
                 return
             parent = link.parent
-            value = self._write_back(tracer, link, tracer.values[id(parent)], value, where)
+            before = tracer.values[id(parent)]
+            value = self._write_back(tracer, link, before, value, where)
             tracer.values[id(parent)] = value
             tracer.updated_at.setdefault(id(parent), where)
             self._bump(parent)
             link.generation = self.generation[id(parent)]
             child = parent
         self.updated.add(id(child))
+        if id(child) in tracer.inputs_by_id and overlap.overlaps(child):
+            self._shared(tracer, t, child, before, value, name, where)
+
+    def _shared(self, tracer, t: torch.Tensor, x: torch.Tensor, before: Value, after: Value, name: str,
+                where) -> None:
+        """The input `x`, whose elements share memory, was updated (through `t`) from `before`
+        to `after`, each element on its own: as eager, every element that aliases a written one
+        shows the write. Followed where x is expanded (stride 0) and each location got one
+        value: `t` does not overlap itself (torch refused the op otherwise), or the op wrote
+        one value everywhere it wrote (a fill)."""
+        why = None
+        if x.requires_grad:  # (a non-leaf: eager's autograd replays the write on x's base)
+            why = "it requires grad and its elements share memory, so autograd's record of the write is eager's"
+        elif not overlap.only_expanded(x):
+            why = "its elements overlap in memory (strides that make windows meet, as as_strided does)"
+        elif not _once(t, name, self.written):
+            why = "its elements share memory (stride 0: expanded), and the update writes several values into one " \
+                  "location, which lands as eager's loop order has it"
+        if why is not None:
+            self.give_up(f"in-place {name or 'update'} of the input {tracer.inputs_by_id[id(x)].name}: {why}", where)
+            return
+        tracer.values[id(x)] = merge_dims(tracer, before, after, x, overlap.shared_dims(x), where)
+        self._bump(x)
 
     def _by_strides(self, t: torch.Tensor) -> bool:
         """Whether an update of `t` goes through the result of a reshape (flatten, ...)."""
@@ -356,6 +395,48 @@ def inplace_wrapper(method_name: str):
         return y
     functional.__name__ = f"functional_{method_name}"
     return functional
+
+
+_FILLS = {"fill_", "zero_"}  # write one value everywhere
+_FILLS_WITH = {"__setitem__", "masked_fill_", "index_fill_"}  # write their last argument where they write
+
+
+def _once(t: torch.Tensor, name: str, args: tuple[Any, ...]) -> bool:
+    """Whether each memory location the in-place op `name` on `t` wrote got one value: what
+    it wrote into does not overlap itself (`x[0] = v`: a row of x), or it writes one value
+    wherever it writes (a fill)."""
+    if name in _FILLS:
+        return True
+    value = args[-1] if name in _FILLS_WITH and len(args) >= 2 else None
+    if name in _FILLS_WITH and (not isinstance(value, torch.Tensor) or value.numel() == 1):
+        return True
+    key = args[1] if name == "__setitem__" and len(args) == 3 else ...
+    basic = (int, slice, type(None), type(Ellipsis))
+    if isinstance(key, tuple) and all(isinstance(k, basic) for k in key) or isinstance(key, basic):
+        with torch._C.DisableTorchFunction():  # not recorded: the box the op wrote
+            return not overlap.overlaps(t[key])
+    return False  # advanced indices may name one location twice
+
+
+def merge_dims(tracer, before: Value, after: Value, like: torch.Tensor, dims: tuple[int, ...], where) -> Value:
+    """`after` (`before` updated element by element) with every element that aliases a location
+    along `dims` (stride 0) showing the value written there: along each dim the first element
+    that changed, else (nothing written there) the one all of them hold."""
+    changed = _emit(tracer, NE, (after, before), like, where, dtype=torch.bool)
+    if like.dtype.is_floating_point or like.dtype.is_complex:  # a NaN left as it was is no change
+        nans = [_emit(tracer, ISNAN, (v,), like, where, dtype=torch.bool) for v in (after, before)]
+        both = _emit(tracer, AND, tuple(nans), like, where, dtype=torch.bool)
+        kept = _emit(tracer, NOT, (both,), like, where, dtype=torch.bool)
+        changed = _emit(tracer, AND, (changed, kept), like, where, dtype=torch.bool)
+    value, shape = after, list(like.shape)
+    for d in dims:
+        shape[d] = 1
+        flags = _emit(tracer, TO, (changed, torch.int32), like, where, shape=tuple(changed.shape), dtype=torch.int32)
+        first = _emit(tracer, ARGMAX, (flags, d, True), like, where, shape=tuple(shape), dtype=torch.int64)
+        value = _emit(tracer, GATHER, (value, d, first), like, where, shape=tuple(shape))
+        if d != dims[-1]:
+            changed = _emit(tracer, ANY, (changed, d, True), like, where, shape=tuple(shape), dtype=torch.bool)
+    return _emit(tracer, EXPAND, (value, tuple(like.shape)), like, where)
 
 
 def _differentiable(t) -> bool:

@@ -5,7 +5,8 @@ classes (the collective's kind, reduce op and group are its attributes there). W
 needs is the shape of the protocol, so that the verifier (fusionlens/middle/verify.py) checks
 it for any asynchronous op: each value an ISSUE makes is pending until exactly one WAIT takes
 it, and no other op reads a pending value. A SYNC op issues and waits in one (its result is
-ready), as a synchronous `dist.all_reduce` is.
+ready), as a `torch.ops._c10d_functional` op the user's code calls directly is described (its
+wait left to torch); every collective FusionLens records itself is an ISSUE and a WAIT.
 """
 
 from __future__ import annotations

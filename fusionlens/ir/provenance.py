@@ -17,8 +17,8 @@ import dataclasses
 import functools
 import linecache
 import os
+import site
 import sys
-import sysconfig
 import traceback
 from dataclasses import dataclass, field
 
@@ -40,10 +40,18 @@ def code_roots() -> CodeRoots:
         never.add(os.path.dirname(os.path.abspath(torch.__file__)))
     except ImportError:  # a worker that cannot import torch still classifies frames
         pass
-    paths = sysconfig.get_paths()
-    packages = {os.path.abspath(paths[k]) for k in ("purelib", "platlib") if paths.get(k)}
-    packages |= {os.path.abspath(p) for p in sys.path if p.endswith(("site-packages", "dist-packages"))}
-    stdlib = {os.path.abspath(paths[k]) for k in ("stdlib", "platstdlib") if paths.get(k)}
+    # os.py's folder and site's package folders: what sysconfig.get_paths() names for them,
+    # without its 1.2 ms of configuration variables in every process's first trace
+    stdlib = {os.path.dirname(os.path.abspath(os.__file__))}
+    found = getattr(site, "getsitepackages", None)  # an old virtualenv's site.py has none
+    if found is not None:
+        packages = set(found())
+    else:
+        import sysconfig
+
+        packages = {sysconfig.get_path(k) for k in ("purelib", "platlib")}
+    packages |= {p for p in sys.path if p.endswith(("site-packages", "dist-packages"))}
+    packages = {os.path.abspath(p) for p in packages if p}
     return CodeRoots(tuple(sorted(never)), tuple(sorted(stdlib)), tuple(sorted(packages)))
 
 

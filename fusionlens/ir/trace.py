@@ -114,6 +114,20 @@ def values_in(tree) -> list:
     return out
 
 
+def map_values(f: Callable[[Value], Any], tree):
+    """`tree` with each Value `v` replaced by `f(v)`, as pytree.tree_map makes it (new containers):
+    plain tuples, lists and dicts walked here (pytree's walk was a millisecond of a first call)."""
+    kind = type(tree)
+    if kind is Value:
+        return f(tree)
+    if kind is tuple or kind is list:
+        mapped = [map_values(f, x) for x in tree]
+        return mapped if kind is list else tuple(mapped)
+    if kind is dict:
+        return {k: map_values(f, x) for k, x in tree.items()}
+    return tree if kind in _LITERALS else pytree.tree_map(lambda x: f(x) if isinstance(x, Value) else x, tree)
+
+
 class SymbolKind(enum.StrEnum):
     """A prim, a torch-level op (the registry's, a rule's backward), a torch call with no symbol,
     a lowered region's callable. A str enum, as OpTag: comparing with the old strings works."""
@@ -201,10 +215,10 @@ class BoundSymbol:
 
     def replace(self, mapping: dict) -> BoundSymbol:
         """A copy with input and output Values renamed through `mapping` (name -> Value)."""
-        sub = lambda v: mapping.get(v.name, v) if isinstance(v, Value) else v  # noqa: E731
-        args, kwargs = pytree.tree_map(sub, (self.args, self.kwargs))
-        return BoundSymbol(self.sym, args, kwargs, [sub(o) for o in self.outputs], self.out_spec,
-                           self.provenance, [s.replace(mapping) for s in self.subsymbols], self.note)
+        sub = (lambda v: mapping.get(v.name, v)) if mapping else (lambda v: v)  # noqa: E731
+        return BoundSymbol(self.sym, map_values(sub, self.args), map_values(sub, self.kwargs),
+                           [sub(o) for o in self.outputs], self.out_spec, self.provenance,
+                           [s.replace(mapping) for s in self.subsymbols], self.note)
 
 
 @dataclass
@@ -239,7 +253,7 @@ class Trace:
         output = self.output if output is None else output
         writeback = list(self.writeback)
         if rename:
-            output = pytree.tree_map(lambda x: rename.get(x.name, x) if isinstance(x, Value) else x, output)
+            output = map_values(lambda x: rename.get(x.name, x), output)
             writeback = [(dst, rename.get(src.name, src)) for dst, src in writeback]
         return Trace(self.name, self.inputs, bound_symbols, output, stage, self.signature,
                      dict(self.extra_globals), writeback, frozen=self.frozen, packed=self.packed)
@@ -357,8 +371,7 @@ tracing = _use
 
 def run_meta(sym: Symbol, args, kwargs):
     """Output metadata: the symbol run on meta tensors standing in for the Values."""
-    to_meta = lambda x: x.meta() if isinstance(x, Value) else x  # noqa: E731
-    margs, mkwargs = pytree.tree_map(to_meta, (args, kwargs))
+    margs, mkwargs = map_values(Value.meta, args), map_values(Value.meta, kwargs)
     if "device" in mkwargs and mkwargs["device"] is not None:
         mkwargs["device"] = "meta"
     if sym.meta is not None:
@@ -447,7 +460,7 @@ def format_arg(x) -> str:
     if isinstance(x, _SYMBOLIC):
         from fusionlens.ir import symbols  # sympy: imported only by dynamic programs
         return symbols.source(x)
-    if isinstance(x, torch.dtype):
+    if isinstance(x, (torch.dtype, torch.memory_format)):
         return str(x)
     if isinstance(x, torch.device):
         return f"torch.device({str(x)!r})"
@@ -470,8 +483,6 @@ def format_arg(x) -> str:
         return f"slice({format_arg(x.start)}, {format_arg(x.stop)}, {format_arg(x.step)})"
     if x is Ellipsis:
         return "..."
-    if isinstance(x, torch.memory_format):
-        return str(x)
     named = (_NAMED.get() or {}).get(id(x))
     return named if named is not None else repr(x)
 
@@ -514,15 +525,9 @@ class TracePrinter:
     def _source(self) -> str:
         t = self.trace
         out = self.lines
-        out.append(f"# FusionLens trace · stage: {t.stage}")
-        out.append("import torch")
-        out.append("import operator")
-        out.append("from fusionlens.ops import prims")
-        out.append("from math import inf, nan")
-        out.append("from fusionlens.ir.program_calls import no_grad, write_back")
-        out.append("")
-        out.append("")
-        out.append("@no_grad")
+        out += [f"# FusionLens trace · stage: {t.stage}", "import torch", "import operator",
+                "from fusionlens.ops import prims", "from math import inf, nan",
+                "from fusionlens.ir.program_calls import no_grad, write_back", "", "", "@no_grad"]
         names = [v.name for v in t.inputs]
         if t.packed is not None:
             packed = "saved_for_backward"
@@ -552,7 +557,7 @@ class TracePrinter:
             out.append(f"  write_back({dst.name}, {src.name})  # {dst.name} was updated in place: written back")
             written[src.name] = dst
         # a result that is an updated input is that input, as in eager
-        result = pytree.tree_map(lambda x: written.get(x.name, x) if isinstance(x, Value) else x, t.output)
+        result = map_values(lambda x: written.get(x.name, x), t.output)
         if printable(result):
             out.append(f"  return {format_arg(result)}")
         else:

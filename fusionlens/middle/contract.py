@@ -23,6 +23,13 @@ A FusionGroup is what a fusion executor (triton, nvfuser) turns into code. Its c
   group reads; a group with a scatter has no reduction. Executors write the result as a new
   tensor: the base copied, the window stored into it (Triton: a store at the window's
   addresses; nvFuser: `fd.ops.scatter`).
+- a two-axis group (`column_dims` not empty: a norm's backward) also has column reductions:
+  `sum`s of float values of shape `domain` over exactly `column_dims`, the dims `reduction_dims`
+  keep (dx reduces each row, the weight and bias gradients each column of the same rows). What
+  a column reduction makes (shape `column_shape`) and the elementwise ops on it are the
+  group's outputs only: no other op of the group reads them, so a kernel over row blocks
+  accumulates them and a second small kernel combines its programs' partial results. Only
+  an executor whose `takes_columns` accepts the group is handed one.
 - `outputs` are the values used outside the group, in a fixed order; the generated
   callable takes `inputs` (tensors, in order) and returns a tuple of `outputs`, freshly
   allocated and contiguous.
@@ -52,13 +59,21 @@ class FusionGroup:
     domain: tuple[int, ...]
     reduction_dims: tuple[int, ...] = ()
     source_lines: list[str] = field(default_factory=list)  # ["file.py:12  source text", ...] for comments
+    column_dims: tuple[int, ...] = ()  # a two-axis group's column reductions' dims (the kept dims)
 
     @property
     def reduced_shape(self) -> tuple[int, ...]:
         return tuple(s for i, s in enumerate(self.domain) if i not in self.reduction_dims)
 
     @property
+    def column_shape(self) -> tuple[int, ...]:
+        """What a column reduction of a two-axis group makes: the domain without `column_dims`."""
+        return tuple(s for i, s in enumerate(self.domain) if i not in self.column_dims)
+
+    @property
     def kind(self) -> str:
+        if self.column_dims:
+            return "two-axis reduction"
         return "reduction" if self.reduction_dims else "pointwise"
 
 

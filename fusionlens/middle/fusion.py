@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import NamedTuple
 
 from fusionlens.middle import passes
+from fusionlens.middle.regroup import Regroup
 from fusionlens.middle.unit_dims import unit_reshapes
 from fusionlens.middle.contract import Boundary, BoundaryCode, Decline, FusionGroup, boundary, source_comments
 from fusionlens.ir.trace import BoundSymbol, NameGen, OpTag, SymbolKind, Trace, Value, external_inputs
@@ -88,6 +89,7 @@ class Cluster:
 
     def __init__(self, gid: int, ex, domain: tuple[int, ...], rdims: tuple[int, ...] | None):
         self.gid, self.ex, self.domain, self.rdims = gid, ex, domain, rdims
+        self.cdims: tuple[int, ...] = ()  # a two-axis region's column sums' dims (regroup.py)
         self.ops: list[BoundSymbol] = []
         self.produced: set[str] = set()
         self.scattered: set[str] = set()  # outputs of its scatters: the region's results only
@@ -231,6 +233,7 @@ class _Partitioner:
         into.produced |= other.produced
         into.scattered |= other.scattered
         into.rdims = into.rdims or other.rdims
+        into.cdims = into.cdims or other.cdims
         self.deps_of[id(into)] |= self.deps_of[id(other)]
         self.producer.update(dict.fromkeys(other.produced, into))
         self.alive.discard(id(other))
@@ -326,126 +329,6 @@ class _Partitioner:
                 self.note_boundary(p, BoundaryCode.OUTPUT_NEEDED, f"{n} feeds another region", b)
 
 
-# --- after the greedy pass: a norm's backward in two regions ----------------------------------
-
-RECOMPUTE_OPS = 12  # the most ops recomputed for one value: cheap elementwise chains only
-
-
-class _Regroup:
-    """Two rewrites of the greedy partition, for reductions over one domain on other axes (a
-    LayerNorm's backward: dx reduces each row, the weight and bias gradients each column):
-
-    - recompute: a full-shape value that a region computes elementwise only for one reduction
-      region over its domain (`dy * xhat`) is recomputed there from what it is made of (the
-      inputs, and the row statistics the first region made), where that reads no more bytes
-      than writing it out and reading it back; the first region stops computing it.
-    - siblings: reduction regions over one domain and the same axes, of one executor, that read
-      a common input and do not depend on each other, become one region (the weight and bias
-      gradients: one pass over `dy`, one kernel), as Inductor's and nvFuser's schedulers do.
-    """
-
-    def __init__(self, state: _Partitioner, leaves: list[BoundSymbol], results: set[str]):
-        self.state, self.results = state, results
-        self.nodes = [n for _, n in state.order if not isinstance(n, Cluster) or id(n) in state.alive]
-        self.readers: dict[str, list[int]] = {}  # value name -> id of the node of each op reading it
-        for n in self.nodes:
-            for b in (n.ops if isinstance(n, Cluster) else [n]):
-                for v in b.inputs():
-                    self.readers.setdefault(v.name, []).append(id(n))
-        taken = {v.name for b in leaves for v in [*b.inputs(), *b.outputs]}
-        numbered = [int(n[1:]) for n in taken if n[:1] == "t" and n[1:].isdigit()]
-        self.names = NameGen("t", 1 + max(numbered, default=0), taken)
-
-    def groups(self) -> list[Cluster]:
-        return [g for g in self.state.groups if id(g) in self.state.alive]
-
-    def run(self):
-        for g in self.groups():
-            if g.rdims:
-                for v in external_inputs(g.ops):
-                    self.recompute(v, g)
-        self.merge_siblings()
-
-    def chain(self, name: str, a: Cluster) -> list[BoundSymbol] | None:
-        """The ops of `a` computing `name` from values made outside it and its row-level values,
-        in `a`'s order; None if that takes a reduction, a scatter or more than RECOMPUTE_OPS."""
-        made = {o.name: b for b in a.ops for o in b.outputs}
-        ops: dict[int, BoundSymbol] = {}
-        stack = [name]
-        while stack:
-            b = made.get(stack.pop())
-            if b is None or id(b) in ops or a.space(b.outputs[0].shape) == "reduced":
-                continue  # from outside `a`, already taken, or a row statistic: read, not recomputed
-            if not (P.ELEMENTWISE in b.sym.tags or _is_broadcast(b)) or len(b.outputs) != 1 \
-                    or len(ops) == RECOMPUTE_OPS:
-                return None
-            ops[id(b)] = b
-            stack.extend(v.name for v in b.inputs())
-        return [b for b in a.ops if id(b) in ops]
-
-    def recompute(self, v: Value, g: Cluster):
-        """Recompute `v` in reduction region `g` rather than read it from the region making it."""
-        a = self.state.producer.get(v.name)
-        if not isinstance(a, Cluster) or a is g or a.ex is not g.ex or a.domain != g.domain \
-                or tuple(v.shape) != g.domain or v.name in self.results \
-                or any(r != id(g) for r in self.readers[v.name] if r != id(a)):
-            return
-        chain = self.chain(v.name, a)
-        if not chain:
-            return
-        reads = {u.name for u in external_inputs(g.ops)}
-        new_reads = [u for u in external_inputs(chain) if tuple(u.shape) == g.domain and u.name not in reads]
-        # write v + read v back against reading what it is made of: never more bytes
-        if sum(u.dtype.itemsize for u in new_reads) > 2 * v.dtype.itemsize:
-            return
-        mapping = {o.name: Value(self.names.next(), o.shape, o.dtype, o.device) for b in chain for o in b.outputs}
-        copies = [b.replace(mapping) for b in chain]
-        for b in g.ops:
-            for u in b.inputs():
-                if u.name in mapping:
-                    self.readers[u.name].remove(id(g))
-        rest = [b.replace(mapping) for b in g.ops]
-        g.ops[:] = copies + rest
-        g.produced.update(o.name for o in mapping.values())
-        new = {o.name for o in mapping.values()}
-        for b in copies:
-            for u in b.inputs():
-                self.readers.setdefault(u.name, []).append(id(g))
-            self.state.producer[b.outputs[0].name] = g
-        for b in rest:  # g's own ops now read the copies: without these, a later drop_dead(g) misses them
-            for u in b.inputs():
-                if u.name in new:
-                    self.readers.setdefault(u.name, []).append(id(g))
-        self.drop_dead(a)
-
-    def drop_dead(self, a: Cluster):
-        """Remove the ops of `a` whose results nothing reads any more."""
-        for b in reversed(list(a.ops)):
-            if any(self.readers.get(o.name) or o.name in self.results for o in b.outputs):
-                continue
-            a.ops.remove(b)
-            for o in b.outputs:
-                a.produced.discard(o.name)
-                self.state.producer.pop(o.name, None)
-            for u in b.inputs():
-                self.readers[u.name].remove(id(a))
-        if not a.ops:  # everything it made is recomputed where it is read
-            self.state.alive.discard(id(a))
-
-    def merge_siblings(self):
-        state = self.state
-        for g in self.groups():
-            for h in self.groups():
-                if g is h or not g.rdims or id(g) not in state.alive or id(h) not in state.alive:
-                    continue
-                if (h.ex is g.ex and h.domain == g.domain and h.rdims == g.rdims
-                        and {v.name for v in external_inputs(g.ops)} & {v.name for v in external_inputs(h.ops)}
-                        and not state.depends_on(state.deps_of[id(g)], h)
-                        and not state.depends_on(state.deps_of[id(h)], g)):
-                    state.merge(g, h)
-                    g.boundary = g.boundary or h.boundary
-
-
 def partition(leaves: list[BoundSymbol], fusers: list,
               results: set[str] | None = None) -> tuple[list[Node], list[Cluster]]:
     """Greedy, dataflow-aware partition. Returns (nodes in a valid order, groups).
@@ -454,7 +337,7 @@ def partition(leaves: list[BoundSymbol], fusers: list,
     when it fits their iteration space and joining makes no cycle (no path leaves the group
     and comes back); producer groups that fit are merged. Broadcasts of values from outside
     any group float until a consumer takes them in: they are index arithmetic, not work.
-    Given the names of the trace's results, a second pass regroups reductions (`_Regroup`).
+    Given the names of the trace's results, a second pass regroups reductions (regroup.py).
     """
     state = _Partitioner(fusers)
     for i, b in enumerate(leaves):
@@ -462,7 +345,7 @@ def partition(leaves: list[BoundSymbol], fusers: list,
     for name in list(state.floating):
         state.place_floating(name, len(leaves))
     if results is not None:
-        _Regroup(state, leaves, results).run()
+        Regroup(state, leaves, results).run()
     order = [(i, n) for i, n in state.order if not isinstance(n, Cluster) or id(n) in state.alive]
     return _toposort(order, state.producer), [g for g in state.groups if id(g) in state.alive]
 
@@ -577,7 +460,7 @@ def clusters(flat: Trace, fusers: list) -> tuple[list[Node], Callable[[Cluster, 
         outputs = [o for b in n.ops for o in b.outputs
                    if o.name in output_names or (used_by.get(o.name, set()) - {id(n)})]
         return FusionGroup(rid, list(n.ops), inputs, outputs, n.domain, tuple(n.rdims or ()),
-                           source_comments(n.ops))
+                           source_comments(n.ops), n.cdims)
 
     return nodes, make_group
 

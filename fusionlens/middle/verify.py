@@ -431,6 +431,10 @@ def check_group_shapes(group: FusionGroup, label: str) -> None:
         raise VerifyError(label, f"reduction_dims {list(rdims)} are not sorted distinct dims of {list(domain)}")
     keep = tuple(1 if i in rdims else s for i, s in enumerate(domain))
     allowed = {_key(domain), _key(group.reduced_shape), _key(keep)} if rdims else {_key(domain)}
+    cdims = tuple(group.column_dims)  # a two-axis group's column sums: their values are outputs only
+    columns: set[str] = set()
+    if cdims:
+        allowed |= {_key(group.column_shape), _key(tuple(1 if i in cdims else s for i, s in enumerate(domain)))}
     spaces = f"the domain {list(domain)}" + (f" or the reduced shape {list(group.reduced_shape)}" if rdims else "")
     # Broadcasts of an input, one after another (x[4, 8] -> [1, 4, 8] -> [2, 4, 8]), are one
     # index map from the input into the domain: the partitioner pulls such a chain in whole
@@ -443,6 +447,10 @@ def check_group_shapes(group: FusionGroup, label: str) -> None:
         is_view = b.sym is P.broadcast_in_dim and b.args[0].name in views
         if b.sym in P.SCATTERS:
             _check_scatter(b, group, allowed, spaces, label)
+            continue
+        if cdims and (b.sym in _GROUP_REDUCTIONS and tuple(sorted(b.args[1])) == cdims
+                      or any(v.name in columns for v in _reads(b))):
+            _check_column_op(b, columns, computed, domain, label)
             continue
         if b.sym in _GROUP_REDUCTIONS:  # first: a reduction over other dims makes another shape
             reduces = True
@@ -485,6 +493,21 @@ def _check_scatter(b: BoundSymbol, group: FusionGroup, allowed: set, spaces: str
             raise VerifyError(label, f"its window {v.name} has shape {_shape(v)}, not {spaces}", b)
     if any(o.name in {v.name for c in group.bsyms for v in _reads(c)} for o in b.outputs):
         raise VerifyError(label, f"{b.outputs[0].name}, a scatter's result, is read inside the group", b)
+
+
+def _check_column_op(b: BoundSymbol, columns: set[str], computed: set[str], domain: tuple[int, ...],
+                     label: str) -> None:
+    """A column sum reads the domain; an op on a column sum reads column values (or the group's
+    inputs) only; what either makes is a column value."""
+    if b.sym in _GROUP_REDUCTIONS and b.sym is not P.sum:
+        raise VerifyError(label, f"a column {b.sym.name}: a two-axis group's column reductions are sums", b)
+    if b.sym is P.sum and _key(b.args[0].shape) != _key(domain):
+        raise VerifyError(label, f"it sums {b.args[0].name} of shape {_shape(b.args[0])}, not the domain", b)
+    if b.sym is not P.sum and any(v.name in computed and v.name not in columns for v in _reads(b)):
+        raise VerifyError(label, "it mixes a column sum with the rows' values", b)
+    if any(_key(o.shape) == _key(domain) for o in b.outputs):
+        raise VerifyError(label, "it brings a column sum back to the domain: column values are outputs only", b)
+    columns.update(o.name for o in b.outputs)
 
 
 def _check_reduction(b: BoundSymbol, domain: tuple[int, ...], rdims: tuple[int, ...], label: str) -> None:

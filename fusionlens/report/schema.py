@@ -12,6 +12,7 @@ import functools
 import json
 import types
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +38,45 @@ ALL_STAGES = tuple(dict.fromkeys(s for kind in PROGRAM_KINDS for s in PROGRAM_ST
 # executor that could not run here.
 _REGION_PREFIX = {"forward": "R", "backward": "B"}
 _PREVIEW_PREFIX = {"forward": "P", "backward": "PB"}
+
+
+class Deferred(dict):
+    """A report's dict whose entries are made when it is first read (a jit call's report: its
+    traces printed, the package versions looked up, only if someone reads them). However it is
+    read (items, ==, dataclasses.asdict and to_json, pickle, copy) it is the dict `make()` returns."""
+
+    def __init__(self, *args, make: Callable[[], dict] | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._make = make
+
+    def filled(self) -> Deferred:
+        make = self._make
+        if make is not None:  # two threads may both make it: the same entries
+            dict.update(self, make())
+            self._make = None
+        return self
+
+    def __eq__(self, other: object) -> bool:
+        return dict.__eq__(self.filled(), other.filled() if isinstance(other, Deferred) else other)
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    def __reduce__(self):  # pickle, copy and deepcopy: the plain dict
+        return dict, (dict.copy(self.filled()),)
+
+    __hash__ = None  # a dict
+
+
+def _read_filled(name: str):
+    method = getattr(dict, name)
+    return functools.wraps(method)(lambda self, *args, **kwargs: method(self.filled(), *args, **kwargs))
+
+
+for _name in ("__getitem__", "__iter__", "__len__", "__contains__", "__repr__", "__or__", "__ror__", "__ior__",
+              "__reversed__", "__setitem__", "__delitem__", "get", "keys", "values", "items", "copy", "pop",
+              "popitem", "setdefault", "update", "clear"):  # each reads (or changes) the entries made first
+    setattr(Deferred, _name, _read_filled(_name))
 
 
 @dataclass(frozen=True)
@@ -248,6 +288,7 @@ class Collective:
     exposed_ms: float | None = None  # of estimate_ms, what the overlapping regions do not hide
     model_ms: float | None = None  # the same model on this machine's measured alpha, beta (a launch's calibration)
     rank_ms: list[float | None] = field(default_factory=list)  # a launch's: each rank's time_ms, in rank order
+    wait_region: str = ""  # the region that waits for it ("" where none does: DDP's reducer's, a torch call's)
 
 
 @dataclass(frozen=True)

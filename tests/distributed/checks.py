@@ -16,6 +16,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 import compiler  # noqa: E402
 import fusionlens.driver.checking  # noqa: E402
+from fusionlens.ir.trace import OpTag  # noqa: E402
+from fusionlens.ir.vocabulary import Stage  # noqa: E402
 
 
 def _mlp():
@@ -91,7 +93,7 @@ def check_ddp_all_reduces_overlap_the_backward():
     assert all(ids.index(a) < ids.index(b) for a, b in zip(first.overlapped_by, first.overlapped_by[1:])), first
     assert ids.index(first.region) < ids.index(last.region), reduces
     python = program.plan.trace.python()
-    assert python.count("torch.ops._c10d_functional.all_reduce_(") == 2 and python.count("wait_tensor(") == 2, python
+    assert python.count("= all_reduce(") == 2 and python.count("= wait(") == 2, python
     _ran_in_order()
 
 
@@ -99,8 +101,9 @@ def _kinds(program) -> tuple[list[str], list[str], list[str]]:
     """(its all-reduce regions, its compute regions, its wait regions), in program order."""
     def named(*parts: str) -> list[str]:
         return [r.id for r in program.plan.regions if any(p in b.sym.name for b in r.bsyms for p in parts)]
-    talk = set(named("_c10d_functional", "ddp_bucket"))
-    return named("all_reduce"), [r.id for r in program.plan.regions if r.id not in talk], named("wait_tensor")
+    talk = {r.id for r in program.plan.regions if any(OpTag.COLLECTIVE in b.sym.tags for b in r.bsyms)}
+    talk |= set(named("ddp_bucket"))
+    return named("all_reduce"), [r.id for r in program.plan.regions if r.id not in talk], named("wait")
 
 
 def _ran_in_order() -> None:
@@ -201,12 +204,48 @@ def check_user_collectives():
     jfn = compiler.jit(_reduced)
     jfn(torch.ones(4))
     trace = compiler.last_compiled(jfn).forward.plan.trace.python()
-    assert "dist_all_reduce(tensor=" in trace and f"checks.py:{line}" in trace, trace
+    assert "= all_reduce(" in trace and "= wait(" in trace and f"checks.py:{line}" in trace, trace
     assert not jfn.last.eager_fallback
     (listed,) = compiler.last_report(jfn).collectives
     assert (listed.op, listed.kind, listed.bytes, listed.group_size, listed.line) == ("all_reduce", "traced", 16, 2,
                                                                                       line), listed
     assert listed.region and listed.file.endswith("checks.py")
+
+
+def _every_kind(x):
+    """Each torch.distributed collective FusionLens records, on values the others made."""
+    world = dist.get_world_size()
+    y = x * 2
+    dist.broadcast(y, src=world - 1)
+    z = x + 1
+    dist.reduce(z, dst=0, op=dist.ReduceOp.MAX)
+    gathered = torch.empty(world * 4, dtype=x.dtype)
+    dist.all_gather_into_tensor(gathered, y + z)
+    scattered = torch.empty(8 // world, dtype=x.dtype)
+    dist.reduce_scatter_tensor(scattered, gathered[:8] * 3)
+    exchanged = torch.empty(4, dtype=x.dtype)
+    dist.all_to_all_single(exchanged, x.exp())
+    return gathered.sum() + scattered.sin().sum() + exchanged.cos().sum() + z[0] * (dist.get_rank() == 0)
+
+
+def check_user_collectives_of_every_kind():
+    """broadcast, reduce, all_gather_into_tensor, reduce_scatter_tensor, all_to_all_single: each
+    recorded as its kind's issue symbol and the one wait (distributed/symbols.py), the compiled
+    result eager's on every rank, each listed with the bytes its rank sends."""
+    jfn = compiler.jit(_every_kind)
+    for step in range(3):
+        x = torch.arange(4.0) + 10 * dist.get_rank() + step
+        _close(jfn(x), _every_kind(x), f"every kind at call {step}")
+    assert not jfn.last.eager_fallback and jfn.cache_info()["compiles"] == 1, jfn.cache_info()
+    report = compiler.last_report(jfn)
+    assert not report.fallbacks, report.fallbacks  # recording a collective records nothing else
+    listed = [(c.op, c.bytes, c.group_size) for c in report.collectives]
+    assert listed == [("broadcast", 16, 2), ("reduce", 16, 2), ("all_gather_into_tensor", 16, 2),
+                      ("reduce_scatter_tensor", 32, 2), ("all_to_all_single", 16, 2)], listed
+    ops = [b.sym.name for b in compiler.last_compiled(jfn).forward.traces[Stage.OPTIMISED].bound_symbols]
+    assert [o for o in ops if o in {c[0] for c in listed} | {"wait"}] == [
+        "broadcast", "wait", "reduce", "wait", "all_gather_into_tensor", "wait", "reduce_scatter_tensor", "wait",
+        "all_to_all_single", "wait"], ops
 
 
 def check_user_collectives_agree_when_one_rank_fails():
@@ -243,7 +282,7 @@ def _in_flight(x):
 
 def check_functional_collectives_wait_at_first_use():
     """funcol's all_reduce, all_gather_tensor and reduce_scatter_tensor traced as the collectives
-    (at their lines, the bytes each rank sends), each waited for (`funcol_wait_tensor`) right
+    (at their lines, the bytes each rank sends), each waited for (`wait`) right
     before the first op that reads its result, as its AsyncCollectiveTensor waits: the regions
     between them overlap it, and the report says which."""
     line = {m: next(i for i, text in enumerate(open(__file__), 1) if f"# {m} LINE" in text)
@@ -261,7 +300,7 @@ def check_functional_collectives_wait_at_first_use():
                       ("reduce_scatter_tensor", "traced", line["SCATTER"], 32, 2)], listed  # [4, 2] after the chunks
     plan = compiler.last_compiled(jfn).forward.plan
     order = [(b.sym.name, b.provenance.line if b.provenance else None) for r in plan.regions for b in r.bsyms]
-    waits = [at for name, at in order if name == "funcol_wait_tensor"]
+    waits = [at for name, at in order if name == "wait"]
     # the gather's (its chunks read it), the sum's (its sin), the scatter's (returned: at the end, its own line)
     assert waits == [line["GATHER"], line["USE"], line["SCATTER"]], order
     exp = {r.id for r in plan.regions if any(b.provenance and b.provenance.line == line["IN FLIGHT"] for b in r.bsyms)}
@@ -271,7 +310,8 @@ def check_functional_collectives_wait_at_first_use():
 
 CHECKS = [check_ddp, check_ddp_all_reduces_overlap_the_backward, check_ddp_no_sync_accumulates_like_eager,
           check_ddp_ranks_that_disagree_on_the_check_still_meet, check_ddp_reducer_path_where_not_mirrored,
-          check_user_collectives, check_user_collectives_agree_when_one_rank_fails,
+          check_user_collectives, check_user_collectives_of_every_kind,
+          check_user_collectives_agree_when_one_rank_fails,
           check_functional_collectives_wait_at_first_use]  # FSDP2: fsdp_checks.py
 
 

@@ -130,7 +130,7 @@ def check_per_block_training():
     estimated = fusionlens.driver.reporting.with_estimates(gathers + scatters, "64x8xH100")
     assert all(c.estimate.startswith("est ") and c.estimate_ms > 0 for c in estimated), estimated
     trace = compiler.last_compiled(jfn).forward.plan.trace.python()
-    assert "fsdp_all_gather_into_tensor(" in trace and "fsdp_wait_tensor(" in trace, trace
+    assert "= all_gather_into_tensor(" in trace and "= wait(" in trace and "fsdp_wait" not in trace, trace
     # the head's reduce-scatter is issued once its gradients are made and waited for at the end
     # of the backward: fc2's and fc1's gradients overlap it
     (head,) = [c for c in scatters if c.line == _line("HEAD")]
@@ -168,9 +168,10 @@ def _prefetched_one_block_ahead(jfn) -> None:
     after: it overlaps fc1's compute, and the report says so."""
     plan = compiler.last_compiled(jfn).forward.plan
     order = [(b.sym.name, b.provenance.line if b.provenance else None) for r in plan.regions for b in r.bsyms]
-    issue_fc2 = order.index(("fsdp_all_gather_into_tensor", _line("FC2")))
-    wait_fc2 = order.index(("fsdp_wait_tensor", _line("FC2")))
-    fc1_compute = [i for i, (name, line) in enumerate(order) if line == _line("FC1") and "fsdp" not in name]
+    issue_fc2 = order.index(("all_gather_into_tensor", _line("FC2")))
+    wait_fc2 = order.index(("wait", _line("FC2")))
+    gathering = ("fsdp_copy_in", "all_gather_into_tensor", "wait")
+    fc1_compute = [i for i, (name, line) in enumerate(order) if line == _line("FC1") and name not in gathering]
     assert issue_fc2 < max(fc1_compute) < wait_fc2, order
     (gather,) = [c for c in compiler.last_report(jfn).collectives if c.line == _line("FC2")]
     (fc1_linear,) = [r.id for r in plan.regions if any(b.provenance and b.provenance.line == _line("FC1")

@@ -140,7 +140,8 @@ def check_mlp_training():
     assert listed == want, report.collectives
     assert all(c.region and c.file.endswith("tp_checks.py") for c in report.collectives), report.collectives
     forward = compiler.last_compiled(jfn).forward.plan.trace.python()
-    assert "tp_all_reduce(" in forward and f"tp_checks.py:{_line('ROWWISE LINE')}" in forward, forward
+    assert "= all_reduce(" in forward and "grad=Grad.IDENTITY" in forward, forward
+    assert f"tp_checks.py:{_line('ROWWISE LINE')}" in forward, forward
 
 
 def check_mlp_inference():

@@ -16,6 +16,10 @@ What it generates (see fusionlens/middle/contract.py for the FusionGroup contrac
   final pass recomputes and stores the full-shape outputs. Lanes keep their own running state;
   one combine after the loop. A one-pass reduction of few long rows (or over the leading dim)
   is split across programs and combined by a second kernel (docs/kernels.md).
+- two-axis groups (a norm's backward: row reductions and column sums of the same rows): one
+  kernel whose programs each loop over a share of the row blocks, computing the rows' outputs
+  and accumulating partial column sums in registers, stored once a program; a second small
+  kernel combines the partials in a fixed order (two_axis.py, docs/kernels.md).
 - float16/bfloat16/float32 values are loaded, computed and accumulated in float32 and cast
   back at the store; integer and bool values keep their types. float64 and complex are
   declined.
@@ -41,6 +45,7 @@ The modules, down the pipeline:
     writer      what the two kernel writers share
     pointwise   the pointwise kernel writer
     reduction   the reduction kernel writer (single pass, looped, online, Welford)
+    two_axis    a two-axis group's kernel pair: rows (dx) and partial column sums, then their combine
     module      module source (header, helpers, kernel, launcher); exec once per source
     runtime     generate / source_only / source_for, Generated and its stride variants
     launch      each kernel's launch bound once (no per-call JIT dispatch on a GPU)
@@ -70,6 +75,9 @@ class TritonExecutor(FusionExecutor):
 
     def can_take(self, bsym) -> str | None:
         return support.can_take(bsym)
+
+    def takes_columns(self, domain, reduction_dims, column_dims, bsyms) -> str | None:
+        return support.takes_columns(domain, reduction_dims, column_dims, bsyms)
 
     def generate(self, group: FusionGroup, device=None) -> Generated:
         return generate(group, device)

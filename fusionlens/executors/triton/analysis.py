@@ -79,6 +79,7 @@ class _Analysis:
         self.reduced_shape = tuple(self.domain[d] for d in self.kept)
         self.keepdim_shape = tuple(1 if d in self.rdims else s for d, s in enumerate(self.domain))
         self.is_reduction = bool(self.rdims)
+        self._columns(group)
         self.inputs = list(group.inputs)
         self.outputs = list(group.outputs)
         self.input_index = {v.name: i for i, v in enumerate(self.inputs)}
@@ -88,14 +89,7 @@ class _Analysis:
             for o in b.outputs:
                 self.producer[o.name] = b
                 self.values[o.name] = o
-        # a 0-dim CPU tensor beside GPU tensors is a scalar, as in eager: the launcher moves it over
-        scalars = {v.name for v in self.inputs if v.ndim == 0 and str(v.device) == "cpu"}
-        elsewhere = {str(v.device) for v in self.inputs + self.outputs if v.name not in scalars} - {"cpu"}
-        self.host_scalars = scalars if elsewhere else set()
-        devices = sorted({str(v.device) for v in self.inputs + self.outputs if v.name not in self.host_scalars})
-        if len(devices) > 1:
-            raise Decline(f"the region's tensors are on different devices ({', '.join(devices)}); "
-                          "one kernel reads one device")
+        self.host_scalars = self._host_scalars()
         if any(isinstance(s, int) and s == 0 for s in self.domain):
             raise Decline("the region is empty (a zero-size dimension); torch runs it")
         for b in group.bsyms:
@@ -119,6 +113,8 @@ class _Analysis:
                 if a.name not in self.values:
                     raise Decline(f"{b.sym.name} reads {a.name}, which is neither an input nor computed here")
             is_red = b.sym in REDUCTIONS
+            if self._column_op(b, ins):
+                continue
             if is_red:
                 self.reductions.append(b)
                 src = b.args[0]
@@ -145,10 +141,55 @@ class _Analysis:
             raise Decline(f"a reduction of all {self.ncols} elements to one value would run on one program "
                           "(only a one-pass sum, prod, amax or amin of a static size is split); torch runs it")
 
+    def _columns(self, group: FusionGroup):
+        """A two-axis group's column sums (over the kept dims): what they make and the ops on it
+        are "col"-level values, computed by the combine kernel (two_axis.py)."""
+        self.cdims = tuple(sorted(int(d) % max(self.n, 1) for d in group.column_dims))
+        self.col_reductions: list[BoundSymbol] = []
+        self.col_level: set[str] = set()
+        if self.cdims and self.cdims != self.kept:
+            raise Decline(f"column dims {list(self.cdims)} are not the dims {list(self.kept)} the rows keep")
+
+    def _host_scalars(self) -> set[str]:
+        """The 0-dim CPU tensors beside GPU tensors: scalars, as in eager (the launcher moves them
+        over); Decline for any other mix of devices."""
+        scalars = {v.name for v in self.inputs if v.ndim == 0 and str(v.device) == "cpu"}
+        elsewhere = {str(v.device) for v in self.inputs + self.outputs if v.name not in scalars} - {"cpu"}
+        host = scalars if elsewhere else set()
+        devices = sorted({str(v.device) for v in self.inputs + self.outputs if v.name not in host})
+        if len(devices) > 1:
+            raise Decline(f"the region's tensors are on different devices ({', '.join(devices)}); "
+                          "one kernel reads one device")
+        return host
+
+    def _column_op(self, b: BoundSymbol, ins: list[Value]) -> bool:
+        """Whether `b` is a column sum or an op on one (a "col"-level value); Decline where it
+        mixes a column value with the rows' (the contract: column values are outputs only)."""
+        if not self.cdims:
+            return False
+        if b.sym in REDUCTIONS and tuple(sorted(int(d) for d in b.args[1])) == self.cdims:
+            if b.sym is not prims.sum or b.outputs[0].dtype not in FLOATS:
+                raise Decline(f"a column {b.sym.name} to {b.outputs[0].dtype} is not generated for Triton")
+            if self.shape(b.args[0]) != self.domain or b.args[0].name in self.col_level:
+                raise Decline(f"the column sum {b.outputs[0].name} does not reduce a value of the domain")
+            self.col_reductions.append(b)
+        elif not any(a.name in self.col_level for a in ins):
+            return False
+        elif any(a.name not in self.col_level and a.name not in self.input_index for a in ins):
+            raise Decline(f"{b.sym.name} mixes a column sum with the rows' values")
+        col_keep = tuple(1 if d in self.cdims else s for d, s in enumerate(self.domain))
+        if any(self.shape(o) not in (tuple(self.domain[d] for d in self.rdims), col_keep) for o in b.outputs):
+            raise Decline(f"{b.sym.name} brings a column sum back to the rows")
+        for o in b.outputs:
+            self.col_level.add(o.name)
+            self.pure[o.name] = False
+        return True
+
     def splittable(self) -> bool:
         """Can a row be split across programs (reduction.py `_pick_split`)? A static row length,
-        one pass of sum/prod/amax/amin, no full-shape output (it would need the row's result)."""
-        return (self.env is None and self.npasses == 1 and not self.online
+        one pass of sum/prod/amax/amin, no full-shape output (it would need the row's result).
+        A two-axis group never is: its programs share out the rows (two_axis.py)."""
+        return (not self.cdims and self.env is None and self.npasses == 1 and not self.online
                 and not any(b.sym is prims.var_mean for b in self.reductions)
                 and not any(self.level_shape(o) == "full" for o in self.outputs))
 
@@ -164,6 +205,8 @@ class _Analysis:
         return symbolic.hint(x, self.env) if self.env is not None else x
 
     def level_shape(self, v) -> str | None:
+        if v.name in self.col_level:
+            return "col"
         s = self.shape(v)
         if s == self.domain:
             if self.is_reduction and not self.pure.get(v.name, True) and s == self.keepdim_shape:
@@ -181,7 +224,10 @@ class _Analysis:
             raise Decline(f"{v.name} has shape {list(s)}, neither the region's domain {list(self.domain)} "
                           "nor its reduced shape")
         m: tuple[int | None, ...]
-        if kind == "full" and s == self.domain:
+        if kind == "col":  # the domain without the column dims, or with them kept as size 1
+            m = self.rdims if len(s) == len(self.rdims) else tuple(
+                None if d in self.cdims else d for d in range(self.n))
+        elif kind == "full" and s == self.domain:
             m = tuple(range(self.n))
         elif s == self.keepdim_shape:
             m = tuple(None if d in self.rdims else d for d in range(self.n))
@@ -195,6 +241,8 @@ class _Analysis:
         self.online: dict[int, BoundSymbol] = {}  # sum bsym id -> amax bsym (sum(exp(A - bcast(amax(A))))
         level = {v.name: 0 for v in self.inputs}
         for b in self.group.bsyms:
+            if b.outputs and b.outputs[0].name in self.col_level:
+                continue  # the combine kernel's (two_axis.py)
             base = max((level[a.name] for a in _value_args(b)), default=0)
             if b.sym in REDUCTIONS:
                 p = base

@@ -172,6 +172,9 @@ class _Emitter:
         self.prologue: _Scope | None = None
         self.rowscope: _Scope | None = None
         self.scalars: set[str] = set()  # variables that hold one element (a load at one address), not a block
+        # a two-axis kernel's scope before its loop over row blocks: values that vary along a row
+        # only (a norm's weight) are loaded there once a program, not once a row block
+        self.colscope: _Scope | None = None
 
     # domain-stride vector of input `v` read through mapping M
     def dstrides(self, v, mapping) -> tuple[int, ...]:
@@ -242,6 +245,9 @@ class _Emitter:
             scope = self.prologue if self.an.pure[v.name] else self.rowscope
             assert scope is not None  # the reduction writer sets both before emitting
             return scope, self.rowmemo
+        if self.colscope is not None and self.an.pure[v.name] and all(d is None or d in self.an.rdims
+                                                                       for d in mapping):
+            return self.colscope, self.colscope.memo
         if self.loop is None:
             raise Decline(f"internal: {v.name} is needed outside a pass over the row")
         return self.loop, self.loop.memo

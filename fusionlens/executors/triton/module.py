@@ -22,6 +22,7 @@ from .analysis import _Analysis, _ident
 from .emitter import HELPER_DEPS, HELPERS, _type_str
 from .pointwise import PointwiseWriter
 from .reduction import ReductionWriter
+from .two_axis import TwoAxisWriter
 from .sizes import pattern_strides
 from .support import PTR_TYPE
 from .writer import INDEX_LIMIT
@@ -86,9 +87,9 @@ def build_source(group: FusionGroup, an: _Analysis, key: list[tuple]) -> tuple[s
     (runtime.py); a split reduction has two kernels (reduction.py)."""
     rid = _region_ident(group.id)
     strides = variant_strides(an, key)
-    w = (ReductionWriter if an.is_reduction else PointwiseWriter)(an, strides, rid)
+    w = (TwoAxisWriter if an.cdims else ReductionWriter if an.is_reduction else PointwiseWriter)(an, strides, rid)
     lines, helpers, runs = w.write()
-    combine = w.combine_kernel() if isinstance(w, ReductionWriter) and w.split > 1 else None
+    combine = w.combine_kernel() if isinstance(w, ReductionWriter) and w.has_combine() else None
     if combine is not None:
         helpers = helpers | combine[1]
     for h in list(helpers):
@@ -136,10 +137,10 @@ def build_source(group: FusionGroup, an: _Analysis, key: list[tuple]) -> tuple[s
                         list(w.grid_size), hints, read, min_read, passes, row_bytes, tuning.autotune_warps(w.warps))]
     if combine is not None:
         assert isinstance(w, ReductionWriter)
-        part_bytes = w.split * int(an.nrows) * 4 * len(w.partials())
+        part_bytes = math.prod(w.partial_shape) * 4 * len(w.partials())
         read2, _ = _reads(an, w.em2, part_bytes)
         specs.append(KernelSpec(f"{rid}_combine", sig | {c: "constexpr" for c in w.constexprs2}, dict(w.constexprs2),
-                                w.warps2, 1, [math.ceil(int(an.nrows) / w.bm2)], hints, read2, min_read, 1, 0,
+                                w.warps2, 1, list(w.grid2_size), hints, read2, min_read, 1, 0,
                                 [w.warps2]))
     return source, kname, lname, specs
 
@@ -178,8 +179,8 @@ def _launcher(w, an: _Analysis, kname: str, lname: str) -> list[str]:
         else:  # constant shape and strides: the cheapest allocation torch has (benchmarks/RESULTS.md)
             out.append(f"    out{k} = {_empty(o.shape, o.dtype, dev)}  # {o.name}")
     parts = w.partials()
-    for p, dt in parts:  # a split reduction's partial results: [split, rows]
-        out.append(f"    {p[:-4]} = {_empty((w.split, int(an.nrows)), dt, dev)}")
+    for p, dt in parts:  # partial results: a split reduction's [split, rows], a two-axis [programs, columns]
+        out.append(f"    {p[:-4]} = {_empty(w.partial_shape, dt, dev)}")
     call_args = ", ".join(largs + [f"out{k}" for k in range(len(an.outputs))] + [p[:-4] for p, _ in parts]
                           + w.sizes.args)
     stages = f", num_stages={w.stages}" if w.stages != 1 else ""

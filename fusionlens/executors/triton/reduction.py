@@ -124,6 +124,14 @@ class ReductionWriter(_Writer):
         return ["    " + h for h in head] + body
 
     # split reductions -------------------------------------------------------------------------
+    def has_combine(self) -> bool:
+        return self.split > 1
+
+    @property
+    def partial_shape(self) -> tuple[int, int]:
+        """The shape of each partial-results buffer: [split, nrows]."""
+        return self.split, int(self.an.nrows)
+
     def partials(self) -> list[tuple[str, torch.dtype]]:
         """(argument, dtype) of each reduction's partial results, [split, nrows] (split only)."""
         if self.split <= 1:
@@ -154,6 +162,7 @@ class ReductionWriter(_Writer):
         self.bm2 = min(_next_pow2(self.an.nrows), max(1, 4096 // split_p2), 64)
         self.warps2 = tuning.warps_for(self.bm2 * split_p2)
         self.grid2 = f"({_cdiv(self.an.nrows, self.bm2)},)"
+        self.grid2_size = [_cdiv(self.an.nrows, self.bm2)]
         self.constexprs2 = {"BLOCK_M": self.bm2, "SPLIT": split_p2}
         dry = _Emitter(self.an, self.strides, None, self.rid, self.sizes)
         self._combine_body(dry)

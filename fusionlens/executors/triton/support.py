@@ -10,6 +10,7 @@ importing triton at all.
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 
@@ -17,6 +18,8 @@ import torch
 
 from fusionlens.ir.trace import SymbolKind, Value, values_in
 from fusionlens.ops import prims
+
+from . import tuning
 
 TL_DTYPE = {
     torch.float32: "tl.float32", torch.float16: "tl.float16", torch.bfloat16: "tl.bfloat16",
@@ -167,4 +170,21 @@ def _elementwise_problem(bsym) -> str | None:
             return f"{sym.name} with a tensor exponent is not generated for Triton"
         if out.dtype not in FLOATS:
             return f"integer {sym.name} is not generated for Triton"
+    return None
+
+
+def takes_columns(domain: tuple, rdims: tuple[int, ...], cdims: tuple[int, ...], bsyms: list) -> str | None:
+    """None when Triton writes these ops as one two-axis kernel pair (two_axis.py): a static
+    domain, rows that fit in registers (the partial column sums are accumulated beside the row's
+    tile), column reductions that are float sums; else why not."""
+    if not all(type(d) is int for d in domain):
+        return "a two-axis region of symbolic size is not generated for Triton"
+    ncols = math.prod(domain[d] for d in rdims)
+    if ncols > min(tuning.MAX_SINGLE_PASS, tuning.TWO_AXIS_MAX_ROW):
+        return (f"rows of {ncols} elements and their partial column sums do not fit in registers "
+                f"(tuning.TWO_AXIS_MAX_ROW = {tuning.TWO_AXIS_MAX_ROW}): the column sums are a region of their own")
+    for b in bsyms:
+        if b.sym in REDUCTIONS and tuple(sorted(b.args[1])) == tuple(cdims):
+            if b.sym is not prims.sum or b.args[0].dtype not in FLOATS:
+                return f"a column {b.sym.name} of {b.args[0].dtype} is not generated for Triton (float sums only)"
     return None

@@ -46,3 +46,25 @@ def autotune_warps(warps: int) -> list[int]:
     warps, half and double of it, within 1..MAX_WARPS."""
     out = [warps] + [w for w in (warps // 2, warps * 2) if 1 <= w <= MAX_WARPS]
     return list(dict.fromkeys(out))[:4]
+
+
+# A two-axis kernel's programs (a norm's backward: two_axis.py) each loop over a share of the
+# row blocks, so they should all be resident at once: one wave, no tail. How many fit on an SM
+# is estimated from the registers a thread holds, about TWO_AXIS_REGS_PER_ELEMENT a tile element
+# it owns (its operands and the partial column sums' accumulators) plus 32 (the sm_90 compile of
+# LayerNorm's backward at 8192 columns: 16 elements a thread, 99 registers).
+TWO_AXIS_REGS_PER_ELEMENT = 4
+# The longest row a two-axis kernel takes: at 16384 bf16 columns its 16 warps hold 32 elements a
+# thread of each operand and accumulator and the sm_90 compile spills (344 bytes a thread); such
+# rows are two regions, dx and the column sums (docs/kernels.md).
+TWO_AXIS_MAX_ROW = 8192
+SM_REGISTERS = 65536
+SM_WARPS = 64
+
+
+def resident_programs(warps: int, tile: int) -> int:
+    """Programs of `warps` warps over a `tile`-element block an SM holds at once (at most
+    PROGRAMS_PER_SM): the least of what its warps and its registers (allocated 256 a warp) allow."""
+    regs = 32 + TWO_AXIS_REGS_PER_ELEMENT * max(1, tile // (32 * warps))
+    per_warp = -(-regs * 32 // 256) * 256
+    return max(1, min(PROGRAMS_PER_SM, SM_WARPS // warps, SM_REGISTERS // (per_warp * warps)))

@@ -155,6 +155,10 @@ class _Writer:
         """(argument, dtype) of the buffers a split reduction's kernels pass partial results in."""
         return []
 
+    def has_combine(self) -> bool:
+        """Whether a second kernel combines the first one's partial results (`combine_kernel`)."""
+        return False
+
     def _signature(self) -> list[str]:
         an = self.an
         args = [f"{_ident(v.name)}_ptr" for v in an.inputs]

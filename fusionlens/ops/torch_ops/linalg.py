@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from fusionlens.ops.torch_ops.common import _is_float
+from fusionlens.ops.torch_ops.common import _is_float, cast
 from fusionlens.ops.torch_ops.pointwise import add, mul, outer
 from fusionlens.ops.torch_ops.reductions import sum
 from fusionlens.ops.torch_ops.registry import NoDecomposition, library, register
@@ -23,13 +23,23 @@ def _real(*xs):
 @register(torch.dot, torch.Tensor.dot, torch.vdot, torch.Tensor.vdot)
 def dot(input, tensor):
     _real(input, tensor)
-    return sum(mul(input, tensor))
+    return _products_summed(input, tensor, None)
 
 
 @register(torch.linalg.vecdot)
 def vecdot(x, y, *, dim=-1):
     _real(x, y)
-    return sum(mul(x, y), dim)
+    return _products_summed(x, y, dim)
+
+
+def _products_summed(x, y, dim):
+    """sum(x * y) with the products kept in float32 for half types, as eager's kernels do (a
+    product rounded to bf16 before the sum would add an error growing with the length)."""
+    dtype = torch.promote_types(x.dtype, y.dtype)
+    if dtype not in (torch.float16, torch.bfloat16):
+        return sum(mul(x, y), dim) if dim is not None else sum(mul(x, y))
+    products = mul(cast(x, torch.float32), cast(y, torch.float32))
+    return cast(sum(products, dim) if dim is not None else sum(products), dtype)
 
 
 @register(torch.addr, torch.Tensor.addr)

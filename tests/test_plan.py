@@ -319,3 +319,42 @@ def test_peak_memory_against_memtracker():
         meta, args = gpt(256, 4, 4, **shape)
     planned = api.plan(meta, *args, cluster="1x1xH100").memory_gib.total * memory.GIB
     assert planned == pytest.approx(peak, rel=0.10)
+
+
+def test_ddp_buckets_at_their_lines_as_the_transform_of_the_whole_model():
+    """ZeRO 0: the plan traces one block, applies DDP's transform to it on the meta device and
+    fills DDP's buckets (1 MiB first, then 25 MiB) for the whole model: each bucket's bytes and
+    line are those of DDP's transform of the whole model (every block), whose collectives are a
+    real run's (tests/test_distributed_transform.py). fp32, as the plan's gradients are."""
+    from collections import Counter
+
+    from fusionlens.distributed.transform import DDP, Mesh, Program
+
+    with torch.device("meta"):
+        m, args = gpt(512, 8, 6, micro_batch=2, seq=64, vocab=4096)
+    m = m.float()
+    whole = DDP("dp")(Program(m, args), Mesh((2,), ("dp",)))
+    theirs = Counter((str(c.kind), c.bytes, c.line) for c in whole.collectives)
+    assert len(theirs) >= 3  # several buckets, at different lines
+    for blocks in (1, None):
+        rep = api.plan_traced(trace.trace(m, args, blocks=blocks), "gpt", cluster="1x2xH100", dp=2, global_batch=4)
+        dp = [c for c in rep.collectives if c.group == "dp"]
+        assert Counter({(c.kind, c.bytes_per_rank, c.line): c.count for c in dp}) == theirs
+        # the buckets' exposed time is the step's: what runs after the backward (at least the last bucket)
+        assert sum(c.exposed_s for c in dp) == pytest.approx(rep.breakdown.exposed_comm_s["dp"])
+        assert dp[-1].exposed_s > 0 and dp[-1].line == 59  # the embeddings' gradients come last
+        assert any(lc.line == 59 and lc.comm_kinds.get("DP all-reduce") for lc in rep.lines)
+
+
+def test_ddp_falls_back_to_one_all_reduce_where_its_transform_does_not_apply():
+    class Unused(_MLP):
+        def __init__(self):
+            super().__init__()
+            self.spare = torch.nn.Parameter(torch.zeros(4))  # never used: DDP's reducer would handle it
+
+    with torch.device("meta"):
+        model, x = Unused(), torch.randn(2, 8, 16)
+    rep = api.plan_traced(trace.trace(model, (x,)), "mlp", cluster="1x2xH100", dp=2)
+    [ar] = [c for c in rep.collectives if c.group == "dp"]
+    assert ar.line is None and ar.bytes_per_rank == rep.params * 4
+    assert any("DDP's buckets not placed" in n for n in rep.notes)

@@ -5,23 +5,19 @@ DeviceMesh and parallelizes itself plans under a fake process group, with no ran
 from __future__ import annotations
 
 import os
-import sys
 
+import plan_targets
 import torch
 
 from fusionlens.driver import targets as targets_mod
 from fusionlens.plan import api
 from fusionlens.report.discovery import find_targets
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-OWN = os.path.join(REPO, "examples", "plan", "plan_own.py")
-sys.path.insert(0, os.path.join(REPO, "examples", "plan"))
+OWN = os.path.join(plan_targets.EXAMPLES, "plan_own.py")
 
 
 def _plan(name: str, **options):
-    with open(OWN, encoding="utf-8") as f:
-        info = next(t for t in find_targets(f.read(), OWN) if t.name == name)
-    return api.plan_target(OWN, info, **{**info.plan, **options})
+    return plan_targets.plan(OWN, name, **options)
 
 
 def test_the_targets_own_plan_shards_exactly_its_linears():

@@ -7,8 +7,12 @@ their collectives; the same targets planned on a 1x4 cluster under a fake proces
 - zero3: FSDP2 over 4 ranks: each unit's all-gathers (forward, backward regather) and
   reduce-scatter at the line calling it. The plan gathers bf16 parameters (Megatron's and
   torchtitan's mixed precision), the CPU run the model's fp32 ones: its bytes are compared x2.
-- data_parallel: DDP's all-reduce, kind, bytes and group; the plan lists DDP's all-reduce for
-  the whole model (its transform needs real tensors), with no line.
+- data_parallel (and data_parallel_buckets, with DDP's bucket_cap_mb at 4 KiB: several
+  buckets): DDP over 4 ranks: each bucket's all-reduce, kind, bytes, group and line (the
+  line of the op finishing the bucket's last gradient). The plan applies DDP's transform on the
+  meta device (fusionlens/plan/units.py, plan/buckets.py) and fills the buckets with fp32
+  gradients, as the run's fp32 model does: the bytes are compared as they are (a bf16 model's
+  real DDP would all-reduce bf16 gradients, half the plan's bytes).
 - a 2-stage pipeline has no counterpart FusionLens records in a real run (it runs no pipeline
   schedule): the plan of tensor_parallel with pp=2 is checked to hold the real run's
   collectives of one stage's blocks, and its sends the hidden state a stage passes on.
@@ -22,23 +26,20 @@ import subprocess
 import sys
 from collections import Counter
 
+import plan_targets
 import pytest
 import torch
 
-from fusionlens.plan import api
 from fusionlens.report.discovery import find_targets
 
 pytestmark = pytest.mark.distributed
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RANKS = os.path.join(REPO, "examples", "plan", "plan_ranks.py")
-sys.path.insert(0, os.path.join(REPO, "examples", "plan"))
+REPO = plan_targets.REPO
+RANKS = os.path.join(plan_targets.EXAMPLES, "plan_ranks.py")
 
 
 def _plan(name: str, **options):
-    with open(RANKS, encoding="utf-8") as f:
-        info = next(t for t in find_targets(f.read(), RANKS) if t.name == name)
-    return api.plan_target(RANKS, info, **{**info.plan, **options})
+    return plan_targets.plan(RANKS, name, **options)
 
 
 def _planned(rep, group: str, with_line: bool = True, gathers_x: int = 1) -> Counter:
@@ -57,7 +58,8 @@ def _recorded(report: dict, with_line: bool = True) -> Counter:
 
 @pytest.fixture(scope="module")
 def real() -> dict:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore",  # the ranks import this checkout
+           "PYTHONPATH": os.pathsep.join(p for p in (REPO, os.environ.get("PYTHONPATH")) if p)}
     run = subprocess.run([sys.executable, "-m", "fusionlens", "compile", RANKS, "--nproc", "4", "--json",
                           "--no-benchmark"], capture_output=True, text=True, timeout=900, env=env, cwd=REPO)
     assert run.returncode == 0, (run.stdout + run.stderr)[-6000:]
@@ -86,10 +88,17 @@ def test_zero3_per_unit_as_four_ranks_record(real):
 
 
 @pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed is not built in")
-def test_ddp_as_four_ranks_record(real):
+def test_ddp_buckets_as_four_ranks_record(real):
     rep = _plan("data_parallel")
     assert (rep.options["zero"], rep.options["dp"]) == (0, 4)
-    assert _planned(rep, "dp", with_line=False) == _recorded(real["data_parallel"], with_line=False)
+    recorded = _recorded(real["data_parallel"])
+    assert recorded and {k[0] for k in recorded} == {"all_reduce"} and all(k[3] for k in recorded)
+    assert _planned(rep, "dp") == recorded
+    # the target's own bucket_cap_mb: buckets of blocks' and the embedding's gradients, in the run's order
+    rep = _plan("data_parallel_buckets")
+    recorded = _recorded(real["data_parallel_buckets"])
+    assert len(recorded) >= 3 and len({k[3] for k in recorded}) == 2  # the block's line and the embedding's
+    assert _planned(rep, "dp") == recorded
 
 
 @pytest.mark.skipif(not torch.distributed.is_available(), reason="torch.distributed is not built in")

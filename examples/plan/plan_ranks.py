@@ -70,6 +70,14 @@ def data_parallel():
 
 
 @fusionlens.example(train=True, nproc=4, plan=dict(cluster="1x4xH100"))
+def data_parallel_buckets():
+    """DDP over the 4 ranks with 4 KiB buckets: five all-reduces, each issued where the backward
+    finishes its bucket's last gradient (the blocks' line, then the embedding's)."""
+    model, x = _model_and_batch()
+    return DistributedDataParallel(model, bucket_cap_mb=4 / 1024), (x,)
+
+
+@fusionlens.example(train=True, nproc=4, plan=dict(cluster="1x4xH100"))
 def zero3():
     """FSDP2 (ZeRO-3) over all 4 ranks: each block a unit, then the root."""
     model, x = _model_and_batch()

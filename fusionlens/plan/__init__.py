@@ -9,6 +9,8 @@ device, transformed by a parallel layout, costed on a cluster, searched.
   and the collectives inserted at their lines.
 - `costs.py`: each op's and each collective's time on the target GPU, every coefficient named.
 - `memory.py`: memory per GPU by kind at the busiest pipeline stage.
+- `own.py`: a target's own parallelism, recorded; `units.py`: where FSDP2's and DDP's
+  collectives are issued, from issue 27's transforms; `buckets.py`: DDP's buckets at scale.
 - `schedule.py`: pipeline schedules (1F1B, interleaved), bubbles, the schedule's spans.
 - `model.py`: one plan costed (`evaluate`); `report_lines.py` its lines and collectives.
 - `search.py`: the plans that fit, ranked, pruned.

@@ -15,11 +15,11 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from fusionlens.plan import costs, memory as memory_model, schedule
+from fusionlens.plan import buckets as ddp_buckets, costs, memory as memory_model, schedule
 from fusionlens.plan.layout import Layout
 from fusionlens.plan.parallel import Collective, Sharding, shard
 from fusionlens.plan.trace import Traced
-from fusionlens.plan.units import fsdp_units
+from fusionlens.plan.units import ddp_grads, fsdp_units
 from fusionlens.report import plan as R
 
 PARTS = ("pre", "block", "post")
@@ -133,7 +133,9 @@ def evaluate(traced: Traced, layout: Layout, name: str = "", detail: bool = True
     busiest = max(range(pp), key=lambda g: slots[g])
     pipe_s, bubble = schedule.step_seconds(slots[busiest], m, pp, layout.vpp)
     n_params = memory_model.param_elements(traced, layout, busiest, stages)
-    dp_exposed, dp_total, dp_colls = _data_parallel(n_params, layout, bwd[busiest] + rec[busiest], fwd[busiest])
+    backward_s = bwd[busiest] + rec[busiest]
+    ddp = _ddp(traced, layout, stages, busiest, timed, comm_of, rec[busiest], backward_s)
+    dp_exposed, dp_total, dp_colls = _data_parallel(n_params, layout, backward_s, fwd[busiest], ddp)
     opt_params = n_params / (layout.dp * layout.cp if layout.zero >= 1 else 1)
     optimizer_s = costs.optimizer_seconds(opt_params, layout)
     step = pipe_s + dp_exposed + optimizer_s
@@ -166,7 +168,7 @@ def evaluate(traced: Traced, layout: Layout, name: str = "", detail: bool = True
                       "recomputation excluded",
         linears=sharding.linears, notes=list(traced.notes))
     if detail:
-        rep.lines = _lines(timed, comms, traced, sharding, layout, stages, busiest)
+        rep.lines = _lines(timed, comms, traced, sharding, layout, stages, busiest, dp_colls if ddp else [])
         rep.collectives = _collectives(comms, dp_colls, p2p, layout, stages, busiest, traced)
         rep.schedule = schedule.spans([f + p2p_s / 2 for f in fwd], [b + r + p2p_s / 2 for b, r in zip(bwd, rec)], m)
     return rep
@@ -205,8 +207,26 @@ def _p2p(traced: Traced, layout: Layout) -> tuple[float, Collective | None]:
     return 2 * layout.vpp * costs.collective_time(c, layout), c
 
 
-def _data_parallel(n_params: float, layout: Layout, backward_s: float, forward_s: float):
-    """(exposed seconds a step, total seconds, [(Collective, seconds, exposed, count)])."""
+def _ddp(traced: Traced, layout: Layout, stages, busiest: int, timed: Timed, comm_of, recompute_s: float,
+         backward_s: float) -> list | None:
+    """ZeRO 0's all-reduces a DDP bucket each, at their lines (plan/buckets.py); None where there
+    is no data parallelism or DDP's transform does not apply (the aggregate stands, a note says why)."""
+    if layout.zero != 0 or layout.dp * layout.cp == 1:
+        return None
+    order = ddp_grads(traced)
+    if order is None:
+        return None
+    blocks = stages.layers[busiest]
+    head = timed.compute["backward", "post"] + comm_of("backward", "post") if busiest == layout.pp - 1 else 0.0
+    block = timed.compute["backward", "block"] + comm_of("backward", "block") + recompute_s / max(blocks, 1)
+    times = ddp_buckets.BackwardTimes(head, block, backward_s)
+    found = ddp_buckets.buckets(order, traced, layout, busiest, blocks, times)
+    return ddp_buckets.collectives(found, layout, times.total)
+
+
+def _data_parallel(n_params: float, layout: Layout, backward_s: float, forward_s: float, ddp: list | None = None):
+    """(exposed seconds a step, total seconds, [(Collective, seconds, exposed, count)]); `ddp`:
+    ZeRO 0's buckets (`_ddp`), in place of one all-reduce of every gradient."""
     group = "dpcp"
     if layout.dp * layout.cp == 1:
         return 0.0, 0.0, []
@@ -215,7 +235,9 @@ def _data_parallel(n_params: float, layout: Layout, backward_s: float, forward_s
     dp = layout.dp * layout.cp
     m = layout.micro_batches
     out = []
-    if layout.zero == 0:
+    if layout.zero == 0 and ddp:
+        out = list(ddp)
+    elif layout.zero == 0:
         c = Collective("all_reduce", grads, group, "backward", "block", None)
         t = costs.collective_time(c, layout)
         bucket = costs.collective_time(Collective("all_reduce", memory_model.BUCKET_BYTES, group, "backward", "block",
@@ -244,10 +266,10 @@ def _options(layout: Layout) -> dict:
             "micro_batches": layout.micro_batches, "recompute": layout.recompute}
 
 
-def _lines(timed, comms, traced, sharding, layout, stages, busiest) -> list[R.LineCost]:
+def _lines(timed, comms, traced, sharding, layout, stages, busiest, buckets) -> list[R.LineCost]:
     from fusionlens.plan.report_lines import lines
 
-    return lines(timed, comms, traced, sharding, layout, stages, busiest)
+    return lines(timed, comms, traced, sharding, layout, stages, busiest, buckets)
 
 
 def _collectives(comms, dp_colls, p2p, layout, stages, busiest, traced) -> list[R.PlanCollective]:

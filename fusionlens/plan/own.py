@@ -37,6 +37,7 @@ class Own:
     dp: int | None = None
     reshard_after_forward: bool | None = None
     ddp: int | None = None  # ranks DistributedDataParallel was given
+    bucket_cap_mb: float | None = None  # DDP's bucket_cap_mb, where the target gave one (plan/buckets.py)
     linears: dict[str, str] = field(default_factory=dict)  # parameter name (p_...) -> "colwise" / "rowwise"
 
     def resolve(self, model: torch.nn.Module) -> Own:
@@ -69,7 +70,9 @@ class Own:
         if self.units:
             parts.append(f"FSDP2 over {self.dp} ranks on {len(self.units)} units")
         elif self.ddp is not None:
-            parts.append(f"DDP over {self.ddp} ranks")
+            mb = self.bucket_cap_mb
+            caps = "" if mb is None else f", buckets of {mb * 1024:g} KiB" if mb < 1 else f", buckets of {mb:g} MiB"
+            parts.append(f"DDP over {self.ddp} ranks{caps}")
         return "the target's own parallelism: " + ", ".join(parts)
 
 
@@ -128,8 +131,9 @@ def recording(world: int) -> Iterator[Own]:
     import torch.nn.parallel as ddp_api
 
     class distributed_data_parallel(ddp_api.DistributedDataParallel):  # a type still (isinstance checks)
-        def __new__(cls, module, *_, process_group=None, **__):
+        def __new__(cls, module, *_, process_group=None, bucket_cap_mb=None, **__):
             own.ddp = process_group.size() if process_group is not None else world
+            own.bucket_cap_mb = bucket_cap_mb
             return module  # not an instance: __init__ does not run
 
     made = not dist.is_initialized()

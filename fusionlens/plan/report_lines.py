@@ -26,7 +26,8 @@ def _times(part: str, layout, stages, busiest: int) -> float:
     return layout.micro_batches
 
 
-def lines(timed, comms, traced, sharding, layout, stages, busiest) -> list[R.LineCost]:
+def lines(timed, comms, traced, sharding, layout, stages, busiest, buckets=()) -> list[R.LineCost]:
+    """`buckets`: DDP's all-reduces at their lines ([(Collective, seconds, exposed, count)] a step)."""
     out: dict = {}
     recompute = layout.recompute
     for (part, (file, line)), acc in timed.lines.items():
@@ -46,6 +47,12 @@ def lines(timed, comms, traced, sharding, layout, stages, busiest) -> list[R.Lin
         lc.exposed_comm_s += x.exposed * n
         key = f"{x.c.group.upper()} {short(x.c.kind)}"
         lc.comm_kinds[key] = lc.comm_kinds.get(key, 0.0) + x.exposed * n
+    for c, seconds, exposed, _ in buckets:
+        if c.line is not None:
+            lc = out.setdefault(c.line, R.LineCost(*c.line))
+            lc.comm_s += seconds
+            lc.exposed_comm_s += exposed
+            lc.comm_kinds["DP all-reduce"] = lc.comm_kinds.get("DP all-reduce", 0.0) + exposed
     acts = _line_activations(traced, sharding, layout)
     in_flight = min(layout.pp, layout.micro_batches)
     for key, nbytes in acts.items():
@@ -92,9 +99,15 @@ def collectives(comms, dp_colls, p2p, layout, stages, busiest, traced=None) -> l
     units = fsdp_units(traced) if layout.zero == 3 and traced is not None else []
     if units:
         out += _per_unit(dp_colls, units, traced, layout, stages.layers[busiest], size["dpcp"])
-    else:
+    else:  # ZeRO 1/2's aggregates; ZeRO 0's buckets, those of a line and size merged (plan/buckets.py)
+        dp: dict = {}
         for c, seconds, exposed, count in dp_colls:
-            out.append(R.PlanCollective(c.kind, "dp", size["dpcp"], c.nbytes, round(count), seconds, exposed))
+            pc = dp.setdefault((c.kind, c.nbytes, c.line), R.PlanCollective(
+                c.kind, "dp", size["dpcp"], c.nbytes, 0, 0.0, 0.0, *(c.line or (None, None))))
+            pc.count += round(count)
+            pc.seconds += seconds
+            pc.exposed_s += exposed
+        out += dp.values()
     if p2p is not None:
         sends = 2 * layout.vpp * layout.micro_batches
         from fusionlens.plan import costs

@@ -54,6 +54,7 @@ class Traced:
     call: Any = None  # (module, args, kwargs): what issue 27's transforms apply to (plan/units.py)
     units: dict[Any, Any] = field(default_factory=dict)  # plan/units.py's cache
     call_line: tuple[str, int] | None = None  # where the model is called (a target's return line)
+    grads: list[str] = field(default_factory=list)  # per backward output: the forward input it is the gradient of
 
     def ops(self, kind: str) -> list[BoundSymbol]:
         return self.source(kind).bound_symbols
@@ -120,9 +121,11 @@ def trace(fn, args: tuple, kwargs: dict | None = None, blocks: int | None = 1, o
     if own is not None:
         own.resolve(model)
         notes.append(own.describe())
+    inputs = compiled.forward.source.inputs
     return Traced(compiled.programs, parts, layers, keep, found[0] if found else None, params, block_params,
                   list(compiled.differentiated.saved), shape[0], shape[1], compiled.compile_ms, notes, own,
-                  (model, tuple(args), kwargs))
+                  (model, tuple(args), kwargs),
+                  grads=[inputs[i].name for i in compiled.differentiated.grad_inputs])
 
 
 def _tokens_shape(args, kwargs) -> tuple[int, int]:

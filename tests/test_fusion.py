@@ -314,7 +314,7 @@ def test_source_only_lowering_writes_the_code_of_the_regions_it_would_run(fuser)
     assert lowering.lower(flat, [], torch.device("cpu"), "P", source_only=True).regions == []
 
 
-# --- a norm's backward in two regions (fusion.py `_Regroup`) -------------------------------
+# --- a norm's backward in two regions where no two-axis region is taken (regroup.py) ---------
 
 @pytest.mark.parametrize("executor", ["testfuser", "nvfuser"])
 def test_layer_norm_backward_is_two_regions_for_every_fuser(fuser, executor):
@@ -449,3 +449,29 @@ def test_no_two_axis_region_for_an_executor_that_does_not_take_one(fuser):
 
     regions = [r for r in _lowered(columns_of_rows, torch.randn(4, 8)).regions if r.executor == "testfuser"]
     assert len(regions) == 2 and not any(r.group.column_dims for r in regions)
+
+
+def test_verifier_holds_the_two_axis_contract(column_fuser):
+    """verify_group accepts the partitioner's two-axis group and rejects one whose column sum is
+    brought back to the rows or read beside the rows' values (column values are outputs only)."""
+    import dataclasses
+
+    from fusion_groups import partitioned_group_from_fn
+    from fusionlens.ir.trace import BoundSymbol, Value
+    from fusionlens.middle.verify import VerifyError, verify_group
+    from fusionlens.ops import prims
+
+    def fn(x):
+        return (x - x.sum(1, keepdim=True)).exp().sum(1), x.exp().sum(0)
+
+    x = torch.randn(4, 8)
+    group, inputs, order = partitioned_group_from_fn(fn, x, executor=column_fuser)
+    assert group.column_dims == (0,) and group.reduction_dims == (1,)
+    verify_group(group)
+    got = TorchFusion().generate(group, None).fn(*inputs)
+    assert checking.mismatch([got[i] for i in order], list(fn(x))) is None
+    (col,) = [o for o in group.outputs if list(o.shape) == [8]]
+    back = Value("t_back", (4, 8), col.dtype, col.device)
+    wrong = BoundSymbol(prims.broadcast_in_dim, (col, (4, 8), (1,)), {}, [back], None, group.bsyms[-1].provenance)
+    with pytest.raises(VerifyError, match="column"):
+        verify_group(dataclasses.replace(group, bsyms=group.bsyms + [wrong], outputs=group.outputs + [back]))

@@ -276,3 +276,35 @@ def test_gpt2_training_step_has_each_layer_norm_backward_in_two_kernels():
     for r in norms:
         assert r.generated.kernels == 2 and r.group.reduction_dims == (2,) and r.group.column_dims == (0, 1)
         assert [list(o.shape) for o in r.outputs].count([24]) >= 2, r.outputs  # the weight and bias gradients
+
+
+def _ln_backward(x, w, dy):
+    """LayerNorm's backward as its autograd rule computes it (dx by rows, dw and db by columns)."""
+    xf, dyf = x.float(), dy.float()
+    var, mean = torch.var_mean(xf, -1, correction=0, keepdim=True)
+    rstd = torch.rsqrt(var + 1e-5)
+    xhat = (xf - mean) * rstd
+    wdy = dyf * w.float()
+    dx = (wdy - xhat * (xhat * wdy).mean(-1, keepdim=True) - wdy.mean(-1, keepdim=True)) * rstd
+    return dx.to(x.dtype), (dyf * xhat).sum(0).to(w.dtype), dyf.sum(0).to(w.dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+def test_two_axis_kernels_on_strided_inputs(monkeypatch, dtype):
+    """The generated pair run directly on fresh inputs, contiguous and then transposed in memory
+    (the launcher writes that stride variant): dx, dw and db as eager's, in that order."""
+    from fusion_groups import partitioned_group_from_fn
+
+    monkeypatch.setattr(tuning, "SM_COUNT", 1)
+    x, w, dy = _t(45, 12, dtype=dtype) * 2 + 1, _t(12, dtype=dtype), _t(45, 12, dtype=dtype)
+    group, inputs, order = partitioned_group_from_fn(_ln_backward, x, w, dy)
+    assert group.column_dims == (0,) and group.reduction_dims == (1,)
+    gen = tx.generate(group, DEVICE)
+    assert gen.kernels == 2
+    for layout in (lambda t: t, lambda t: t.t().contiguous().t() if t.ndim == 2 else t):
+        x, w, dy = (layout(t) for t in (_t(45, 12, dtype=dtype) * 2 + 1, _t(12, dtype=dtype), _t(45, 12, dtype=dtype)))
+        got = gen.fn(*[{"x": x, "w": w, "dy": dy}[v.name] for v in group.inputs])
+        wide = _ln_backward(x.double(), w.double(), dy.double())  # rounded once to the dtype
+        problem = checking.mismatch([got[i] for i in order], [r.to(dtype) for r in wide])
+        assert problem is None, f"{problem}\n{gen.report_code()}"
+    assert not x.is_contiguous() and "strides (1, 45)" in gen.report_code()

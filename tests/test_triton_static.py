@@ -282,8 +282,8 @@ def test_gpt_training_step_layer_norm_backward_is_two_kernels(monkeypatch):
     norms = _layer_norm_backwards(compile_gpt())
     assert len(norms) == 5, list(norms)  # ln_1 and ln_2 of two blocks, ln_f
     for key, regions in norms.items():
-        assert sum(r.kernels for r in regions) <= 2, (key, [(r.id, r.ops) for r in regions])
-        (norm,) = regions
+        (norm,) = regions  # a preview (no GPU, no interpreter): its launches are the kernels it would run
+        assert [lc.kernel for lc in norm.launch] == [f"fl_{norm.id}_kernel", f"fl_{norm.id}_combine"], norm.launch
         # dw and db (and a Linear's bias gradient where it sums the same dy over the same rows)
         assert [o.shape for o in norm.outputs].count([128]) >= 2, (key, norm.outputs)
         assert "_combine[" in norm.code and "for blk in range(pid, " in norm.code, norm.code

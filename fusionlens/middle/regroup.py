@@ -57,6 +57,8 @@ def _in_order(ops: list[BoundSymbol]) -> list[BoundSymbol]:
             waiting[r] -= 1
             if waiting[r] == 0:
                 heapq.heappush(ready, r)
+    if len(out) != len(ops):
+        raise RuntimeError("merging regions made a cycle (a FusionLens bug)")
     return out
 
 

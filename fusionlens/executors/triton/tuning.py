@@ -58,6 +58,10 @@ TWO_AXIS_REGS_PER_ELEMENT = 4
 # thread of each operand and accumulator and the sm_90 compile spills (344 bytes a thread); such
 # rows are two regions, dx and the column sums (docs/kernels.md).
 TWO_AXIS_MAX_ROW = 8192
+# Rows a two-axis program takes at least, where there are few rows: each program writes a row of
+# partial sums (4 bytes a column a sum) for the combine to read back, so a program of few rows
+# would move nearly as many partial bytes as it reads (1024 rows: 128 programs, not 264)
+TWO_AXIS_MIN_ROWS = 8
 SM_REGISTERS = 65536
 SM_WARPS = 64
 

@@ -3,8 +3,9 @@ reductions (dx needs each row's sums) and column sums (the weight and bias gradi
 same [rows, columns] values, in two launches and one pass over them.
 
 - The row kernel: a fixed number of programs, as many as the SMs hold at once (one wave:
-  tuning.resident_programs, at most PROGRAMS_PER_SM an SM, no more than there are row blocks),
-  each looping over the row blocks pid, pid + programs, ... A block
+  tuning.resident_programs, at most PROGRAMS_PER_SM an SM; no more than there are row blocks,
+  nor than give each program TWO_AXIS_MIN_ROWS rows), each looping over the row blocks
+  pid, pid + programs, ... A block
   is the region's straight-line row code on a [BLOCK_M, BLOCK_N] tile (a row fits in registers:
   support.takes_columns): its reductions, its row and full-shape outputs (dx). Each column sum's
   operand (`dy * xhat`, `dy`) is added to a float32 accumulator of the tile's shape, lane by
@@ -65,7 +66,8 @@ class TwoAxisWriter(ReductionWriter):
         if looped:
             raise Decline(f"rows of {an.ncols} elements do not fit in registers: no two-axis kernel")
         blocks = _cdiv(int(an.nrows), self.bm)
-        self.programs = max(1, min(blocks, tuning.resident_programs(self.warps, self.bm * self.bn) * an.sms))
+        self.programs = max(1, min(blocks, tuning.resident_programs(self.warps, self.bm * self.bn) * an.sms,
+                                   _cdiv(int(an.nrows), tuning.TWO_AXIS_MIN_ROWS)))
         self.looped, self.split = False, 1
         self.stages = tuning.stages_for(True)  # the loop over row blocks prefetches the next block
         cast = ".to(tl.int64)" if self.needs_int64() else ""

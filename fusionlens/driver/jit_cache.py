@@ -151,8 +151,8 @@ class JitFunction:
         if served is not fast_path.MISS:
             return served
         if self.wrapper is not None:
-            overlap = ddp_overlap.unsupported(self.wrapper) is None
-            return _ddp_call(self.wrapper, self._call, args, kwargs, self._synchronising if overlap else None)
+            overlapped = ddp_overlap.unsupported(self.wrapper) is None
+            return _ddp_call(self.wrapper, self._call, args, kwargs, self._synchronising if overlapped else None)
         if self.sharded is not None:  # this call's local shards, passed by keyword
             return _fsdp_call(self.sharded, self._call, args, kwargs)
         return self._call(*args, **kwargs)

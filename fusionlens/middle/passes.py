@@ -146,9 +146,13 @@ def cse(trace: Trace) -> Trace:
     seen: dict = {}
     alias: dict = {}
     out = []
+    names: set[str] = set()
+    repeated: set[str] = set()  # the symbols of two ops or more: only those can match
+    for b in trace.bound_symbols:
+        (repeated if b.sym.name in names else names).add(b.sym.name)
     for b in trace.bound_symbols:
         b = b.replace(alias)
-        key = _cse_key(b)
+        key = _cse_key(b) if b.sym.name in repeated else None  # an op alone of its symbol matches none
         first = seen.get(key) if key is not None else None
         if first is not None and len(first.outputs) == len(b.outputs):
             alias.update({o.name: f for o, f in zip(b.outputs, first.outputs)})

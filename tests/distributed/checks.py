@@ -150,16 +150,17 @@ def check_ddp_ranks_that_disagree_on_the_check_still_meet():
     so the signature runs eagerly on both, rank 1 saying why; each eager backward all-reduces the
     same buckets in the same order (not DDP's reducer's), so the ranks meet and train as eager DDP
     does (as they would if one ran the program: ddp_overlap.Synced.after_eager_backward)."""
-    real = fusionlens.driver.checking.check_program
+    real = fusionlens.driver.checking.checked_run
 
     def failing(*args, **kwargs):
-        return [fusionlens.report.schema.Diagnostic("error", "made to fail on rank 0")] + real(*args, **kwargs)
+        checked, result = real(*args, **kwargs)
+        return [fusionlens.report.schema.Diagnostic("error", "made to fail on rank 0")] + checked, result
     if dist.get_rank() == 0:
-        fusionlens.driver.checking.check_program = failing
+        fusionlens.driver.checking.checked_run = failing
     try:
         jfn = _train_like_eager(lambda m: DDP(m, bucket_cap_mb=400 / 2**20))
     finally:
-        fusionlens.driver.checking.check_program = real
+        fusionlens.driver.checking.checked_run = real
     assert jfn.last.eager_fallback and jfn.last.synced is not None
     messages = [d.message for d in compiler.last_report(jfn).diagnostics]
     assert dist.get_rank() == 0 or any("another rank" in m for m in messages), messages
@@ -253,19 +254,20 @@ def check_user_collectives_agree_when_one_rank_fails():
     eagerly (a rank running the program and one running eager both meet in the same all_reduce
     here, but need not in general), the others saying another rank failed; the results stay
     eager's, and the next call is a cache hit, eager."""
-    real = fusionlens.driver.checking.check_program
+    real = fusionlens.driver.checking.checked_run
 
     def failing(*args, **kwargs):
-        return real(*args, **kwargs) + [fusionlens.report.schema.Diagnostic("error", "made to fail on rank 1")]
+        checked, result = real(*args, **kwargs)
+        return checked + [fusionlens.report.schema.Diagnostic("error", "made to fail on rank 1")], result
     jfn = compiler.jit(_reduced)
     if dist.get_rank() == 1:
-        fusionlens.driver.checking.check_program = failing
+        fusionlens.driver.checking.checked_run = failing
     try:
         for step in range(2):
             x = torch.full((4,), float(dist.get_rank() + 1 + step))
             _close(jfn(x), _reduced(x), f"the result at call {step}")
     finally:
-        fusionlens.driver.checking.check_program = real
+        fusionlens.driver.checking.checked_run = real
     assert [e.eager_fallback for e in jfn.cache.values()] == [True] and jfn.compiles == 1, jfn.cache_info()
     messages = [d.message for d in compiler.last_report(jfn).diagnostics]
     assert dist.get_rank() == 1 or any("another rank" in m and "eagerly on every rank" in m for m in messages), \

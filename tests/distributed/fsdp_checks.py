@@ -325,11 +325,13 @@ def check_reshard_after_forward_gathers_again_in_the_backward():
 
 
 def _failing(name: str, rank: int):
-    """fusionlens.driver.checking's `name` (check_program or check_gradients) made to fail on `rank`, after it ran."""
+    """fusionlens.driver.checking's `name` (checked_run or check_gradients) made to fail on `rank`, after it ran."""
     real = getattr(fusionlens.driver.checking, name)
+    made = [fusionlens.report.schema.Diagnostic("error", f"made to fail on rank {rank}")]
 
     def failing(*args, **kwargs):
-        return real(*args, **kwargs) + [fusionlens.report.schema.Diagnostic("error", f"made to fail on rank {rank}")]
+        out = real(*args, **kwargs)
+        return (out[0] + made, out[1]) if isinstance(out, tuple) else out + made  # checked_run's (checked, result)
     return real, failing
 
 
@@ -338,7 +340,7 @@ def check_one_rank_failing_its_check_runs_every_rank_eagerly():
     gradient check, whose reduce-scatters rank 0 never joins), then the gradient check on rank 1.
     The ranks agree: every rank runs the signature eagerly (FSDP2's gathers from the shards) and
     trains as eager FSDP2 does, the others saying another rank failed; nothing hangs."""
-    for name, rank in (("check_program", 0), ("check_gradients", 1)):
+    for name, rank in (("checked_run", 0), ("check_gradients", 1)):
         real, failing = _failing(name, rank)
         if dist.get_rank() == rank:
             setattr(fusionlens.driver.checking, name, failing)

@@ -237,14 +237,17 @@ def check_a_forward_check_failing_on_one_rank_skips_every_rank_s_gradient_check(
     """Rank 0's forward check fails (forced): rank 1 would go on to the gradient check, whose
     backward all-reduces (the colwise input's) rank 0 never joins. The ranks agree after the
     forward check: none checks gradients, all run eagerly, and train as eager TP does."""
-    real = fusionlens.driver.checking.check_program
+    real = fusionlens.driver.checking.checked_run
+
+    def failing(*args, **kwargs):
+        checked, result = real(*args, **kwargs)
+        return checked + [fusionlens.report.schema.Diagnostic("error", "forced mismatch")], result
     if dist.get_rank() == 0:
-        fusionlens.driver.checking.check_program = lambda *a, **k: real(*a, **k) + [fusionlens.report.schema.Diagnostic(
-            "error", "forced mismatch")]
+        fusionlens.driver.checking.checked_run = failing
     try:
         jfn, _ = _train_like_eager(MLP, MLP_PLAN, (4, 8), input_grad=True, steps=2, natively=False)
     finally:
-        fusionlens.driver.checking.check_program = real
+        fusionlens.driver.checking.checked_run = real
     assert [e.eager_fallback for e in jfn.cache.values()] == [True], jfn.cache_info()
     messages = [d.message for d in compiler.last_report(jfn).diagnostics]
     assert dist.get_rank() == 0 or any("another rank" in m for m in messages), messages

@@ -474,3 +474,146 @@ def test_the_fuzzers_programs_that_wrote_into_expanded_inputs_pass(mode, seed, c
     assert verdict.eager_only is not compiled
     if compiled and mode == "dynamic":
         assert verdict.compiles == 1  # one symbolic program served every size
+
+
+# --- 12. the campaign over seeds 5000..6499 (2026-12-05) -------------------------------------
+
+def _judged(program, make, executors, calls=3, **options):
+    """`program` compiled once (the fuzzer's verify=True) and called `calls` times on new inputs
+    from `make(call)`, each call's results against eager's; the compiled program served them
+    all (the jit's check did not catch a wrong one and run eagerly instead)."""
+    jfn = compiler.jit(program, executors=executors, options=CompileOptions(verify=True), **options)
+    for call in range(calls):
+        args = make(call)
+        torch.testing.assert_close(jfn(*args), program(*args), rtol=0, atol=0)
+    return jfn
+
+
+def _fuzz_program_6219(x1):
+    t1 = torch.reciprocal(torch.abs(x1) + 1)
+    t2 = t1.sum(0)
+    t3 = t1 > t2
+    return (t3, )
+
+
+def _fuzz_program_6499(x0):
+    t1 = x0.bfloat16()
+    t3 = torch.sqrt(torch.abs(t1))
+    t4 = t3 * x0
+    return (t4, )
+
+
+def _seeded(seed: int, shape, dtype):
+    """The fuzzer's first call's input, then new values: a value where the defect showed, then any."""
+    return lambda call: (torch.randn(shape, generator=torch.Generator().manual_seed(seed + call)).to(dtype).to(DEVICE),)
+
+
+def test_a_float16_value_compared_with_its_sum_is_compared_as_eager_rounds_it(triton):
+    # fuzz triton 6219: the kernel kept t1 in float32 and compared it with t2, the same value
+    # rounded to float16 at its store: True where eager's t1 > t2 is False
+    jfn = _judged(_fuzz_program_6219, _seeded(1528737372, (1,), torch.float16), triton, calls=6)
+    assert not jfn.last.eager_fallback
+
+
+def test_a_bfloat16_root_times_a_float32_reads_the_rounded_root_as_eager(triton):
+    # fuzz triton 6499: sqrt of a bfloat16 value is a bfloat16 in eager; the kernel multiplied the
+    # float32 root, unrounded, by x0 (the check caught it and ran the call eagerly)
+    jfn = _judged(_fuzz_program_6499, _seeded(1080483256, (2, 1), torch.float32), triton)
+    assert not jfn.last.eager_fallback
+
+
+def _fuzz_program_5056(x0):
+    t2 = torch.var(x0, 0, correction=0)
+    t3 = t2.sum(-1, keepdim=True)
+    return (t3, )
+
+
+def _fuzz_program_5921(x0):
+    t2 = torch.linalg.vector_norm(x0, 2, dim=-1)
+    t4 = x0 - t2
+    return (t4, )
+
+
+@pytest.mark.parametrize("program", [_fuzz_program_5056, _fuzz_program_5921], ids=["5056", "5921"])
+def test_a_reduced_value_of_one_element_broadcast_along_any_dim_passes_verify(program, triton):
+    # fuzz triton 5056 and 5921: a [1, 1] domain's reduced value, of shape [1], broadcast along
+    # the dim torch's broadcasting names (a size-1 dim broadcasts: no row goes to another's place)
+    jfn = _judged(program, lambda call: (torch.randn(1, 1, device=DEVICE),), triton)
+    assert not jfn.last.eager_fallback
+
+
+def _fuzz_program_6299(x0, x1):
+    t1 = torch.stack([x0, x0], 1)
+    t3 = x1.flatten()
+    t3.sub_(1)
+    return (t1, )
+
+
+def test_an_expanded_leaf_input_gets_a_gradient_for_each_element_as_eager():
+    # fuzz backward 6299: x0 is a leaf made by expand (stride 0) that requires grad; eager's
+    # autograd gives each element its own gradient. The first call returns the traced run's
+    # result, whose copy of x0 was made from its first row and expanded: the gradient of every
+    # row summed into row 0. (The program runs eagerly by design: it updates a reshape's view,
+    # docs/fuzzing.md; a program without the update compiles.)
+    def no_update(x0):
+        return (torch.stack([x0, x0], 1), )
+
+    for program, compiled in ((_fuzz_program_6299, False), (no_update, True)):
+        jfn = compiler.jit(program, executors=["torch"], options=CompileOptions(verify=True))
+        for _ in range(3):
+            base, x1 = torch.randn(1, 1, device=DEVICE), torch.randn(1, 1, device=DEVICE)
+            x0, x0_eager = base.clone().expand(2, 1).requires_grad_(), base.clone().expand(2, 1).requires_grad_()
+            x1_eager = x1.clone()
+            cotangent = torch.randn(2, 2, 1, device=DEVICE)
+            n = program.__code__.co_argcount
+            args, args_eager = (x0, x1)[:n], (x0_eager, x1_eager)[:n]
+            (got,), (want,) = jfn(*args), program(*args_eager)
+            torch.testing.assert_close(got, want)
+            torch.testing.assert_close(x1, x1_eager)
+            (got * cotangent).sum().backward()
+            (want * cotangent).sum().backward()
+            torch.testing.assert_close(x0.grad, x0_eager.grad)
+        assert jfn.last.eager_fallback is not compiled
+
+
+def _fuzz_program_5527(x0, x1):
+    x1.addcmul_(x0, x0, value=0.5)
+    return (x1, )
+
+
+def _addcdiv_of_halves(x0, x1):
+    x1.addcdiv_(x0, x0 + 3, value=0.5)
+    return (x1, )
+
+
+@pytest.mark.parametrize("program", [_fuzz_program_5527, _addcdiv_of_halves], ids=["addcmul-5527", "addcdiv"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bfloat16", "float16"])
+def test_addcmul_of_16_bit_factors_into_a_float32_tensor_multiplies_in_float32(program, dtype, executors):
+    # fuzz triton 5527 (and 5111, 6462, which the rounding of 6219's fix showed): the
+    # decomposition rounded x0 * x0 to bfloat16 where eager multiplies in float32, x1's type
+    def make(call):
+        return torch.randn(4, 3, device=DEVICE).to(dtype), torch.randn(4, 3, device=DEVICE)
+
+    jfn = compiler.jit(program, executors=executors, options=CompileOptions(verify=True))
+    for call in range(3):
+        x0, x1 = make(call)
+        x1_eager = x1.clone()
+        (got,), (want,) = jfn(x0, x1), program(x0, x1_eager)
+        torch.testing.assert_close(got, want)
+        torch.testing.assert_close(x1, x1_eager)
+    assert not jfn.last.eager_fallback
+
+
+@pytest.mark.parametrize("mode,seed", [("triton", 5056), ("triton", 5921), ("triton", 6219), ("triton", 6499),
+                                       ("backward", 6299), ("triton", 5111), ("triton", 5527), ("triton", 6462)])
+def test_the_fuzzers_programs_of_the_5000_6499_campaign_pass(mode, seed):
+    """The fuzzer's own programs of these seeds (outside the CI tier), as it judges them."""
+    from tests.fuzz.generate import generate
+    from tests.fuzz.judge import PASS
+    from tests.fuzz.modes import MODES
+    from tests.fuzz.runner import run
+
+    if mode == "triton":
+        pytest.importorskip("triton")
+    verdict = run(generate(seed, MODES[mode]), MODES[mode])
+    assert verdict.status == PASS, verdict.summary()

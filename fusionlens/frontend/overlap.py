@@ -70,7 +70,36 @@ def layout_key(t: torch.Tensor) -> bool | tuple[int, ...] | str:
 def clone(x: torch.Tensor) -> torch.Tensor:
     """A copy of `x` whose elements share memory exactly as x's do: an expanded tensor as the
     expansion of a copy of its one row, another overlapping layout as a copy of the memory it
-    spans, viewed with its strides."""
+    spans, viewed with its strides. Where x is a leaf that requires grad, each element's
+    gradient is its own, as eager's autograd gives it (_SharedCopy); a non-leaf's is made by a
+    view op (expand, as_strided, unfold), whose backward sums each location's elements as the
+    views here do, and eager lets a write into it through a view (rebased on the copied row)."""
+    if x.requires_grad and x.grad_fn is None and torch.is_grad_enabled():
+        return _SharedCopy.apply(x)
+    return _copy(x)
+
+
+class _SharedCopy(torch.autograd.Function):
+    """`_copy` whose backward is the identity, element by element. Built from views, the copy's
+    gradient went through the row's expand (or the span's as_strided) and summed every element
+    that aliases a location into one: a leaf's gradient all in its first row (fuzz backward
+    6299). The output is not a view, so that an in-place op on it raises eager's error for a
+    leaf (views.py's _refuse_leaf_copies), not autograd's for a custom Function's view: the
+    memory is allocated with x's strides and filled through a view of it."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor) -> torch.Tensor:
+        out = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device)
+        span = 1 + sum((n - 1) * st for n, st in zip(x.shape, x.stride()))
+        out.as_strided((span,), (1,), 0).copy_(x.as_strided((span,), (1,)))
+        return out
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> torch.Tensor:
+        return grad
+
+
+def _copy(x: torch.Tensor) -> torch.Tensor:
     dims = shared_dims(x)
     if dims and only_expanded(x):
         row = x[tuple(slice(0, 1) if d in dims else slice(None) for d in range(x.ndim))]

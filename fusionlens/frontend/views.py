@@ -473,7 +473,8 @@ def _refuse_leaf_copies(tracer, t: torch.Tensor) -> None:
 
 def _clone_of_leaf(t: torch.Tensor) -> bool:
     fn = t.grad_fn
-    return fn is not None and type(fn).__name__ == "CloneBackward0" and len(fn.next_functions) == 1 and \
+    return fn is not None and type(fn).__name__ in ("CloneBackward0", "_SharedCopyBackward") and \
+        len(fn.next_functions) == 1 and \
         type(fn.next_functions[0][0]).__name__ == "AccumulateGrad"
 
 

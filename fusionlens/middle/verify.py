@@ -537,6 +537,9 @@ def _check_broadcast(b: BoundSymbol, computed: set[str], domain: tuple[int, ...]
         expected = kept
     elif x.ndim == len(domain):  # the keepdim shape (or the domain itself)
         expected = tuple(range(len(domain)))
-    if dims != expected:
+    # a dim of size 1 of x broadcasts (its one value everywhere): which domain dim it names is
+    # no placement (x of [1] from a [1, 1] domain, fuzz triton 5056 and 5921)
+    varies = [i for i in range(x.ndim) if _key([x.shape[i]])[0] != 1]
+    if any(expected is None or dims[i] != expected[i] for i in varies):
         raise VerifyError(label, f"the reduced value {x.name} is broadcast along dims {list(dims)}, not the kept dims "
                                  f"{list(expected or kept)}", b)

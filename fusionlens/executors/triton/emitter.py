@@ -3,7 +3,9 @@ one stride signature, into scopes the kernel writers set up.
 
 Numerics: float16/bfloat16 are computed in float32 with one rounding at the store, plus
 the roundings the program asks for (convert_element_type to a 16-bit type rounds there, to
-bfloat16 in integer ops, _fl_bf16); bool add and mul are or and and, as torch;
+bfloat16 in integer ops, _fl_bf16) and those where a 16-bit value leaves its type (a
+comparison, a convert to float32 or an integer reads it rounded, as eager's does); bool
+add and mul are or and and, as torch;
 amax/amin propagate NaN as torch does; remainder uses an IEEE quotient (div_rn); tanh,
 expm1, log1p, round and trunc are small helpers over stable tl functions (libdevice is not
 used: the interpreter does not run it).
@@ -308,6 +310,7 @@ class _Emitter:
         args = [x for x in b.args if not isinstance(x, torch.dtype)]
         operands = [self.val(x, mapping) for x in args]
         scalar = all(o in self.scalars for o, x in zip(operands, args) if isinstance(x, Value))
+        operands = [self._as_eager(o, x, out.dtype) for o, x in zip(operands, args)]
         if sym in UNARY_EXPR:
             expr = UNARY_EXPR[sym].format(a=operands[0])
             for h in ("_fl_log1p", "_fl_expm1", "_fl_tanh", "_fl_round", "_fl_trunc"):
@@ -370,6 +373,23 @@ class _Emitter:
         shown = ", ".join(x.name if isinstance(x, Value) else format_arg(x) for x in b.args)
         scope.mark(b)
         scope.add(f"{name} = {expr}{comment}({shown})")
+
+
+    def _as_eager(self, expr: str, x, dtype) -> str:
+        """A 16-bit float operand, rounded to its type where the op leaves that type (a comparison,
+        a convert to float32 or an integer): the float32 value kept through a chain of 16-bit ops
+        is rounded at the store, and an op whose result is not stored in that type must read what
+        eager's does (fuzz triton 6219: `t1 > t1.sum(0)` of float16 was True; 6499: sqrt of a
+        bfloat16 times a float32 kept the unrounded root). A loaded value is exact already."""
+        if not isinstance(x, Value) or x.dtype not in HALVES or x.dtype == dtype or x.name in self.an.input_index:
+            return expr
+        if x.dtype == torch.bfloat16:
+            self.helpers.add("_fl_bf16")
+            return f"_fl_bf16({expr})"
+        return f"{expr}.to(tl.float16).to(tl.float32)"
+
+
+HALVES = (torch.float16, torch.bfloat16)
 
 
 def _type_str(v) -> str:

@@ -310,7 +310,10 @@ def lerp(input, end, weight):
 
 @register(torch.addcmul, torch.Tensor.addcmul)
 def addcmul(input, tensor1, tensor2, *, value=1):
-    return add(input, mul(mul(tensor1, tensor2), value))
+    # eager's product is in the type of all three: float16 factors of a float32 input multiply
+    # in float32, not rounded to float16 first (fuzz triton 5111)
+    dtype = result_dtype(input, tensor1, tensor2)
+    return add(input, mul(mul(cast(tensor1, dtype), cast(tensor2, dtype)), value))
 
 
 @register(torch.outer, torch.Tensor.outer, torch.ger)

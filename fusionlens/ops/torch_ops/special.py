@@ -194,7 +194,8 @@ def rmod(input, other):
 
 @register(torch.addcdiv, torch.Tensor.addcdiv)
 def addcdiv(input, tensor1, tensor2, *, value=1):
-    q = elementwise(prims.div, tensor1, tensor2)
+    dtype = result_dtype(input, tensor1, tensor2)  # eager divides in the type of all three, as addcmul
+    q = elementwise(prims.div, cast(tensor1, dtype), cast(tensor2, dtype))
     return add(input, mul(q, value) if value != 1 else q)
 
 

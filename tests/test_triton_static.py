@@ -154,14 +154,65 @@ def test_layer_norm_backward_two_axis_kernel_fills_the_h100():
     assert partial_bytes < 0.05 * specs[0].bytes_read, (partial_bytes, specs[0].bytes_read)
 
 
-def test_two_axis_kernels_only_for_rows_that_fit_with_their_partial_sums():
-    """support.takes_columns: 8192 columns take a two-axis kernel; 16384 (whose sm_90 compile
-    spills) and a symbolic row length do not, nor a column amax; tuning.resident_programs keeps
-    the row kernel in one wave (one 16-warp program an SM at 8192 columns, two at 768)."""
+def _layer_norm_backward_saved(x, w, dy, mean, rstd):
+    """LayerNorm's backward from the forward's saved statistics (aten's native_layer_norm_backward,
+    Apex, Megatron): the row sums of dy * w * xhat and dy * w, then dx; dw and db by columns."""
+    xhat = (x.float() - mean) * rstd
+    wdy = dy.float() * w.float()
+    dx = (wdy - xhat * (xhat * wdy).mean(-1, keepdim=True) - wdy.mean(-1, keepdim=True)) * rstd
+    return dx.to(x.dtype), (dy.float() * xhat).sum(0).to(w.dtype), dy.float().sum(0).to(w.dtype)
+
+
+@pytest.mark.parametrize("saved", [True, False], ids=["saved statistics", "recomputed statistics"])
+@pytest.mark.parametrize("rows,cols", [(4096, 16384), (1024, 65536)])
+def test_layer_norm_backward_over_long_rows_is_two_kernels_without_spills(rows, cols, saved):
+    """Rows longer than tuning.TWO_AXIS_MAX_ROW, bf16, compiled for sm_90: still one two-axis
+    region of two kernels, the row kernel looping over chunks (registers hold a chunk, not the
+    row): no spills, 128-bit loads and stores, at least one program an SM, one wave; dy and x
+    read twice from the saved mean and rstd (the statistics pass, the dx pass), three times
+    where the backward recomputes them (a Welford pass first)."""
+    problem = _ptxas_problem()
+    if problem:
+        pytest.skip(problem)
+    bf16 = [torch.empty(s, dtype=torch.bfloat16, device=META) for s in ((rows, cols), (cols,), (rows, cols))]
+    stats = [torch.empty(rows, 1, device=META) for _ in range(2)]  # float32, as the forward saves them
+    if saved:
+        group, _, _ = partitioned_group_from_fn(_layer_norm_backward_saved, *bf16, *stats)
+    else:
+        group, _, _ = partitioned_group_from_fn(_layer_norm_backward, *bf16)
+    an = analysis._Analysis(group)
+    source, _, _, specs = build_source(group, an, _contiguous_key(an))
+    assert group.reduction_dims == (1,) and group.column_dims == (0,)
+    assert len(specs) == 2 and "for start in range(0, " in source and "passes over chunks" in source, source
+    rows_out = iter(static.compile_kernels([(source, s) for s in specs], 90))
+    launches = static.launches(specs)
+    main, combine = [static.kernel_static(next(rows_out), s, lc, "H100") for s, lc in zip(specs, launches)]
+    assert not main.error and not combine.error, (main.error, combine.error)
+    assert K.programs(launches[0]) >= H100_SMS, launches[0]
+    assert main.load_bits == 128 and main.store_bits == 128, main
+    passes = 2 if saved else 3
+    assert main.passes == passes and main.read_ratio <= passes + 0.01, main
+    if main.spill_bytes is not None:
+        assert main.spill_bytes == 0 and combine.spill_bytes == 0, (main, combine)
+    assert main.waves is not None and main.waves <= 1.0, main  # one wave: every program resident at once
+    # the partial dw and db rows, written and read back by the combine, cost less than a third read
+    # of dy and x (what the column sums as a region of their own would read)
+    partial_bytes = 2 * 2 * K.programs(launches[0]) * cols * 4
+    assert partial_bytes < specs[0].min_read, (partial_bytes, specs[0].min_read)
+
+
+def test_two_axis_kernels_for_rows_of_any_length():
+    """support.takes_columns: 8192 columns take a two-axis kernel, and so do 16384 (its rows
+    looped over: two_axis.py), unless the rows are too few to give each SM a program of
+    TWO_AXIS_FILL_ROWS; a symbolic row length does not, nor a column amax;
+    tuning.resident_programs keeps the row kernel in one wave (one 16-warp program an SM at 8192
+    columns, two at 768)."""
     from fusionlens.executors.triton import support, tuning
 
     assert support.takes_columns((8192, 8192), (1,), (0,), []) is None
-    assert "TWO_AXIS_MAX_ROW" in support.takes_columns((4096, 16384), (1,), (0,), [])
+    assert support.takes_columns((4096, 16384), (1,), (0,), []) is None
+    assert "TWO_AXIS_FILL_ROWS" in support.takes_columns((256, 262144), (1,), (0,), [])  # 256 rows, 132 SMs
+    assert support.takes_columns((256, 8192), (1,), (0,), []) is None  # rows in registers: no partial row a block
     assert "symbolic" in support.takes_columns((torch.SymInt, 64), (1,), (0,), [])  # any non-int size
     amax = type("B", (), {"sym": prims.amax, "args": (torch.empty(4, 8, device=META), (0,))})()
     assert "float sums only" in support.takes_columns((4, 8), (1,), (0,), [amax])
@@ -284,6 +335,7 @@ def test_gpt_training_step_layer_norm_backward_is_two_kernels(monkeypatch):
     for key, regions in norms.items():
         (norm,) = regions  # a preview (no GPU, no interpreter): its launches are the kernels it would run
         assert [lc.kernel for lc in norm.launch] == [f"fl_{norm.id}_kernel", f"fl_{norm.id}_combine"], norm.launch
+        assert norm.kernels == 2, norm  # the report's count, as the hover and the page show it
         # dw and db (and a Linear's bias gradient where it sums the same dy over the same rows)
         assert [o.shape for o in norm.outputs].count([128]) >= 2, (key, norm.outputs)
         assert "_combine[" in norm.code and "for blk in range(pid, " in norm.code, norm.code

@@ -10,6 +10,7 @@ executor hands back for one region.
     definition_source(group) -> str         the code it would run for contiguous inputs,
                                             without running anything (previews: lowering's
                                             source-only mode, on machines where it is unavailable)
+    preview(group) -> (source, kernels)     definition_source and the kernels it launches a call
     source_for(group, layouts, device) -> str
                                             the complete standalone source of the region's
                                             kernel(s) for inputs of these layouts (shapes,
@@ -61,6 +62,11 @@ class FusionExecutor(Executor):
 
     def definition_source(self, group: FusionGroup) -> str:
         raise NotImplementedError
+
+    def preview(self, group: FusionGroup) -> tuple[str, int]:
+        """(definition_source, the device kernels it would launch a call): a preview's code and
+        count (fusionlens/executors/lowering.py, source-only); 1 where the executor cannot tell."""
+        return self.definition_source(group), 1
 
     def source_for(self, group: FusionGroup, layouts: list[Layout], device: str = "cuda") -> str:
         """The region's code for inputs of `layouts` (in `group.inputs` order) on a `device`

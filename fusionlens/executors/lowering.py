@@ -132,7 +132,8 @@ class _Lowering:
         if not self.source_only:
             return ex.generate(group, self.device)
         eager = ops_callable(group.bsyms, group.inputs, group.outputs)
-        return Generated(ex.definition_source(group), None, 1, eager)
+        source, kernels = ex.preview(group)  # a split or two-axis region launches two
+        return Generated(source, None, kernels, eager)
 
 
 def lower(flat: Trace, fusers: list[FusionExecutor], device, prefix: str = "R", *, source_only: bool = False,

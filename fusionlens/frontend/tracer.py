@@ -549,9 +549,6 @@ def _clone(x: torch.Tensor) -> torch.Tensor:
     return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device).copy_(x)  # autograd: as clone
 
 
-_PLAIN = (torch.Tensor, torch.nn.Parameter)  # a subclass's equal may do more than compare (communicate)
-
-
 def _same_values(a: torch.Tensor, b: torch.Tensor) -> bool:
     if torch_compat.is_fake(a) or torch_compat.is_fake(b) or a.is_meta or b.is_meta:
         return True  # no values (a dynamic trace, a plan's meta trace): version counters tell updates
@@ -559,7 +556,7 @@ def _same_values(a: torch.Tensor, b: torch.Tensor) -> bool:
         return False
     if a.layout != torch.strided:
         a, b = a.to_dense(), b.to_dense()
-    if type(a) in _PLAIN and type(b) in _PLAIN and torch.equal(a, b):  # one op, where the check below runs six
+    if torch_compat.plainly_equal(a, b):  # one op, where the check below runs six
         return True
     same = a == b
     if a.dtype.is_floating_point or a.dtype.is_complex:

@@ -77,6 +77,21 @@ _WHERE = {"ShapeEnv": "torch.fx.experimental.symbolic_shapes", "DimDynamic": "to
           "LocalSource": "torch._dynamo.source"}
 
 
+_PLAIN = (torch.Tensor, torch.nn.Parameter)  # a subclass's equal may do more than compare (communicate)
+
+
+def plainly_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """torch.equal of two plain tensors, the cheap first test of a comparison; False where it
+    cannot say (a subclass, a dtype whose `equal` has no kernel here: complex32 on the CPU), so
+    that the caller's full comparison decides."""
+    if type(a) not in _PLAIN or type(b) not in _PLAIN:
+        return False
+    try:
+        return torch.equal(a, b)
+    except (NotImplementedError, RuntimeError):
+        return False
+
+
 def __getattr__(name: str) -> Any:
     if name not in _WHERE:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

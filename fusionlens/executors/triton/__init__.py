@@ -61,7 +61,7 @@ from fusionlens.executors.base import FusionExecutor
 
 from . import support
 from .module import KernelSpec, build_source, load_source
-from .runtime import Generated, generate, source_for, source_only
+from .runtime import Generated, generate, preview, source_for, source_only
 
 __all__ = ["EXECUTOR", "Generated", "KernelSpec", "TritonExecutor", "build_source", "generate", "load_source",
            "source_for", "source_only"]
@@ -86,6 +86,9 @@ class TritonExecutor(FusionExecutor):
         """The code this executor would run for `group` (contiguous inputs), without running
         or even importing triton: for reports on machines where the executor is unavailable."""
         return source_only(group)
+
+    def preview(self, group: FusionGroup) -> tuple[str, int]:
+        return preview(group)
 
     def describe_kernels(self, pairs: list, gpu: str, compile_static: bool) -> list:
         from . import static  # the report's kernel analysis: docs/kernels.md

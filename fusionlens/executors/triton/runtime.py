@@ -80,15 +80,22 @@ def _layout_key(an: _Analysis, v, shape, stride) -> tuple:
 
 def source_only(group: FusionGroup) -> str:
     """The contiguous variant's source, or a comment saying why there is none; runs nothing."""
+    return preview(group)[0]
+
+
+def preview(group: FusionGroup) -> tuple[str, int]:
+    """(source_only's source, the kernels it launches: 2 for a split reduction or a two-axis
+    region, 0 where every output is empty, 1 where Triton would decline and torch run it)."""
     try:
         if all_outputs_empty(group):
-            return build_empty_source(group)[0]
+            return build_empty_source(group)[0], 0
         an = _Analysis(group)
-        return build_source(group, an, _contiguous_key(an))[0]
+        source, _, _, specs = build_source(group, an, _contiguous_key(an))
+        return source, len(specs)
     except Decline as e:
-        return f"# Triton would decline region {group.id}: {e}\n"
+        return f"# Triton would decline region {group.id}: {e}\n", 1
     except Exception as e:  # pragma: no cover - a generator gap
-        return f"# Triton code generation failed for region {group.id}: {type(e).__name__}: {e}\n"
+        return f"# Triton code generation failed for region {group.id}: {type(e).__name__}: {e}\n", 1
 
 
 def source_for(group: FusionGroup, layouts: list[Layout]) -> str:

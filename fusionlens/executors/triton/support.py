@@ -175,14 +175,17 @@ def _elementwise_problem(bsym) -> str | None:
 
 def takes_columns(domain: tuple, rdims: tuple[int, ...], cdims: tuple[int, ...], bsyms: list) -> str | None:
     """None when Triton writes these ops as one two-axis kernel pair (two_axis.py): a static
-    domain, rows that fit in registers (the partial column sums are accumulated beside the row's
-    tile), column reductions that are float sums; else why not."""
+    domain, column reductions that are float sums, rows of any length (longer than
+    tuning.TWO_AXIS_MAX_ROW the row kernel loops over chunks of them) where there are rows
+    enough to give every SM's program TWO_AXIS_FILL_ROWS of them; else why not."""
     if not all(type(d) is int for d in domain):
         return "a two-axis region of symbolic size is not generated for Triton"
     ncols = math.prod(domain[d] for d in rdims)
-    if ncols > min(tuning.MAX_SINGLE_PASS, tuning.TWO_AXIS_MAX_ROW):
-        return (f"rows of {ncols} elements and their partial column sums do not fit in registers "
-                f"(tuning.TWO_AXIS_MAX_ROW = {tuning.TWO_AXIS_MAX_ROW}): the column sums are a region of their own")
+    nrows = math.prod(domain[d] for d in cdims)
+    if ncols > tuning.TWO_AXIS_MAX_ROW and nrows < tuning.TWO_AXIS_FILL_ROWS * tuning.SM_COUNT:
+        return (f"{nrows} rows of {ncols} elements: too few for a program an SM with "
+                f"tuning.TWO_AXIS_FILL_ROWS = {tuning.TWO_AXIS_FILL_ROWS} rows each (partial column sums a "
+                "program cost what a third read would); the column sums are a split region of their own")
     for b in bsyms:
         if b.sym in REDUCTIONS and tuple(sorted(b.args[1])) == tuple(cdims):
             if b.sym is not prims.sum or b.args[0].dtype not in FLOATS:

@@ -54,21 +54,35 @@ def autotune_warps(warps: int) -> list[int]:
 # it owns (its operands and the partial column sums' accumulators) plus 32 (the sm_90 compile of
 # LayerNorm's backward at 8192 columns: 16 elements a thread, 99 registers).
 TWO_AXIS_REGS_PER_ELEMENT = 4
-# The longest row a two-axis kernel takes: at 16384 bf16 columns its 16 warps hold 32 elements a
-# thread of each operand and accumulator and the sm_90 compile spills (344 bytes a thread); such
-# rows are two regions, dx and the column sums (docs/kernels.md).
+# The longest row a two-axis kernel holds in registers: at 16384 bf16 columns its 16 warps hold 32
+# elements a thread of each operand and accumulator and the sm_90 compile spills (344 bytes a
+# thread). Longer rows loop over chunks (two_axis.py): a pass for the row statistics, one for dx
+# adding each chunk's column sums to the program's row of partial sums in global memory.
 TWO_AXIS_MAX_ROW = 8192
+# The looped kernel's tile: TWO_AXIS_LOOP_TILE elements (16 a thread at 8 warps, as the one-pass
+# kernel at 8192), up to TWO_AXIS_LOOP_ROWS rows a block: each block loads and stores its
+# program's partial row (8 bytes a column a sum), so 8 rows make that a byte a column a row.
+TWO_AXIS_LOOP_TILE = 4096
+TWO_AXIS_LOOP_ROWS = 8
 # Rows a two-axis program takes at least, where there are few rows: each program writes a row of
 # partial sums (4 bytes a column a sum) for the combine to read back, so a program of few rows
-# would move nearly as many partial bytes as it reads (1024 rows: 128 programs, not 264)
+# would move nearly as many partial bytes as it reads (1024 rows: 132 programs, not 264); never
+# fewer than one an SM where there are row blocks enough
 TWO_AXIS_MIN_ROWS = 8
+# ... and never fewer programs than SMs while each still gets TWO_AXIS_FILL_ROWS rows: a looped
+# row kernel's partial sums (4 bytes a column a sum, written and read back) then cost at most
+# what a third read of bf16 dy and x would. Fewer rows than this a program at every SM, over
+# rows longer than TWO_AXIS_MAX_ROW, and the column sums are a split region of their own.
+TWO_AXIS_FILL_ROWS = 4
 SM_REGISTERS = 65536
 SM_WARPS = 64
 
 
-def resident_programs(warps: int, tile: int) -> int:
+def resident_programs(warps: int, tile: int, accumulators: int = 0) -> int:
     """Programs of `warps` warps over a `tile`-element block an SM holds at once (at most
-    PROGRAMS_PER_SM): the least of what its warps and its registers (allocated 256 a warp) allow."""
-    regs = 32 + TWO_AXIS_REGS_PER_ELEMENT * max(1, tile // (32 * warps))
+    PROGRAMS_PER_SM): the least of what its warps and its registers (allocated 256 a warp) allow.
+    `accumulators`: lane-wise accumulators a looped kernel keeps beside its operands (one a
+    sum, three a Welford: LayerNorm's backward recomputing its statistics, 138 registers at sm_90)."""
+    regs = 32 + (TWO_AXIS_REGS_PER_ELEMENT + accumulators) * max(1, tile // (32 * warps))
     per_warp = -(-regs * 32 // 256) * 256
     return max(1, min(PROGRAMS_PER_SM, SM_WARPS // warps, SM_REGISTERS // (per_warp * warps)))

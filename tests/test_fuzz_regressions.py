@@ -384,10 +384,6 @@ def test_an_identity_op_aliases_as_eager(name, executors):
         assert f(x) is x  # eager's contiguous() of a contiguous tensor is the tensor itself
 
 
-if __name__ == "__main__":
-    sys.exit(pytest.main([os.path.abspath(__file__), "-q"]))
-
-
 def test_an_expanded_input_updated_in_place_is_written_back_as_eager_writes_it():
     # fuzz default-261: copy_ refuses a destination whose elements share memory; eager's
     # masked setitem wrote each memory location once
@@ -617,3 +613,7 @@ def test_the_fuzzers_programs_of_the_5000_6499_campaign_pass(mode, seed):
         pytest.importorskip("triton")
     verdict = run(generate(seed, MODES[mode]), MODES[mode])
     assert verdict.status == PASS, verdict.summary()
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([os.path.abspath(__file__), "-q"]))

@@ -164,6 +164,11 @@ class ReductionWriter(_Writer):
         self.grid2 = f"({_cdiv(self.an.nrows, self.bm2)},)"
         self.grid2_size = [_cdiv(self.an.nrows, self.bm2)]
         self.constexprs2 = {"BLOCK_M": self.bm2, "SPLIT": split_p2}
+        return self._written_combine()
+
+    def _written_combine(self) -> tuple[list[str], set[str]]:
+        """The combine kernel's body (`_combine_body`): a dry run to learn its accesses, then
+        the body on the index runs they coalesce into."""
         dry = _Emitter(self.an, self.strides, None, self.rid, self.sizes)
         self._combine_body(dry)
         em = _Emitter(self.an, self.strides, self.make_runs(dry.accesses), self.rid, self.sizes)
@@ -252,14 +257,19 @@ class ReductionWriter(_Writer):
         for b in an.group.bsyms:
             if b.sym in REDUCTIONS:
                 self._single_reduction(em, b, body)
+        self._store_outputs(em, body, stored)
+        return body.lines
+
+    def _store_outputs(self, em: _Emitter, body: _Scope, stored: set[int]):
+        """After a block of rows is reduced: its row-level ops, its full-shape outputs, and its
+        row outputs not stored already."""
         self._flush_rows(em, stored)
         for k, o in self._outputs_at("full"):
             self._store_full(em, body, k, o)
         for k, o in self._outputs_at("row"):
             if k not in stored:
-                v = em.val(o, an.canonical(o))
+                v = em.val(o, self.an.canonical(o))
                 body.add(f"tl.store(out{k}_ptr + rows, {_store_cast(v, o)}, mask=row_mask)  # {o.name}")
-        return body.lines
 
     def _looped_body(self, em: _Emitter, stored: set[int]) -> list[str]:
         """One loop over each row per pass, then a pass storing the full-shape outputs."""

@@ -126,13 +126,7 @@ class TwoAxisWriter(ReductionWriter):
         stored: set[int] = set()
         for b in an.reductions:
             self._single_reduction(em, b, body)
-        self._flush_rows(em, stored)
-        for k, o in self._outputs_at("full"):
-            self._store_full(em, body, k, o)
-        for k, o in self._outputs_at("row"):
-            if k not in stored:
-                v = em.val(o, an.canonical(o))
-                body.add(f"tl.store(out{k}_ptr + rows, {_store_cast(v, o)}, mask=row_mask)  # {o.name}")
+        self._store_outputs(em, body, stored)
         tail = _Scope("    ")
         for j, b in enumerate(an.col_reductions):
             acc = f"acc_{_ident(b.outputs[0].name)}"
@@ -205,12 +199,7 @@ class TwoAxisWriter(ReductionWriter):
         self.grid2_size = [_cdiv(int(an.ncols), self.bn2)]
         self.grid2 = f"({self.grid2_size[0]},)"
         self.constexprs2 = {"BLOCK_N": self.bn2, "SPLIT": self.bs2}
-        dry = _Emitter(an, self.strides, None, self.rid, self.sizes)
-        self._combine_body(dry)
-        em = _Emitter(an, self.strides, self.make_runs(dry.accesses), self.rid, self.sizes)
-        lines = self._combine_body(em)
-        self.em2 = em
-        return lines, em.helpers
+        return self._written_combine()
 
     def _combine_body(self, em: _Emitter) -> list[str]:
         an = self.an

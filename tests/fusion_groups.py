@@ -104,3 +104,15 @@ def partitioned_group_from_fn(fn, *args, gid: str = "R0", executor=None) -> tupl
     tensors.update(traced.constants)
     names = [o.name for o in group.outputs]
     return group, [tensors[v.name] for v in group.inputs], [names.index(v.name) for v in values_in(flat.output)]
+
+
+def layer_norm_backward(x, w, dy):
+    """A LayerNorm's backward as its autograd rule computes it: dx by rows, dw and db by columns
+    (a two-axis group once partitioned: partitioned_group_from_fn)."""
+    xf, dyf = x.float(), dy.float()
+    var, mean = torch.var_mean(xf, -1, correction=0, keepdim=True)
+    rstd = torch.rsqrt(var + 1e-5)
+    xhat = (xf - mean) * rstd
+    wdy = dyf * w.float()
+    dx = (wdy - xhat * (xhat * wdy).mean(-1, keepdim=True) - wdy.mean(-1, keepdim=True)) * rstd
+    return dx.to(x.dtype), (dyf * xhat).sum(0).to(w.dtype), dyf.sum(0).to(w.dtype)

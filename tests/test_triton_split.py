@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fusion_groups import group_from_fn
+from fusion_groups import group_from_fn, layer_norm_backward
 from fusionlens.driver import checking
 from fusionlens.executors import triton as tx
 from fusionlens.executors.triton import tuning
@@ -350,17 +350,6 @@ def test_gpt2_training_step_has_each_layer_norm_backward_in_two_kernels():
         assert [list(o.shape) for o in r.outputs].count([24]) >= 2, r.outputs  # the weight and bias gradients
 
 
-def _ln_backward(x, w, dy):
-    """LayerNorm's backward as its autograd rule computes it (dx by rows, dw and db by columns)."""
-    xf, dyf = x.float(), dy.float()
-    var, mean = torch.var_mean(xf, -1, correction=0, keepdim=True)
-    rstd = torch.rsqrt(var + 1e-5)
-    xhat = (xf - mean) * rstd
-    wdy = dyf * w.float()
-    dx = (wdy - xhat * (xhat * wdy).mean(-1, keepdim=True) - wdy.mean(-1, keepdim=True)) * rstd
-    return dx.to(x.dtype), (dyf * xhat).sum(0).to(w.dtype), dyf.sum(0).to(w.dtype)
-
-
 @pytest.mark.parametrize("looped", [False, True], ids=["rows in registers", "looped rows"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
 def test_two_axis_kernels_on_strided_inputs(monkeypatch, dtype, looped):
@@ -374,14 +363,14 @@ def test_two_axis_kernels_on_strided_inputs(monkeypatch, dtype, looped):
         monkeypatch.setattr(tuning, "TWO_AXIS_MAX_ROW", 8)
         monkeypatch.setattr(tuning, "LOOP_BLOCK_N", 8)
     x, w, dy = _t(45, 12, dtype=dtype) * 2 + 1, _t(12, dtype=dtype), _t(45, 12, dtype=dtype)
-    group, inputs, order = partitioned_group_from_fn(_ln_backward, x, w, dy)
+    group, inputs, order = partitioned_group_from_fn(layer_norm_backward, x, w, dy)
     assert group.column_dims == (0,) and group.reduction_dims == (1,)
     gen = tx.generate(group, DEVICE)
     assert gen.kernels == 2 and ("passes over chunks of 8" in gen.source) == looped, gen.source
     for layout in (lambda t: t, lambda t: t.t().contiguous().t() if t.ndim == 2 else t):
         x, w, dy = (layout(t) for t in (_t(45, 12, dtype=dtype) * 2 + 1, _t(12, dtype=dtype), _t(45, 12, dtype=dtype)))
         got = gen.fn(*[{"x": x, "w": w, "dy": dy}[v.name] for v in group.inputs])
-        wide = _ln_backward(x.double(), w.double(), dy.double())  # rounded once to the dtype
+        wide = layer_norm_backward(x.double(), w.double(), dy.double())  # rounded once to the dtype
         problem = checking.mismatch([got[i] for i in order], [r.to(dtype) for r in wide])
         assert problem is None, f"{problem}\n{gen.report_code()}"
     assert not x.is_contiguous() and "strides (1, 45)" in gen.report_code()
@@ -414,8 +403,8 @@ def test_previews_count_the_kernels_they_would_launch(monkeypatch, case):
     fn, args, want = {
         "pointwise": (lambda x: (x * 2).relu(), (t(4, 8),), 1),
         "split sum": (lambda x: x.sum(-1), (t(3, 100),), 2),
-        "two-axis": (_ln_backward, (t(45, 12), t(12), t(45, 12)), 2),
-        "looped two-axis": (_ln_backward, (t(45, 12), t(12), t(45, 12)), 2),
+        "two-axis": (layer_norm_backward, (t(45, 12), t(12), t(45, 12)), 2),
+        "looped two-axis": (layer_norm_backward, (t(45, 12), t(12), t(45, 12)), 2),
         "empty": (lambda x: x * 2, (t(0, 8),), 0),
     }[case]
     (region,) = _preview(fn, *args)

@@ -16,7 +16,7 @@ from fusionlens.ops import prims
 
 pytest.importorskip("triton")
 
-from fusion_groups import group_from_fn, partitioned_group_from_fn  # noqa: E402
+from fusion_groups import group_from_fn, layer_norm_backward, partitioned_group_from_fn  # noqa: E402
 from fusionlens.executors.triton import analysis, static  # noqa: E402
 from fusionlens.executors.triton.module import build_source  # noqa: E402
 from fusionlens.executors.triton.runtime import _contiguous_key  # noqa: E402
@@ -104,17 +104,6 @@ def test_long_rows_read_their_input_at_most_twice(analysed, label):
         assert s.spill_bytes == 0, s
 
 
-def _layer_norm_backward(x, w, dy):
-    """A LayerNorm's backward as its autograd rule computes it: dx by rows, dw and db by columns."""
-    xf, dyf = x.float(), dy.float()
-    var, mean = torch.var_mean(xf, -1, correction=0, keepdim=True)
-    rstd = torch.rsqrt(var + 1e-5)
-    xhat = (xf - mean) * rstd
-    wdy = dyf * w.float()
-    dx = (wdy - xhat * (xhat * wdy).mean(-1, keepdim=True) - wdy.mean(-1, keepdim=True)) * rstd
-    return dx.to(x.dtype), (dyf * xhat).sum(0).to(w.dtype), dyf.sum(0).to(w.dtype)
-
-
 def _partitioned_kernels(fn, *shapes, dtype):
     """The one group the partitioner makes of `fn` (traced on the meta device), its source and its
     kernels for contiguous inputs."""
@@ -133,7 +122,7 @@ def test_layer_norm_backward_two_axis_kernel_fills_the_h100():
     problem = _ptxas_problem()
     if problem:
         pytest.skip(problem)
-    group, source, specs = _partitioned_kernels(_layer_norm_backward, (8192, 8192), (8192,), (8192, 8192),
+    group, source, specs = _partitioned_kernels(layer_norm_backward, (8192, 8192), (8192,), (8192, 8192),
                                                 dtype=torch.bfloat16)
     assert group.reduction_dims == (1,) and group.column_dims == (0,)
     assert len(specs) == 2 and [len(o.shape) for o in group.outputs].count(1) == 2, source
@@ -179,7 +168,7 @@ def test_layer_norm_backward_over_long_rows_is_two_kernels_without_spills(rows, 
     if saved:
         group, _, _ = partitioned_group_from_fn(_layer_norm_backward_saved, *bf16, *stats)
     else:
-        group, _, _ = partitioned_group_from_fn(_layer_norm_backward, *bf16)
+        group, _, _ = partitioned_group_from_fn(layer_norm_backward, *bf16)
     an = analysis._Analysis(group)
     source, _, _, specs = build_source(group, an, _contiguous_key(an))
     assert group.reduction_dims == (1,) and group.column_dims == (0,)

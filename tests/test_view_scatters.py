@@ -103,6 +103,19 @@ def test_each_scatter_kind_is_a_scatter_prim_with_no_fallback(case):
     assert {prims.strided_scatter.name, prims.scatter.name} & {p for op in report.ops for p in op.prims}
 
 
+def _matches_eager(jfn, fn, x, y):
+    """jfn(x, y) against fn on copies: its result, the inputs after it, and (where x requires
+    grad) the gradients of both inputs for one random cotangent."""
+    grad = x.requires_grad
+    ex, ey = (t.detach().clone().requires_grad_(grad) for t in (x, y))
+    actual, expected = jfn(x, y), fn(ex, ey)
+    _same(actual, expected)
+    _same((x, y), (ex, ey))
+    if grad:
+        g = torch.randn_like(expected)
+        _same(torch.autograd.grad(actual, (x, y), g), torch.autograd.grad(expected, (ex, ey), g))
+
+
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.__name__)
 def test_with_triton_the_scatter_is_stored_by_the_kernel_that_computed_it(case, triton):
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -112,14 +125,7 @@ def test_with_triton_the_scatter_is_stored_by_the_kernel_that_computed_it(case, 
 
         jfn = compiler.jit(fn, executors=triton)
         with torch.set_grad_enabled(grad):
-            x, y = (torch.randn(SHAPE, device=device, requires_grad=grad) for _ in range(2))
-            ex, ey = (t.detach().clone().requires_grad_(grad) for t in (x, y))
-            actual, expected = jfn(x, y), fn(ex, ey)
-            _same(actual, expected)
-            _same((x, y), (ex, ey))
-            if grad:
-                g = torch.randn_like(expected)
-                _same(torch.autograd.grad(actual, (x, y), g), torch.autograd.grad(expected, (ex, ey), g))
+            _matches_eager(jfn, fn, *(torch.randn(SHAPE, device=device, requires_grad=grad) for _ in range(2)))
         report = _check_no_fallback(jfn)
         assert _scatters(report) >= 1, [(r.executor, r.ops) for r in report.forward.regions]
 
@@ -133,14 +139,7 @@ def test_with_nvfuser_the_scatter_is_an_fd_ops_scatter_in_the_region(case, runne
         jfn = compiler.jit(fn, executors=["nvfuser", "torch"])
         with torch.set_grad_enabled(grad):
             for _ in range(2):
-                x, y = (runner.to(torch.randn(SHAPE)).requires_grad_(grad) for _ in range(2))
-                ex, ey = (t.detach().clone().requires_grad_(grad) for t in (x, y))
-                actual, expected = jfn(x, y), fn(ex, ey)
-                _same(actual, expected)
-                _same((x, y), (ex, ey))
-                if grad:
-                    g = torch.randn_like(expected)
-                    _same(torch.autograd.grad(actual, (x, y), g), torch.autograd.grad(expected, (ex, ey), g))
+                _matches_eager(jfn, fn, *(runner.to(torch.randn(SHAPE)).requires_grad_(grad) for _ in range(2)))
         report = _check_no_fallback(jfn)
         assert _scatters(report) >= 1, [(r.executor, r.ops) for r in report.forward.regions]
         code = "".join(r.code for r in report.forward.regions if r.executor == "nvfuser")

@@ -1,7 +1,7 @@
 """Fixed costs of the jit path: FusionLens vs Thunder, torch.compile and eager, in one run.
 
     python benchmarks/bench_compile.py [--first-repeats 5] [--repeats 300] [--no-torch-compile] [--baseline DIR]
-                                       [--threads N]
+                                       [--threads N] [--call-processes N] [--no-first]
                                        [--gc-collect | --gc-freeze]
 
 Three tables, for small functions (a 10-op elementwise chain, an MLP, softmax, LayerNorm):
@@ -16,6 +16,9 @@ Three tables, for small functions (a 10-op elementwise chain, an MLP, softmax, L
   within some 7k allocations (about 100 ms here: every full collection walks torch's ~170k
   objects) and whatever allocates next pays it: thunder's import does; FusionLens's
   import (~7k objects) or its first call does, depending on where the count falls.
+  `second call`: the same call again right after (where a first call leaves work to the
+  next: FusionLens runs a small first call's ops on one thread, fusionlens/frontend/intra_op.py,
+  so torch's intra-op pool starts on the second call, as it does on eager's first).
   `first call - full gc` is the framework's own work (young collections included: `its young
   gc`, generations 0 and 1; the first call's young collection also walks what the import left
   in generation 1, about a millisecond here); `import + first call` is what a user waits for
@@ -32,6 +35,10 @@ Three tables, for small functions (a 10-op elementwise chain, an MLP, softmax, L
   FusionLens's cached calls run the code generated for their program
   (fusionlens/driver/fast_path.py: the call's guards as straight-line code, one C++ check of
   its tensors, the program).
+- With --baseline DIR and --call-processes N: per call again, chain10 and softmax, FusionLens
+  and the baseline each in N child processes, alternating (a process's own speed, which varies
+  by a few percent on a shared machine, then weighs on both alike): each sample's ratio to the
+  eager batch beside it, pooled, their median and a 95% bootstrap interval of that median.
 - Compile latency of every example target (FusionLens only, in this process).
 
 Thunder (lightning-thunder 0.2.x) is imported through benchmarks/thunder_shim.py, which
@@ -144,7 +151,7 @@ def child(framework: str, name: str, gc_mode: str) -> None:
         torch.set_num_threads(int(os.environ["FUSIONLENS_BENCH_THREADS"]))
     if gc_mode == "freeze":
         gc.freeze()
-    phase, full_ms, started = ["import"], {"import": 0.0, "setup": 0.0, "first": 0.0}, [0.0]
+    phase, full_ms, started = ["import"], {"import": 0.0, "setup": 0.0, "first": 0.0, "second": 0.0}, [0.0]
     young_ms = dict(full_ms)
 
     def on_gc(step, info):  # time in full (and in young) collections, by the phase they fall in
@@ -165,15 +172,21 @@ def child(framework: str, name: str, gc_mode: str) -> None:
     with torch.no_grad():  # inference, as FusionLens compiles it (thunder would also trace a backward)
         phase[0] = "first"
         t3 = time.perf_counter()
-        out = make(fn)(*args)
+        compiled = make(fn)
+        out = compiled(*args)
         t4 = time.perf_counter()
+        phase[0] = "second"
+        again = compiled(*args)  # where the first call left work to the next (the intra-op pool's start)
+        t5 = time.perf_counter()
     gc.callbacks.remove(on_gc)
-    ok = expected is None or torch.allclose(out, expected, rtol=1e-5, atol=1e-6)
+    ok = expected is None or (torch.allclose(out, expected, rtol=1e-5, atol=1e-6)
+                              and torch.allclose(again, expected, rtol=1e-5, atol=1e-6))
     gc_ms = full_ms["first"] * 1e3
     print(json.dumps({"torch_ms": (_T_TORCH - _T0) * 1e3, "import_ms": (t2 - t1) * 1e3,
                       "import_gc_ms": full_ms["import"] * 1e3, "first_ms": (t4 - t3) * 1e3, "gc_ms": gc_ms,
                       "young_gc_ms": young_ms["first"] * 1e3,
-                      "first_no_gc_ms": (t4 - t3) * 1e3 - gc_ms, "import_first_ms": (t2 - t1 + t4 - t3) * 1e3,
+                      "first_no_gc_ms": (t4 - t3) * 1e3 - gc_ms, "second_ms": (t5 - t4) * 1e3,
+                      "import_first_ms": (t2 - t1 + t4 - t3) * 1e3,
                       "ok": bool(ok)}))
 
 
@@ -213,19 +226,83 @@ def _median(results, key):
 
 # --- per call, in this process -------------------------------------------------------------
 
-def per_call_us(fns: dict, args, repeats: int, batch: int = 20) -> dict[str, float]:
-    """name -> median microseconds a call, the callables interleaved batch by batch."""
+def per_call_samples(fns: dict, args, repeats: int, batch: int = 20) -> dict[str, list[float]]:
+    """name -> microseconds a call, one sample a batch, the callables interleaved batch by batch
+    (in a rotating order, so that none always runs right after another)."""
     samples: dict[str, list[float]] = {k: [] for k in fns}
     for f in fns.values():
         for _ in range(20):
             f(*args)
-    for _ in range(repeats):
-        for k, f in fns.items():
+    names = list(fns)
+    for r in range(repeats):
+        for k in names[r % len(names):] + names[:r % len(names)]:
+            f = fns[k]
             t = time.perf_counter_ns()
             for _ in range(batch):
                 f(*args)
             samples[k].append((time.perf_counter_ns() - t) / batch / 1e3)
-    return {k: statistics.median(v) for k, v in samples.items()}
+    return samples
+
+
+def per_call_us(fns: dict, args, repeats: int, batch: int = 20) -> dict[str, float]:
+    """name -> median microseconds a call, the callables interleaved batch by batch."""
+    return {k: statistics.median(v) for k, v in per_call_samples(fns, args, repeats, batch).items()}
+
+
+def ratio_spread(a: list[float], b: list[float], resamples: int = 2000) -> tuple[float, float, float]:
+    """The median of the paired ratios a[i] / b[i] (samples taken side by side), and a 95%
+    bootstrap interval of that median: (median, low, high)."""
+    import random
+
+    ratios = [x / y for x, y in zip(a, b)]
+    rng = random.Random(0)
+    medians = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(resamples))
+    return statistics.median(ratios), medians[int(0.025 * resamples)], medians[int(0.975 * resamples) - 1]
+
+
+# --- per call, FusionLens before and after, in alternating child processes -----------------
+
+CALL_WORKLOADS = ("chain10", "softmax")
+
+
+def per_call_child(framework: str, repeats: int) -> None:
+    """Samples of eager and of `framework`'s jit, interleaved, for each CALL_WORKLOADS and grad
+    mode, as JSON: {"workload|mode": {"eager": [...], "jit": [...]}}."""
+    if os.environ.get("FUSIONLENS_BENCH_THREADS"):
+        torch.set_num_threads(int(os.environ["FUSIONLENS_BENCH_THREADS"]))
+    make = import_framework(framework)
+    out = {}
+    for w in CALL_WORKLOADS:
+        fn, fargs, _ = workload(w)
+        for mode in ("no_grad", "grad on"):
+            with torch.set_grad_enabled(mode == "grad on"):
+                out[f"{w}|{mode}"] = per_call_samples({"eager": fn, "jit": make(fn)}, fargs, repeats)
+    print(json.dumps(out))
+
+
+def per_call_processes(frameworks: list[str], processes: int, repeats: int) -> dict:
+    """(framework, workload|mode) -> the paired ratios jit/eager of every sample of every child,
+    the frameworks' children alternating."""
+    ratios: dict = {}
+    for _ in range(processes):
+        for fw in frameworks:
+            cmd = [sys.executable, os.path.abspath(__file__), "--call-child", fw, "--repeats", str(repeats)]
+            r = subprocess.run(cmd, capture_output=True, text=True)
+            if r.returncode != 0:
+                print(f"  {fw}: {(r.stderr.strip().splitlines() or ['failed'])[-1][:120]}")
+                continue
+            for key, s in json.loads(r.stdout.strip().splitlines()[-1]).items():
+                ratios.setdefault((fw, key), []).extend(j / e for j, e in zip(s["jit"], s["eager"]))
+    return ratios
+
+
+def _median_spread(ratios: list[float], resamples: int = 2000) -> str:
+    import random
+
+    rng = random.Random(0)
+    medians = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(resamples))
+    return (f"{statistics.median(ratios):.3f}x [{medians[int(0.025 * resamples)]:.3f}, "
+            f"{medians[int(0.975 * resamples) - 1]:.3f}]")
 
 
 def _fmt(x, digits=1):
@@ -236,9 +313,51 @@ def _ratio(a, b):
     return "-" if a is None or b is None else f"{a / b:.2f}x"
 
 
+def first_call_tables(args, frameworks: list[str]) -> None:
+    """The first-call table and its ratios to Thunder."""
+    said = {"none": "no gc.collect() before it", "collect": "gc.collect() before it",
+            "freeze": "gc.freeze() after import torch"}[args.gc]
+    print(f"\nFirst call in a fresh process, median of {args.first_repeats}, ms ({said}; torch threads "
+          f"{args.threads or 'default'}; 'its full gc': of the import, of the first call, in full collections)")
+    results = first_calls(frameworks, args.first_repeats, args.gc)
+    rows = []
+    for w in WORKLOADS:
+        for fw in frameworks:
+            rs = results[fw, w]
+            errors = [r["error"] for r in rs if "error" in r]
+            bad = sum(1 for r in rs if r.get("ok") is False)
+            paid = sum(1 for r in rs if r.get("gc_ms", 0) > 0)  # the median hides a collection in a minority of runs
+            rows.append([w, fw, _fmt(_median(rs, "torch_ms"), 0), _fmt(_median(rs, "import_ms")),
+                         _fmt(_median(rs, "import_gc_ms")), _fmt(_median(rs, "first_ms")), _fmt(_median(rs, "gc_ms")),
+                         _fmt(_median(rs, "young_gc_ms")),
+                         _fmt(_median(rs, "first_no_gc_ms")), _fmt(_median(rs, "second_ms"), 2),
+                         _fmt(_median(rs, "import_first_ms")), _fmt(_median(rs, "process_ms"), 0),
+                         f"{paid}/{len(rs)}" + (f" FAILED: {errors[0]}" if errors else "")
+                         + (f" {bad} wrong results" if bad else "")])
+    table(rows, ["workload", "framework", "torch import", "import", "its full gc", "first call", "its full gc",
+                 "its young gc", "first call - full gc", "second call", "import + first call", "process",
+                 "runs with a full gc in the first call"])
+    if "thunder" in frameworks and "fusionlens" in frameworks:
+        print("\nFusionLens / Thunder (target for first call: <= 0.15x, issue 30 part 4)")
+        rows = []
+        for w in WORKLOADS:
+            for fw in ("fusionlens", BASELINE) if BASELINE in frameworks else ("fusionlens",):
+                fl, th = results[fw, w], results["thunder", w]
+                rows.append([w, fw] + [_ratio(_median(fl, k), _median(th, k)) for k in
+                                       ("import_ms", "first_ms", "first_no_gc_ms", "import_first_ms", "process_ms")])
+        table(rows, ["workload", "framework", "import", "first call", "first call - full gc", "import + first call",
+                     "process"])
+
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--child", nargs=2, metavar=("FRAMEWORK", "WORKLOAD"), help=argparse.SUPPRESS)
+    p.add_argument("--call-child", metavar="FRAMEWORK", help=argparse.SUPPRESS)
+    p.add_argument("--call-processes", type=int, default=0,
+                   help="with --baseline: also per call, FusionLens and the baseline in this many alternating child "
+                        "processes each (torch threads as --threads), paired ratios to eager with a 95%% interval")
+    p.add_argument("--no-first", action="store_true", help="skip the first-call table")
     p.add_argument("--gc-collect", action="store_const", const="collect", dest="gc", default="none",
                    help="gc.collect() before the timed first call")
     p.add_argument("--gc-freeze", action="store_const", const="freeze", dest="gc",
@@ -256,6 +375,8 @@ def main():
     p.add_argument("--baseline", metavar="DIR", help="another FusionLens checkout (e.g. `git archive HEAD` unpacked): "
                    f"its first calls as {BASELINE!r}, interleaved with this one's")
     args = p.parse_args()
+    if args.call_child:
+        return per_call_child(args.call_child, args.repeats)
     if args.child:
         child_framework, child_workload = args.child  # nargs=2
         return child(child_framework, child_workload, gc_mode=args.gc)
@@ -281,38 +402,18 @@ def main():
           f"table) · python {platform.python_version()}, torch {torch.__version__}, "
           f"thunder {thunder.__version__ + ' (' + describe() + ')' if thunder else 'not used: ' + why}")
 
-    said = {"none": "no gc.collect() before it", "collect": "gc.collect() before it",
-            "freeze": "gc.freeze() after import torch"}[args.gc]
-    print(f"\nFirst call in a fresh process, median of {args.first_repeats}, ms ({said}; torch threads "
-          f"{args.threads or 'default'}; 'its full gc': of the import, of the first call, in full collections)")
-    results = first_calls(frameworks, args.first_repeats, args.gc)
-    rows = []
-    for w in WORKLOADS:
-        for fw in frameworks:
-            rs = results[fw, w]
-            errors = [r["error"] for r in rs if "error" in r]
-            bad = sum(1 for r in rs if r.get("ok") is False)
-            paid = sum(1 for r in rs if r.get("gc_ms", 0) > 0)  # the median hides a collection in a minority of runs
-            rows.append([w, fw, _fmt(_median(rs, "torch_ms"), 0), _fmt(_median(rs, "import_ms")),
-                         _fmt(_median(rs, "import_gc_ms")), _fmt(_median(rs, "first_ms")), _fmt(_median(rs, "gc_ms")),
-                         _fmt(_median(rs, "young_gc_ms")),
-                         _fmt(_median(rs, "first_no_gc_ms")),
-                         _fmt(_median(rs, "import_first_ms")), _fmt(_median(rs, "process_ms"), 0),
-                         f"{paid}/{len(rs)}" + (f" FAILED: {errors[0]}" if errors else "")
-                         + (f" {bad} wrong results" if bad else "")])
-    table(rows, ["workload", "framework", "torch import", "import", "its full gc", "first call", "its full gc",
-                 "its young gc", "first call - full gc", "import + first call", "process",
-                 "runs with a full gc in the first call"])
-    if "thunder" in frameworks and "fusionlens" in frameworks:
-        print("\nFusionLens / Thunder (target for first call: <= 0.15x, issue 30 part 4)")
-        rows = []
-        for w in WORKLOADS:
-            for fw in ("fusionlens", BASELINE) if BASELINE in frameworks else ("fusionlens",):
-                fl, th = results[fw, w], results["thunder", w]
-                rows.append([w, fw] + [_ratio(_median(fl, k), _median(th, k)) for k in
-                                       ("import_ms", "first_ms", "first_no_gc_ms", "import_first_ms", "process_ms")])
-        table(rows, ["workload", "framework", "import", "first call", "first call - full gc", "import + first call",
-                     "process"])
+    if not args.no_first:
+        first_call_tables(args, frameworks)
+    if args.call_processes and args.baseline:
+        names = ["fusionlens", BASELINE]
+        print(f"\nPer call, FusionLens / eager in {args.call_processes} alternating child processes each, "
+              f"{args.repeats} x 20 calls a process, torch threads {args.threads or 'default'}: the median of the "
+              "paired batch ratios and a 95% bootstrap interval of it")
+        ratios = per_call_processes(names, args.call_processes, args.repeats)
+        rows = [[key.replace("|", " "), *(_median_spread(ratios[fw, key]) if (fw, key) in ratios else "failed"
+                                          for fw in names)]
+                for key in [f"{w}|{m}" for w in CALL_WORKLOADS for m in ("no_grad", "grad on")]]
+        table(rows, ["workload", *names])
 
     print(f"\nHost overhead per call on tiny inputs, median of {args.repeats} x 20 calls, us (x = vs eager)")
     rows = []
@@ -332,7 +433,8 @@ def main():
                         usable[k] = f
                     except Exception as e:  # noqa: BLE001 - a column says so
                         print(f"  {w} {k}: {type(e).__name__}: {str(e)[:100]}")
-                us = per_call_us(usable, fargs, args.repeats)
+                samples = per_call_samples(usable, fargs, args.repeats)
+            us = {k: statistics.median(v) for k, v in samples.items()}
             row = [w, mode]
             for k in FRAMEWORKS:
                 if k not in made:
@@ -341,9 +443,13 @@ def main():
                     row.append("failed")
                 else:
                     row.append(_fmt(us[k]) if k == "eager" else f"{us[k]:.1f} ({_ratio(us[k], us['eager'])})")
+            if "fusionlens" in samples and "eager" in samples:
+                mid, low, high = ratio_spread(samples["fusionlens"], samples["eager"])
+                row.append(f"{mid:.3f}x [{low:.3f}, {high:.3f}]")
             rows.append(row)
-    table(rows, ["workload", "grad mode"] + list(FRAMEWORKS))
-    print("(target: fusionlens <= 1.05x eager on chain10, issue 30 part 4)")
+    table(rows, ["workload", "grad mode"] + list(FRAMEWORKS) + ["fusionlens/eager paired (95% CI)"])
+    print("(target: fusionlens <= 1.05x eager on chain10, issue 30 part 4; the last column: the median of the "
+          "batch-by-batch ratios and a bootstrap interval of it)")
 
     if args.no_examples:
         return

@@ -107,8 +107,9 @@ def partitioned_group_from_fn(fn, *args, gid: str = "R0", executor=None) -> tupl
 
 
 def layer_norm_backward(x, w, dy):
-    """A LayerNorm's backward as its autograd rule computes it: dx by rows, dw and db by columns
-    (a two-axis group once partitioned: partitioned_group_from_fn)."""
+    """A LayerNorm's backward that recomputes its statistics from x (a training step's reads the
+    forward's saved mean and rstd instead: composite_rules.layer_norm_with_stats): dx by rows, dw
+    and db by columns (a two-axis group once partitioned: partitioned_group_from_fn)."""
     xf, dyf = x.float(), dy.float()
     var, mean = torch.var_mean(xf, -1, correction=0, keepdim=True)
     rstd = torch.rsqrt(var + 1e-5)

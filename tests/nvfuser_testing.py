@@ -153,3 +153,60 @@ def run_generated(runner, group, tensors):
     expected = gen.eager_fn(*[runner.to(t) for t in tensors])
     assert all(o.is_contiguous() for o in out)
     return gen, out, expected
+
+
+# --- what nvFuser's inner-outer persistent scheduler takes as one fusion -----------------------
+
+def inner_outer_problem(bsyms, domain) -> str | None:
+    """Why nvFuser's inner-outer persistent scheduler would not take a definition of these prims
+    (over `domain`) as one fusion, or None where its compile-time check passes: its conditions
+    restated over FusionLens's prims, independently of support.takes_columns. From NVIDIA/Fuser
+    csrc/scheduler/normalization_inner_outer.cpp (canScheduleCompileTime) and
+    csrc/scheduler/normalization_utils.cpp (checkIfReductionsAreInnerOuter: inner reductions
+    [I, ..., R, R], outer [R, R, ..., I, I]; isReductionIterationAxisMatched; hasSharedInput;
+    isConnectedOnlyThroughReductionProducer). A size-1 dim is a broadcast dim there: neither
+    an iteration nor a reduction dim."""
+    n = len(domain)
+    if any(type(d) is int and d == 1 for d in domain):
+        return f"a size-1 (broadcast) dim in the domain {list(domain)}"
+    inner, outer = [], []
+    for b in bsyms:
+        if not b.sym.tags & {prims.REDUCTION}:
+            continue
+        dims = tuple(sorted(int(d) for d in b.args[1]))
+        if len(b.args[0].shape) != n:
+            return f"{b.sym.name} of a rank-{len(b.args[0].shape)} value in a rank-{n} domain"
+        if dims == tuple(range(n - len(dims), n)):
+            inner.append((b, dims))
+        elif dims == tuple(range(len(dims))):
+            outer.append((b, dims))
+        else:
+            return f"{b.sym.name} over dims {list(dims)}: neither [I, .., R] nor [R, .., I]"
+    if not inner or not outer:
+        return f"{len(inner)} inner and {len(outer)} outer reductions: not an inner-outer fusion"
+    if len({d for _, d in inner}) > 1 or len({d for _, d in outer}) > 1:
+        return "reductions of one kind over different dims"
+    if set(outer[0][1]) != set(range(n)) - set(inner[0][1]):
+        return "the outer reductions do not reduce exactly the inner ones' iteration dims"
+    made = {o.name: b for b in bsyms for o in b.outputs}
+
+    def fusion_inputs(b, seen=None) -> set[str]:
+        seen = set() if seen is None else seen
+        out = set()
+        for v in b.inputs():
+            if v.name in seen:
+                continue
+            seen.add(v.name)
+            out |= fusion_inputs(made[v.name], seen) if v.name in made else {v.name}
+        return out
+    if not set().union(*(fusion_inputs(b) for b, _ in inner)) & set().union(*(fusion_inputs(b) for b, _ in outer)):
+        return "the inner and outer reductions share no input"
+    for b, _ in outer:
+        downstream = {o.name for o in b.outputs}
+        for c in bsyms:
+            reads = {v.name for v in c.inputs()}
+            if reads & downstream:
+                if not reads <= downstream:
+                    return f"{c.sym.name} reads an outer reduction's result beside other values"
+                downstream |= {o.name for o in c.outputs}
+    return None

@@ -387,7 +387,7 @@ SOFTMAX, LOG_SOFTMAX = lib("torch.nn.functional.softmax"), lib("torch.nn.functio
 SDPA = lib("torch.nn.functional.scaled_dot_product_attention")
 EMBEDDING = lib("torch.nn.functional.embedding")
 GELU, RELU = lib("torch.nn.functional.gelu"), lib("torch.nn.functional.relu")
-LAYER_NORM = lib("torch.nn.functional.layer_norm")
+LAYER_NORM = lib("layer_norm_with_stats")  # F.layer_norm in a training forward: its statistics kept
 NORM = lib("torch.linalg.vector_norm")
 
 

@@ -102,6 +102,63 @@ def test_the_generated_guards_reject_a_tensor_that_changed(change):
     same(out, _f(x2, y2))
 
 
+class _Sub(torch.Tensor):
+    """A tensor subclass with no behaviour of its own: the same dispatch keys as a Tensor."""
+
+
+@pytest.mark.parametrize("other", ["parameter", "subclass", "float"])
+def test_the_generated_guards_reject_another_python_type(other):
+    """The one C++ check of the call's tensors (TensorGuards) compares each one's exact Python
+    type, so the generated code checks none of its own (fast_path._checks_type): a Parameter, a
+    subclass or a number where a Tensor was is still not served."""
+    from fusionlens.driver import fast_path
+
+    assert fast_path._checks_type()
+    jfn = compiler.jit(_f)
+    x, y = torch.randn(3, 4), torch.randn(3, 4)
+    x2 = {"parameter": lambda: torch.nn.Parameter(x.clone(), requires_grad=False),
+          "subclass": lambda: x.clone().as_subclass(_Sub), "float": lambda: 0.5}[other]()
+    with torch.no_grad():
+        out = _rejects(jfn, _f, (x, y), (x2, y))
+        want = _f(x2, y)
+        assert type(out) is type(want)
+        same(out.as_subclass(torch.Tensor), want.as_subclass(torch.Tensor))
+        assert "type(" not in jfn.fast.source(jfn.cache[jfn.signature((x, y), {})])
+
+
+def test_grad_mode_is_switched_off_around_the_program_inline_and_back_however_it_ends():
+    """In grad mode an inference program (no tensor requires grad) runs with grad mode off, as its
+    no_grad wrapper would; the generated code switches it itself, and puts it back when the
+    program raises."""
+    jfn = compiler.jit(_f)
+    x, y = torch.randn(3, 4), torch.randn(3, 4)
+    jfn(x, y)
+    out, fast = _served(jfn, jfn, x, y)
+    assert fast and not out.requires_grad and torch.is_grad_enabled()
+    same(out, _f(x, y))
+    entry = jfn.cache[jfn.signature((x, y), {})]
+    assert "SET_GRAD(False)" in jfn.fast.source(entry)
+    seen = []
+
+    def raises(*args):
+        seen.append(torch.is_grad_enabled())
+        raise ValueError("inside the program")
+    jfn.fast.armed[0][1].__globals__["PROGRAM"] = raises
+    with pytest.raises(ValueError):
+        jfn(x, y)
+    assert seen == [False] and torch.is_grad_enabled()
+
+
+def test_hits_count_the_calls_the_generated_code_served():
+    jfn = compiler.jit(_f)
+    x, y = torch.randn(3, 4), torch.randn(3, 4)
+    for _ in range(4):
+        jfn(x, y)
+    assert jfn.fast.served == 3 and jfn.cache_info()["hits"] == 3 and jfn.cache_info()["misses"] == 1
+    jfn.reset()
+    assert jfn.cache_info()["hits"] == 0 and jfn.fast.served == 0
+
+
 def test_the_generated_guards_reject_another_grad_mode():
     lin = torch.nn.Linear(4, 3)
     fn = lambda x: F.gelu(lin(x))  # noqa: E731

@@ -14,10 +14,11 @@ import sysconfig
 import pytest
 import torch
 import torch.nn.functional as F
+from torch.utils._python_dispatch import TorchDispatchMode
 
 import compiler
 from fusionlens.driver import checking, pipeline, reporting, wire
-from fusionlens.frontend import arguments, tracer
+from fusionlens.frontend import arguments, intra_op, tracer
 from fusionlens.ir import provenance
 from fusionlens.ir.trace import Trace
 from fusionlens.middle import passes
@@ -218,3 +219,135 @@ def test_equal_first_keeps_what_the_checks_call_equal(a, b, same):
     ta, tb = torch.tensor(a), torch.tensor(b)
     assert (checking.mismatch(ta, tb) is None) == (same or bool(torch.isclose(ta, tb, equal_nan=True).all()))
     assert tracer._same_values(ta, tb) == same
+
+
+# --- the first call's runs of small ops on one intra-op thread (frontend/intra_op.py) -------------
+
+class _Threads(TorchDispatchMode):
+    """The intra-op thread count each aten op ran with, in order."""
+
+    def __init__(self):
+        super().__init__()
+        self.ran: list[tuple[str, int]] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ran.append((func.__name__, torch.get_num_threads()))
+        return func(*args, **(kwargs or {}))
+
+    def of(self, name: str) -> list[int]:
+        return [n for f, n in self.ran if f.startswith(name)]
+
+
+@pytest.fixture
+def two_threads():
+    """torch with two intra-op threads (its default on a 2-core machine), put back after."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(before)
+
+
+class _SmallMLP(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = torch.nn.Linear(8, 16), torch.nn.Linear(16, 8)
+
+    def forward(self, x):
+        return self.fc2(F.gelu(self.fc1(x)))
+
+
+_SMALL_CALLS = {  # (function, example-input maker, the aten ops a run of it runs: how often)
+    "softmax": (lambda x: torch.softmax(x, -1), lambda: torch.randn(2, 8), {"_softmax": 1}),
+    "layer_norm": (torch.nn.LayerNorm(16).eval(), lambda: torch.randn(4, 16), {"native_layer_norm": 1}),
+    "mlp": (_SmallMLP().eval(), lambda: torch.randn(2, 8), {"addmm": 2, "gelu": 1}),
+}
+
+
+@pytest.mark.parametrize("name", list(_SMALL_CALLS))
+def test_a_small_first_call_runs_its_ops_once_each_way_on_one_thread(two_threads, name):
+    """softmax, layer_norm and an MLP on a few elements: torch would split their rows over both
+    threads and wait for the pool to wake (10-16 ms on a loaded 2-core machine, each run). The
+    first call runs each op twice on real data (traced, then the checked program whose result is
+    the call's), both on one thread; so does each later call (its generated code switches the
+    count); the caller's thread count is put back after each."""
+    fn, make, ops = _SMALL_CALLS[name]
+    jfn = compiler.jit(fn)
+    x = make()
+    with torch.no_grad():
+        want = fn(x)
+        with _Threads() as first:
+            got = jfn(x)
+        assert torch.get_num_threads() == 2
+        _close(got, want)
+        for op, n in ops.items():
+            assert first.of(op) == [1] * (2 * n), (op, first.ran)
+        x2 = make()  # fresh inputs: the cached call
+        with _Threads() as later:
+            got2 = jfn(x2)
+        assert torch.get_num_threads() == 2 and jfn.fast.served == 1
+        _close(got2, fn(x2))
+        for op, n in ops.items():
+            assert later.of(op) == [1] * n, (op, later.ran)
+        assert fn(x2) is not None and torch.get_num_threads() == 2
+    assert not jfn.last.eager_fallback and jfn.cache_info()["compiles"] == 1 and jfn.last.compiled.one_thread
+
+
+def test_a_chain_of_elementwise_ops_keeps_the_callers_threads(two_threads):
+    """Elementwise kernels below intra_op.SMALL elements run on one thread anyway: the generated
+    call of such a program switches nothing (no cost a call)."""
+    jfn = compiler.jit(_chain)
+    x, y = torch.randn(6), torch.randn(6)
+    with torch.no_grad():
+        jfn(x, y)
+        with _Threads() as later:
+            _close(jfn(x, y), _chain(x, y))
+    assert not jfn.last.compiled.one_thread and "THREADS" not in jfn.fast.source(jfn.last)
+    assert set(n for _, n in later.ran) == {2}
+
+
+def test_an_op_on_a_large_tensor_keeps_the_callers_threads(two_threads):
+    """Past intra_op.SMALL elements parallel kernels pay off: traced and checked on both threads."""
+    jfn = compiler.jit(lambda x: torch.softmax(x * 2.0, -1))
+    x = torch.randn(64, intra_op.SMALL // 64 + 1)
+    with torch.no_grad():
+        with _Threads() as first:
+            got = jfn(x)
+        _close(got, torch.softmax(x * 2.0, -1))
+        with _Threads() as later:
+            again = jfn(x)
+        _close(again, torch.softmax(x * 2.0, -1))
+    assert first.of("_softmax") == [2, 2] and later.of("_softmax") == [2], (first.ran, later.ran)
+    assert not jfn.last.compiled.one_thread
+
+
+def test_a_dynamic_program_keeps_the_callers_threads(two_threads):
+    """Its sizes are symbols: no size says it stays small, so its calls are left on the pool."""
+    jfn = compiler.jit(lambda x: torch.softmax(x, -1), dynamic=True)
+    with torch.no_grad():
+        for n in (3, 5):
+            x = torch.randn(2, n)
+            _close(jfn(x), torch.softmax(x, -1))
+    assert jfn.cache_info()["compiles"] == 1 and not jfn.last.compiled.one_thread
+
+
+def test_the_callers_thread_count_is_back_after_a_traced_call_raises(two_threads):
+    def bad(x):
+        y = torch.softmax(x, -1)
+        return y @ torch.ones(3, 3)  # [2, 8] @ [3, 3]: eager raises at this line
+
+    with pytest.raises(compiler.CompileError):
+        compiler.jit(bad)(torch.randn(2, 8))
+    assert torch.get_num_threads() == 2
+
+
+def test_only_plain_small_tensors_are_small():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    assert intra_op.small([torch.randn(2, 8), 3, torch.nn.Parameter(torch.randn(4))])
+    assert not intra_op.small([]) and not intra_op.small([1.0, None])  # no tensor: nothing runs on the pool
+    assert not intra_op.small([torch.randn(intra_op.SMALL + 1)])
+    assert not intra_op.small([torch.randn(2, 8, device="meta")])
+    assert not intra_op.small([torch.randn(4, 4).to_sparse()])
+    with FakeTensorMode() as mode:
+        fake = mode.from_tensor(torch.randn(2, 8))
+    assert not intra_op.small([fake])  # runs no kernel; its numel may be a symbol

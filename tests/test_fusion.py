@@ -167,14 +167,18 @@ def test_unavailable_executor_falls_back_and_says_why():
 
 
 def test_fused_region_eager_baseline_is_the_users_torch_calls(fuser):
-    """A fused LayerNorm is timed against F.layer_norm, not against its prims one by one."""
+    """A fused LayerNorm is timed against F.layer_norm, not against its prims one by one (in a
+    training forward against layer_norm_with_stats: eager's native_layer_norm, which F.layer_norm
+    runs, its statistics kept for the backward)."""
     from fusionlens.driver import benchmark, pipeline
 
     ln = torch.nn.LayerNorm(32)
-    c = pipeline.compile_program(lambda x: ln(x), (torch.randn(4, 32),), {}, CompileOptions(executors=("testfuser", "torch")))
-    (region,) = [r for r in c.forward.plan.regions if r.executor == "testfuser"]
-    assert [b.sym.name for b in benchmark._source_ops(c.forward.traces["optimised"], region)] == [
-        "torch.nn.functional.layer_norm"]
+    for grad, name in ((False, "torch.nn.functional.layer_norm"), (True, "layer_norm_with_stats")):
+        with torch.set_grad_enabled(grad):
+            c = pipeline.compile_program(lambda x: ln(x), (torch.randn(4, 32),), {},
+                                         CompileOptions(executors=("testfuser", "torch")))
+        (region,) = [r for r in c.forward.plan.regions if r.executor == "testfuser"]
+        assert [b.sym.name for b in benchmark._source_ops(c.forward.source, region)] == [name]
     rep = compiler.compile(lambda x: ln(x), torch.randn(4, 32), executors=["testfuser", "torch"],
                            benchmark=True, repeats=3)
     assert rep.forward.regions[0].timing.eager_median_ms > 0
@@ -320,17 +324,20 @@ def test_source_only_lowering_writes_the_code_of_the_regions_it_would_run(fuser)
 def test_layer_norm_backward_is_two_regions_for_every_fuser(fuser, executor):
     """dx in one region (rows), the weight and bias gradients in one (columns) that recomputes
     dy * xhat from dy, x and the row statistics: with the test fuser and with nvFuser's
-    definitions (run by tests/nvfuser_reference.py), gradients as eager's, boundaries typed."""
+    definitions (run by tests/nvfuser_reference.py) where nvFuser takes no two-axis region (a
+    size-1 dim: tests/test_nvfuser_two_axis.py has the one region it takes otherwise),
+    gradients as eager's, boundaries typed."""
     from fusionlens.driver import pipeline
     from nvfuser_testing import reference_backend, registered
 
     def ln(x, w, b):
         return F.layer_norm(x, (6,), w, b)
 
-    x, w, b = (torch.randn(s, requires_grad=True) for s in ((2, 40, 6), (6,), (6,)))
+    shape = (2, 40, 6) if executor == "testfuser" else (1, 40, 6)
+    x, w, b = (torch.randn(s, requires_grad=True) for s in (shape, (6,), (6,)))
     with registered(reference_backend()) if executor == "nvfuser" else contextlib.nullcontext():
         c = pipeline.compile_program(ln, (x, w, b), {}, CompileOptions(executors=(executor, "torch")))
-        dy = torch.randn(2, 40, 6)
+        dy = torch.randn(shape)
         got = torch.autograd.grad(c.fn(x, w, b, *c.constants), (x, w, b), dy)
     assert checking.mismatch(list(got), list(torch.autograd.grad(ln(x, w, b), (x, w, b), dy))) is None
     regions = [r for r in c.program("backward").plan.regions if r.executor == executor]
@@ -339,7 +346,7 @@ def test_layer_norm_backward_is_two_regions_for_every_fuser(fuser, executor):
     assert rows.group.reduction_dims == (2,) and columns.group.reduction_dims == (0, 1)
     assert [list(o.shape) for o in columns.outputs] == [[6], [6]]
     made_by_rows = {v.name for v in rows.outputs}
-    assert not any(list(v.shape) == [2, 40, 6] and v.name in made_by_rows for v in columns.inputs), \
+    assert not any(list(v.shape) == list(shape) and v.name in made_by_rows for v in columns.inputs), \
         "the column region reads a full-size value the row region wrote"
     for r in regions:
         assert r.boundary is not None and isinstance(r.boundary.code, BoundaryCode)
@@ -358,9 +365,9 @@ def test_recompute_never_reads_more_than_it_saves(fuser):
     assert [b.sym.name for b in columns.bsyms] == ["prims.sum"]
 
 
-def test_llama_rms_norm_backward_is_two_nvfuser_regions(fuser):
-    """Llama's RMSNorm backward (its [rows, 1] statistics reshaped between two reductions) as two
-    nvFuser definitions, run by tests/nvfuser_reference.py, gradients as eager's."""
+def test_llama_rms_norm_backward_is_one_nvfuser_region(fuser):
+    """Llama's RMSNorm backward (its [rows, 1] statistics reshaped between two reductions) as one
+    two-axis nvFuser definition, run by tests/nvfuser_reference.py, gradients as eager's."""
     import sys
 
     from fusionlens.driver import pipeline
@@ -381,7 +388,8 @@ def test_llama_rms_norm_backward_is_two_nvfuser_regions(fuser):
         got = torch.autograd.grad(c.fn(x, w, *c.constants), (x, w), dy)
     assert checking.mismatch(list(got), list(torch.autograd.grad(fn(x, w), (x, w), dy))) is None
     regions = c.program("backward").plan.regions
-    assert [r.executor for r in regions] == ["nvfuser", "nvfuser"], [(r.id, r.executor, r.note) for r in regions]
+    assert [r.executor for r in regions] == ["nvfuser"], [(r.id, r.executor, r.note) for r in regions]
+    assert regions[0].group.reduction_dims == (2,) and regions[0].group.column_dims == (0, 1)
 
 
 # --- a norm's backward as one two-axis region (regroup.py `merge_columns`) -------------------

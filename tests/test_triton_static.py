@@ -190,17 +190,59 @@ def test_layer_norm_backward_over_long_rows_is_two_kernels_without_spills(rows, 
     assert partial_bytes < specs[0].min_read, (partial_bytes, specs[0].min_read)
 
 
+@pytest.mark.parametrize("saved", [True, False], ids=["saved statistics", "recomputed statistics"])
+@pytest.mark.parametrize("rows,cols,dtype", [(256, 262144, torch.bfloat16), (64, 131072, torch.float32)],
+                         ids=["[256, 262144] bf16", "[64, 131072] f32"])
+def test_layer_norm_backward_over_few_long_rows_is_two_tiled_kernels(rows, cols, dtype, saved):
+    """Few long rows (fewer than TWO_AXIS_FILL_ROWS x 132 rows of more than TWO_AXIS_MAX_ROW),
+    compiled for sm_90: one two-axis region of two kernels tiled by column blocks
+    (two_axis_tiles.py), each covering every SM at least twice, no spills, 128-bit loads and
+    stores, dy and x read once a kernel (twice in all) whether the backward is handed mean and
+    rstd or recomputes them; the row partials are a fraction of a percent of what they read."""
+    problem = _ptxas_problem()
+    if problem:
+        pytest.skip(problem)
+    big = [torch.empty(s, dtype=dtype, device=META) for s in ((rows, cols), (cols,), (rows, cols))]
+    stats = [torch.empty(rows, 1, device=META) for _ in range(2)]
+    fn = _layer_norm_backward_saved if saved else layer_norm_backward
+    group, _, _ = partitioned_group_from_fn(fn, *big, *stats) if saved else partitioned_group_from_fn(fn, *big)
+    assert group.reduction_dims == (1,) and group.column_dims == (0,)
+    an = analysis._Analysis(group)
+    source, _, _, specs = build_source(group, an, _contiguous_key(an))
+    assert len(specs) == 2 and "tiled by column blocks" in source, source
+    rows_out = iter(static.compile_kernels([(source, s) for s in specs], 90))
+    launches = static.launches(specs)
+    statics = [static.kernel_static(next(rows_out), s, lc, "H100") for s, lc in zip(specs, launches)]
+    found = K.findings(launches, statics, specs[0].row_bytes)
+    assert not any("of the H100" in f for f in found), found
+    for s in statics:
+        assert not s.error, s.error
+        assert s.load_bits == 128 and s.passes == 1, s
+        if s.spill_bytes is not None:
+            assert s.spill_bytes == 0, s
+    # the statistics kernel: programs for several waves, the last one's idle SMs under a quarter
+    # of the time; it stores a few floats a row (scalar stores). The dx kernel: at least two
+    # programs an SM, dx stored 128 bits a thread
+    waves = statics[0].waves
+    assert K.programs(launches[0]) >= 2 * H100_SMS and waves >= 2, (launches[0], statics[0])
+    assert math.ceil(waves) - waves < 0.25 * math.ceil(waves), statics[0]
+    assert K.programs(launches[1]) >= 2 * H100_SMS and statics[1].store_bits == 128, (launches[1], statics[1])
+    partial_bytes = rows * -(-cols // specs[0].constexprs["BLOCK_N"]) * 4 * (5 if not saved else 2)
+    assert sum(s.bytes_read for s in specs) <= 2 * specs[0].min_read + partial_bytes, specs
+    assert partial_bytes < 0.001 * specs[0].min_read, (partial_bytes, specs[0].min_read)
+
+
 def test_two_axis_kernels_for_rows_of_any_length():
     """support.takes_columns: 8192 columns take a two-axis kernel, and so do 16384 (its rows
-    looped over: two_axis.py), unless the rows are too few to give each SM a program of
-    TWO_AXIS_FILL_ROWS; a symbolic row length does not, nor a column amax;
+    looped over: two_axis.py), and rows too few to give each SM a program of TWO_AXIS_FILL_ROWS
+    (tiled by column blocks: two_axis_tiles.py); a symbolic row length does not, nor a column amax;
     tuning.resident_programs keeps the row kernel in one wave (one 16-warp program an SM at 8192
     columns, two at 768)."""
     from fusionlens.executors.triton import support, tuning
 
     assert support.takes_columns((8192, 8192), (1,), (0,), []) is None
     assert support.takes_columns((4096, 16384), (1,), (0,), []) is None
-    assert "TWO_AXIS_FILL_ROWS" in support.takes_columns((256, 262144), (1,), (0,), [])  # 256 rows, 132 SMs
+    assert support.takes_columns((256, 262144), (1,), (0,), []) is None  # few long rows: tiled (two_axis_tiles.py)
     assert support.takes_columns((256, 8192), (1,), (0,), []) is None  # rows in registers: no partial row a block
     assert "symbolic" in support.takes_columns((torch.SymInt, 64), (1,), (0,), [])  # any non-int size
     amax = type("B", (), {"sym": prims.amax, "args": (torch.empty(4, 8, device=META), (0,))})()
@@ -288,17 +330,19 @@ def test_the_examples_kernels_for_sm90():
 
 def _layer_norm_backwards(rep) -> dict[str, list]:
     """The Triton regions (or previews) of a training report's backward that make a LayerNorm's
-    gradients, by the id of the one recomputing its statistics (var_mean): it, and the regions
-    making only [n_embd] results (weight and bias gradients) at its lines from its inputs or outputs."""
+    gradients, by the id of the one making dx from the forward's saved statistics (mean and rstd:
+    two [rows, 1] inputs): it, and the regions making only [n_embd] results (weight and bias
+    gradients) at its lines from its inputs or outputs."""
     backward = next(p for p in rep.programs if p.kind == "backward")
     regions = [r for r in backward.regions if r.executor == "triton"] + [
         r for p in backward.previews if p.executor == "triton" for r in p.regions]
     names = lambda infos: {t.name for t in infos}  # noqa: E731
     lines = lambda r: {(s.file, s.line) for s in r.source_lines}  # noqa: E731
+    stats = lambda r: [t for t in r.inputs if len(t.shape) > 1 and t.shape[-1] == 1]  # noqa: E731
     out = {}
-    for norm in (r for r in regions if "prims.var_mean" in r.ops):
+    for norm in (r for r in regions if len(stats(r)) == 2 and any(len(o.shape) > 1 for o in r.outputs)):
         mine = names(norm.inputs) | names(norm.outputs)
-        out[norm.id] = [norm] + [r for r in regions if "prims.var_mean" not in r.ops and r.outputs
+        out[norm.id] = [norm] + [r for r in regions if r is not norm and r.outputs
                                  and all(o.shape == [128] for o in r.outputs) and names(r.inputs) & mine
                                  and lines(r) <= lines(norm)]
     return out

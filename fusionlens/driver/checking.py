@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from torch.utils import _pytree as pytree
 
-from fusionlens.frontend import objects
+from fusionlens.frontend import aliasing, intra_op, objects
 from fusionlens.middle.autograd import torch_rules
 from fusionlens.ir.program_calls import write_back
 from fusionlens.ir import torch_compat
@@ -108,8 +108,10 @@ def checked_run(c, inputs: list[torch.Tensor], target, call: tuple | None = None
     call returns it where that run was the call's own: api._reusable)."""
     names = [v.name for v in c.acquired.inputs]
     mutated = c.traced.mutated
-    run_on = [x.clone() if n in mutated else x for n, x in zip(names, inputs)]
-    actual = objects.resolve(c.fn(*run_on), c.traced.passed)  # the objects the call was passed, in its result
+    run_on = aliasing.copies(inputs, [n in mutated for n in names])  # (inputs sharing memory: alike)
+    with intra_op.one_thread(small_program(c, run_on)):  # as the trace's eager run of its ops was
+        result = c.fn(*run_on)
+    actual = objects.resolve(result, c.traced.passed)  # the objects the call was passed, in its result
     problem = mismatch(actual, c.traced.eager_output)
     random = is_random(c.acquired)
     judged = []
@@ -133,6 +135,16 @@ def checked_run(c, inputs: list[torch.Tensor], target, call: tuple | None = None
         return [Diagnostic("error", f"the compiled program does not match eager PyTorch on the example inputs: "
                            f"{problem}", target.file, target.line, code=DiagnosticCode.MISMATCH)], actual
     return judged, actual
+
+
+def small_program(c, inputs: list[torch.Tensor]) -> bool:
+    """Whether the forward program's inputs and every value it makes are small tensors
+    (intra_op.small): its checked run then uses one intra-op thread. A dynamic program's sizes
+    are symbols: never."""
+    if c.guards is not None or not intra_op.small(inputs):
+        return False
+    made = (v for b in c.forward.plan.trace.bound_symbols for v in b.outputs)
+    return all(not v.symbolic and v.numel() <= intra_op.SMALL for v in made)
 
 
 def _judged_in_float64(c, inputs: list[torch.Tensor], actual, call: tuple) -> str | None:

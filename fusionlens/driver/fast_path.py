@@ -15,7 +15,7 @@ size); a value that differs is a MISS, and the generic path finds or compiles th
 A call the function rejects (`MISS`) takes the generic path, which serves or compiles it and
 arms its program here in turn.
 
-A call the generated code serves counts as a hit in `cache_info()` (a new size a dynamic
+A call the generated code serves counts as a hit in `cache_info()` (`FastPaths.served`) (a new size a dynamic
 program serves too: the generic path counted it a miss that compiled nothing).
 
 The invariant: a call the function accepts is one the generic path would serve with the
@@ -59,7 +59,7 @@ class FastPaths:
     """A JitFunction's generated calls: `serve(args, kwargs)` is the result, or MISS."""
 
     def __init__(self, owner):
-        self.owner = owner  # the JitFunction: hits and last are set on it
+        self.owner = owner  # the JitFunction: `last` is set on it
         self.armed: list[tuple[Any, Callable, str]] = []  # (entry, its function, its source)
         self.rebuilds: dict[int, int] = {}  # id(entry) -> how often its function was rebuilt
         self.serve: Callable = _miss
@@ -182,6 +182,8 @@ def generate(owner, entry, args, kwargs, generation: list[int]) -> tuple[Callabl
         raise NotArmed("a tensor held twice, or one the walk did not reach")
     inputs = [by_id[id(t)] for t in user]
     _tensor_guards(w, c.guards, user, by_id)
+    if entry.aliases is not None:  # a program that writes into an input: its call's tensors shared memory alike
+        w.check(f"{w.const(entry.aliases, 'AL')}.holds([{', '.join(inputs)}])")
     if c.guards is not None:
         _symbolic(w, c.guards, inputs, [leaf_vars[p] for p in c.guards.ints])
     if entry.values is not None:  # the branch's values read again (a read of sizes only: once per size)
@@ -212,14 +214,32 @@ def _structure(w: _Writer, spec, expr: str, root: bool = False) -> list[str]:
 
 
 def _tensor(w: _Writer, var: str, t: torch.Tensor) -> None:
-    """What the generic key holds of a tensor: its type here; its dispatch keys, dtype, device,
+    """What the generic key holds of a tensor: its type, dispatch keys, dtype, device,
     requires_grad, sizes and strides in one C++ check of all the call's tensors at once
-    (dynamo's TensorGuards), a dynamic program's symbolic sizes and strides left to its guard
-    expression (`fake`: the tensor it was traced as)."""
+    (dynamo's TensorGuards, which compares each one's exact Python type too), a dynamic
+    program's symbolic sizes and strides left to its guard expression (`fake`: the tensor it
+    was traced as). Where a torch's TensorGuards would not compare the type, a check here does."""
     if t.layout is not torch.strided:
         raise NotArmed(f"a {t.layout} tensor")
-    w.check(f"type({var}) is {w.const(type(t))}")
+    if not _checks_type():
+        w.check(f"type({var}) is {w.const(type(t))}")
     w.tensors.append((var, t, list(t.shape), list(t.stride())))
+
+
+_TYPE_CHECKED: bool | None = None  # whether TensorGuards.check compares the exact Python type (asked once)
+
+
+def _checks_type() -> bool:
+    """Whether this torch's TensorGuards rejects a tensor of another Python type with the same
+    dispatch keys (an nn.Parameter for a Tensor) and anything not a tensor: then the generated
+    code checks no type of its own (a tenth of a microsecond a tensor, each call)."""
+    global _TYPE_CHECKED
+    if _TYPE_CHECKED is None:
+        t = torch.zeros(1)
+        checker = TensorGuards(t, dynamic_dims_sizes=[[1]], dynamic_dims_strides=[[1]])
+        _TYPE_CHECKED = bool(checker.check(t)) and not checker.check(torch.nn.Parameter(t)) \
+            and not checker.check(1)
+    return _TYPE_CHECKED
 
 
 def _tensor_guards(w: _Writer, guards, user: list, by_id: dict) -> None:
@@ -350,22 +370,33 @@ def _finish(w: _Writer, owner, entry, inputs: list[str], leaf_vars: list[str], s
     updates set slot by slot and the objects passed in put where the result holds them."""
     c = entry.compiled
     run = c.fn
-    if not torch.is_grad_enabled() and getattr(run, "__code__", None) is _NO_GRAD_CODE:
-        run = run.__wrapped__  # grad mode is checked off: the program's no_grad wrapper has nothing to do
-    body = ["OWNER.hits += 1", "PATHS.served += 1", "OWNER.last = ENTRY"]
+    # the program's no_grad wrapper, where it has one, written inline: grad mode is checked already
+    # (off: nothing to do; on: switched off around the program and back on however it ends)
+    inline_no_grad = getattr(run, "__code__", None) is _NO_GRAD_CODE
+    if inline_no_grad:
+        run = run.__wrapped__
+    switch = inline_no_grad and torch.is_grad_enabled()
+    body = ["PATHS.served += 1", "OWNER.last = ENTRY"]  # (the owner's hits count the served calls)
     if c.guards is not None and c.guards.ints:
         w.consts["SIZES"] = c.guards.values
         body += [f"SIZES[{str(sym.node.expr)!r}] = {leaf_vars[p]}" for p, sym in c.guards.ints.items()]
     call = f"PROGRAM({', '.join([*inputs, '*C'] if c.constants else inputs)})"
-    body += ["try:", f"    out = {call}", "except ShapeChanged:",
-             "    OWNER.hits -= 1", "    PATHS.served -= 1", "    DROP(ENTRY)", "    return MISS"]
+    before, after = (["SET_GRAD(False)"], ["SET_GRAD(True)"]) if switch else ([], [])
+    if c.one_thread:  # a small program: on one intra-op thread (frontend/intra_op.py), the caller's count after
+        before += ["threads = THREADS()", "if threads > 1: SET_THREADS(1)"]
+        after += ["if threads > 1: SET_THREADS(threads)"]
+    body += before + ["try:", f"    out = {call}", "except ShapeChanged:",
+                      "    PATHS.served -= 1", "    DROP(ENTRY)", "    return MISS"]
+    body += ["finally:", *(f"    {line}" for line in after)] if after else []
     if c.traced.objects_passed:
         body += _write_back(w, c, [var for _, var in states])
     body.append("return out")
     source = "def fast(args, kwargs):\n    try:\n" + "".join(f"        {line}\n" for line in w.lines) + \
         "    except (KeyError, IndexError, AttributeError, TypeError):\n        return MISS\n" + \
         "".join(f"    {line}\n" for line in body)
-    scope = {"MISS": MISS, "STRIDED": torch.strided, "GRAD": torch.is_grad_enabled, "OWNER": owner, "ENTRY": entry,
+    scope = {"MISS": MISS, "STRIDED": torch.strided, "GRAD": torch.is_grad_enabled,
+             "SET_GRAD": torch._C._set_grad_enabled, "THREADS": torch.get_num_threads,
+             "SET_THREADS": torch.set_num_threads, "OWNER": owner, "ENTRY": entry,
              "FN": owner.fn, "PROGRAM": run, "C": tuple(c.constants), "ShapeChanged": ShapeChanged,
              "DROP": owner.fast.drop, "PATHS": owner.fast, **w.consts}
     exec(compile(source, f"<fusionlens fast path {frontend.target_name(owner.fn)}>", "exec"), scope)  # noqa: S102

@@ -17,7 +17,7 @@ from torch.utils import _pytree as pytree
 
 from fusionlens.driver import api, fast_path, wire
 from fusionlens.distributed import collectives, ddp_overlap, transform
-from fusionlens.frontend import dynamic, tracer as frontend, objects, overlap, value_guards
+from fusionlens.frontend import aliasing, dynamic, intra_op, tracer as frontend, objects, overlap, value_guards
 from fusionlens.report import schema as R
 from fusionlens.distributed.ddp import call as _ddp_call
 from fusionlens.distributed.fsdp import call as _fsdp_call
@@ -30,6 +30,8 @@ from fusionlens.options import CompileOptions
 from fusionlens.driver.pipeline import Compiled
 
 __all__ = ["jit", "last_report", "last_traces", "JitFunction"]
+
+_MISS = fast_path.MISS  # (a global read: every call compares with it)
 
 
 def _leaf_key(x):
@@ -86,6 +88,8 @@ class CacheEntry:
     synced: ddp_overlap.Synced | None = None  # DDP: the training call whose backward all-reduces the gradients
     values: value_guards.ValueGuards | None = None  # the branches its trace took on tensor values, checked per call
     branches: list[CacheEntry] = field(default_factory=list)  # one signature's programs, a branch each (values)
+    # a program that writes into an input: how its call's tensors shared memory, which each call's must match
+    aliases: aliasing.Relation | None = None
 
 
 class JitFunction:
@@ -109,10 +113,11 @@ class JitFunction:
         self.max_entries = max_entries  # a Python number that changes every call would grow it forever
         self.cache: dict[tuple[Any, ...], CacheEntry] = {}
         self.symbolic: dict[tuple[Any, ...], list[CacheEntry]] = {}  # erased signature -> dynamic programs
+        self.aliased: dict[tuple[Any, ...], CacheEntry] = {}  # (signature, aliasing.Relation.value) -> its program
         # erased signature -> the sizes and argument leaves first seen (what changes becomes symbolic)
         self.first_seen: dict[tuple[Any, ...], tuple[list[tuple[int, ...]], list[Any]]] = {}
         self.compiles = 0
-        self.hits = 0
+        self._hits = 0  # calls the generic path served from its cache (hits adds the generated code's)
         self.misses = 0
         self.last: CacheEntry | None = None
         self._module = isinstance(fn, torch.nn.Module) or self.sharded is not None  # (Sharded: the module's)
@@ -120,6 +125,11 @@ class JitFunction:
         self._state: tuple[tuple[int, ...], ...] = ()
         self.fast = fast_path.FastPaths(self)  # cached calls as generated code (fast_path.py)
         self.growing: dict[tuple, int] = {}  # a passed object's slot (path) -> the dim a cat grows it along
+
+    @property
+    def hits(self) -> int:
+        """Calls served by a program compiled before: by the generic path, or by generated code."""
+        return self._hits + self.fast.served
 
     def signature(self, args, kwargs) -> tuple[Any, ...]:
         """The cache key. Positional tensors only (the common call) key as a pair and are
@@ -148,7 +158,7 @@ class JitFunction:
 
     def __call__(self, *args, **kwargs):
         served = self.fast.serve(args, kwargs)  # a program's own key, guards and write-back, as code
-        if served is not fast_path.MISS:
+        if served is not _MISS:
             return served
         if self.wrapper is not None:
             overlapped = ddp_overlap.unsupported(self.wrapper) is None
@@ -185,11 +195,15 @@ class JitFunction:
         first = None  # (the result of the compile's checked run, where it was this call's own)
         if entry is not None and entry.values is not None:  # it branched on a value: the branch of this call's
             entry, why = _branch(entry, list(args) if tensors is None else tensors)
+        if entry is not None and entry.aliases is not None:  # it writes into an input: as this call's share memory?
+            entry = self._aliased(key, entry, list(args) if tensors is None else tensors)
         if entry is None:
             self.misses += 1
             entry, shape_why = self._dynamic_entry(key, list(args) if tensors is None else tensors, leaves)
             if entry is None:
                 dims, ints = self._dynamic(key, args, kwargs)
+                if aliasing.Relation(list(args) if tensors is None else tensors, (), self.fn).value:
+                    dims, ints = (), frozenset()  # tensors that share memory: traced on copies that do, static
                 said = _why_said(why or shape_why or self._static_why(key))  # an input of the report's assembly
                 entry = self._compile(key, args, kwargs, dims, ints, said)
                 if entry.compiled.guards is not None:
@@ -198,7 +212,12 @@ class JitFunction:
                 self.cache.pop(next(iter(self.cache)))
             _join(self.cache.get(key), entry)
             self.cache[key] = entry
-            if entry.eager_fallback and entry.compiled.traced.eager_output is not None:
+            if entry.aliases is not None:
+                if len(self.aliased) >= self.max_entries:
+                    self.aliased.clear()
+                self.aliased[(key, entry.aliases.value)] = entry
+            if entry.eager_fallback and entry.compiled.traced.eager_output is not None and \
+                    not entry.compiled.traced.rerun:
                 self.last = entry  # tracing was this call, run eagerly: do not run the code twice
                 result = entry.compiled.traced.as_the_call()
                 entry.compiled.traced.release()
@@ -206,7 +225,7 @@ class JitFunction:
             entry.compiled.traced.release()
             first = entry.compiled.take_result()  # the checked run was this call's: not run twice
         else:
-            self.hits += 1
+            self._hits += 1
         self.last = entry
         if entry.eager_fallback:
             return self.fn(*args, **kwargs)
@@ -218,9 +237,10 @@ class JitFunction:
             return first[0]
         fn = entry.synced.fn if self._sync and entry.synced is not None else c.fn
         try:
-            if tensors is None:  # positional tensors only: they are the program's inputs
-                return fn(*args, *c.constants)
-            result = fn(*tensors, *c.constants)
+            with intra_op.one_thread(c.one_thread):  # a small program: as its generated call runs it
+                if tensors is None:  # positional tensors only: they are the program's inputs
+                    return fn(*args, *c.constants)
+                result = fn(*tensors, *c.constants)
             return _with_states(c.traced, result, leaves) if c.traced.objects_passed else result
         except ShapeChanged as e:  # raised before the program wrote anything back
             _fall_back(entry, e)
@@ -246,7 +266,7 @@ class JitFunction:
         why = None
         for entry in reversed(entries):  # the latest is the most general
             guards = entry.compiled.guards
-            if guards is None or entry.eager_fallback:
+            if guards is None or entry.eager_fallback or entry.aliases is not None and not entry.aliases.holds(tensors):
                 continue
             if not all(p < len(leaves) and leaves[p] == v for p, v in entry.static_ints.items()):
                 continue
@@ -261,6 +281,17 @@ class JitFunction:
                 return served, None
             why = why or value_why
         return None, why
+
+    def _aliased(self, key, entry: CacheEntry, tensors: list) -> CacheEntry | None:
+        """`entry` (a program that writes into an input) where this call's tensors share memory as
+        its compile's did; else the program compiled for this call's sharing, if any."""
+        if entry.aliases is None or entry.aliases.holds(tensors):
+            return entry
+        found = self.aliased.get((key, entry.aliases.now(tensors)))
+        if found is not None and found.values is not None and \
+                found.values.failing([*tensors, *found.compiled.constants]) is not None:
+            return None  # (its value guards fail: compiled again)
+        return found
 
     def _static_why(self, key) -> _Why | None:
         """Why a call at new sizes compiled again where an earlier program of its erased
@@ -336,9 +367,11 @@ class JitFunction:
         symbolic = set(c.guards.ints) if c.guards is not None else set()
         leaves = pytree.tree_leaves((args, kwargs)) if len(key) == 3 else []
         static_ints = {i: x for i, x in enumerate(leaves) if type(x) is int and i not in symbolic}
+        aliases = aliasing.Relation(frontend.user_tensors(self.fn, args, kwargs), c.constants, self.fn) \
+            if c.traced.mutated else None  # (a program that writes into no input serves any aliasing)
         return CacheEntry(c, rep, key, dims if c.guards is not None else (), static_ints, eager_fallback=failed,
                           grad_mask=tuple(t.requires_grad for t in c.constants), synced=ddp_overlap.synced_of(c),
-                          values=value_guards.of(c.traced.trace, c.traced.reads))
+                          values=value_guards.of(c.traced.trace, c.traced.reads), aliases=aliases)
 
     def cache_info(self) -> dict[str, Any]:
         """hits and misses of the signature cache; compiles (a miss a dynamic program serves
@@ -350,10 +383,11 @@ class JitFunction:
     def reset(self) -> None:
         self.cache.clear()
         self.symbolic.clear()
+        self.aliased.clear()
         self.first_seen.clear()
         self.growing.clear()
         self.fast.clear()
-        self.hits = self.misses = self.compiles = 0
+        self._hits = self.misses = self.compiles = self.fast.served = 0
         self.last = None
 
 

@@ -36,14 +36,14 @@ import torch
 
 from fusionlens.distributed import collectives
 from fusionlens.distributed.staging import CompileTransform, Rewritten
-from fusionlens.frontend import dynamic, tracer as frontend
+from fusionlens.frontend import dynamic, intra_op, tracer as frontend
 from fusionlens import executors as executor_registry
 from fusionlens.middle import fusion, passes
 from fusionlens.executors import lowering
 from fusionlens.driver import cuda_graphs
 from fusionlens.middle.autograd import runtime as autograd_runtime, transform as autograd
 from fusionlens.executors.base import FusionExecutor
-from fusionlens.ir.trace import Trace, output_builder
+from fusionlens.ir.trace import OpTag, Trace, output_builder
 from fusionlens.options import CompileOptions
 from fusionlens.frontend.notes import Severity
 from fusionlens.ir.vocabulary import Stage, ValueRole
@@ -112,6 +112,9 @@ class Compiled:
     # (the result of the checked run of the program,) where it ran on the call's own tensors
     # (api.compile_checked's first_call): jit's first call returns it (take_result)
     first_result: tuple[Any] | None = None
+    # each call runs on one intra-op thread (frontend/intra_op.py): a small CPU inference program
+    # with an op that torch may split across the pool (`on_one_thread`)
+    one_thread: bool = False
 
     def take_result(self) -> tuple[Any] | None:
         """(the checked run's result,) once, or None: a jit entry keeps no call's tensors."""
@@ -267,7 +270,36 @@ def compile_program(fn, args, kwargs, options: CompileOptions | None = None,
     if guards is not None:
         guards.finish()
     return Compiled(acquired.name, programs, call, constants, n_user, traced, (time.perf_counter() - start) * 1e3,
-                    device, names, options, notes, eager_only, differentiated, stage_ms, guards, rewritten)
+                    device, names, options, notes, eager_only, differentiated, stage_ms, guards, rewritten,
+                    one_thread=differentiated is None and guards is None and on_one_thread(programs[0], device))
+
+
+_RUN_ON_ONE_THREAD = frozenset({OpTag.ELEMENTWISE, OpTag.SHAPE, OpTag.FACTORY})  # TensorIterator kernels and views
+
+
+def on_one_thread(program: Program, device: torch.device) -> bool:
+    """Whether a static CPU program runs on one intra-op thread at each call (intra_op.py):
+    its inputs and every value it makes hold at most intra_op.SMALL elements, and one of its
+    ops may split even such a tensor over torch's pool (softmax, layer_norm, a linear: any op
+    whose prims are not all elementwise, shape or factory ones; those run on one thread below
+    SMALL anyway, so a chain of them is left as it is, with no switch a call). Such an op waits
+    for the pool to wake at each call after a pause (milliseconds on a loaded machine) for
+    microseconds of work."""
+    trace = program.plan.trace
+    if device.type != "cpu":
+        return False
+    values = [*trace.inputs, *(v for b in trace.bound_symbols for v in b.outputs)]
+    if any(v.symbolic or v.numel() > intra_op.SMALL for v in values):
+        return False
+    return any(not (leaf.sym.tags & _RUN_ON_ONE_THREAD) for b in trace.bound_symbols for leaf in _prims(b))
+
+
+def _prims(b):
+    """The innermost ops a bound symbol decomposes into (itself where it has none: a library call)."""
+    if not b.subsymbols:
+        yield b
+    for s in b.subsymbols:
+        yield from _prims(s)
 
 
 def _rewrite_forward(transforms: Sequence[CompileTransform], optimised: Trace) -> Trace:

@@ -19,7 +19,8 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils import _pytree as pytree
 
-from fusionlens.frontend import modules, objects, overlap, recorder as recorder_api, value_guards, views
+from fusionlens.frontend import aliasing, intra_op, modules, objects, overlap, recorder as recorder_api, \
+    value_guards, views
 from fusionlens.frontend.notes import Note, Severity
 from fusionlens.ir import provenance, torch_compat
 from fusionlens.ir.program_calls import write_back
@@ -56,7 +57,8 @@ class _Recorder(TorchFunctionMode):
             return func(*args, **kwargs)
         seen = self.tracer.dynamic.count
         self.tracer.views.before(self.tracer, func, args, kwargs)
-        out = value_guards.call(self.tracer, func, args, kwargs)  # a fake tensor's value: the real trace's
+        with intra_op.one_thread(self.tracer.replay is None and intra_op.small(pytree.tree_leaves((args, kwargs)))):
+            out = value_guards.call(self.tracer, func, args, kwargs)  # a fake tensor's value: the real trace's
         if getattr(func, "__name__", "") == "__setitem__":  # mutates args[0], returns None
             self.tracer.record(func, args, kwargs, args[0])
         elif any(isinstance(leaf, torch.Tensor) for leaf in pytree.tree_leaves(out)):
@@ -345,6 +347,7 @@ class TraceResult:
         self.passed = passed or []  # every object passed in (the program's result refers to them: PassedRef)
         self.objects_passed = len(self.passed)  # kept by release()
         self.reads: list = []  # value_guards.Read: the branches the call took on tensor values
+        self.rerun = False  # the traced run is not the call's (aliasing.py): a first call run eagerly runs anew
         self.hooks: Sequence[recorder_api.TraceHook] = ()  # the wrappings' it was traced with (a retrace's too)
 
     def release(self) -> None:
@@ -395,10 +398,12 @@ def trace(fn, args=(), kwargs=None, name: str | None = None, clone=None, replay=
     if why is not None:  # records nothing: eager calls only
         tracer.eager_only, tracer.recording = why, False
         tracer.notes.append(Note(Severity.WARNING, why, tracer.call, DiagnosticCode.COLLECTIVE))
-    with _buffer_copies(fn) as originals:
+    # inputs that share memory with one another are traced on copies that share it alike (aliasing.py)
+    aliased = tracer.views.aliased = aliasing.Aliased(fn, args, kwargs, _clone if clone is None else None, tracer)
+    with _buffer_copies(fn, aliased.copies) as originals:
         tracer.known = parameter_names(fn)
-        result = _trace(tracer, fn, args, kwargs, originals, clone or _clone)
-    result.reads, result.hooks = tracer.reads, hooks
+        result = _trace(tracer, fn, args, kwargs, originals, aliased.clone(clone or _clone))
+    result.reads, result.hooks, result.rerun = tracer.reads, hooks, aliased.rerun
     return result
 
 
@@ -565,7 +570,7 @@ def _same_values(a: torch.Tensor, b: torch.Tensor) -> bool:
 
 
 @contextlib.contextmanager
-def _buffer_copies(fn):
+def _buffer_copies(fn, premade: dict):
     """While tracing, a module's buffers are copies (running statistics updated in place must
     not change the real ones); yields {id(copy): the real buffer}."""
     module = fn if isinstance(fn, torch.nn.Module) else getattr(fn, "__self__", None)
@@ -576,7 +581,7 @@ def _buffer_copies(fn):
         for m in module.modules():
             for key, b in list(m._buffers.items()):
                 if b is not None:
-                    c = copies.setdefault(id(b), _clone(b))
+                    c = copies.setdefault(id(b), premade[id(b)] if id(b) in premade else _clone(b))
                     originals[id(c)] = b
                     swapped.append((m, key, b))
                     m._buffers[key] = c

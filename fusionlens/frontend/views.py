@@ -33,7 +33,7 @@ from typing import Any
 import torch
 from torch.utils import _pytree as pytree
 
-from fusionlens.frontend import overlap
+from fusionlens.frontend import aliasing, overlap
 from fusionlens.ir.trace import BoundSymbol, Symbol, SymbolKind, Value
 from fusionlens.ir.vocabulary import ValueRole
 from fusionlens.ops import torch_ops
@@ -127,6 +127,7 @@ class Views:
     why: tuple[str, Provenance | None] | None = None  # why calls of this signature must run eagerly
     untracked: Symbol | None = None  # this trace's untracked_update symbol
     written: tuple[Any, ...] = ()  # the pending in-place op's arguments
+    aliased: aliasing.Aliased = field(default_factory=aliasing.Aliased)  # inputs sharing memory with another
 
     # --- reading ------------------------------------------------------------------------------
 
@@ -265,7 +266,9 @@ class Views:
             link.generation = self.generation[id(parent)]
             child = parent
         self.updated.add(id(child))
-        if id(child) in tracer.inputs_by_id and overlap.overlaps(child):
+        if id(child) in self.aliased.member:  # an input that shares memory with another (aliasing.py)
+            self.aliased.write(tracer, self, child, before, value, name, where)
+        elif id(child) in tracer.inputs_by_id and overlap.overlaps(child):
             self._shared(tracer, t, child, before, value, name, where)
 
     def _shared(self, tracer, t: torch.Tensor, x: torch.Tensor, before: Value, after: Value, name: str,
@@ -305,6 +308,7 @@ class Views:
         if self.stride_dependent is not None and any(
                 x.layout == torch.strided and not x.is_contiguous() for x in originals.values()):
             self.give_up(*self.stride_dependent)
+        self.aliased.eager_because(self, originals)
         return self.why
 
     def _write_back(self, tracer, link: Link, base: Value, view: Value, where) -> Value:

@@ -77,7 +77,16 @@ through a code index; nothing copied):
   csrc/type.cpp (round is nearbyint: halves to even, like torch)
 - Lightning-AI/lightning-thunder thunder/executors/nvfuserex_impl.py (prim -> fd.ops mapping,
   size-1 dims defined as broadcast (1) and others symbolic (-1), contiguity None for
-  broadcast dims, no low-precision sums, no 0-dim var_mean)
+  broadcast dims, no low-precision reductions (FusionLens writes a bfloat16 or float16 sum as a
+  cast to Float, the sum and a cast back, torch's accumulation), no 0-dim var_mean)
+- NVIDIA/Fuser csrc/scheduler/normalization_inner_outer.cpp (canScheduleCompileTime,
+  canScheduleRunTime), normalization_inner_outer_multi_wave.cpp (one kernel: partial column
+  sums to global memory, a grid sync, their reduction), normalization_utils.cpp
+  (checkIfReductionsAreInnerOuter, hasSharedInput, isConnectedOnlyThroughReductionProducer,
+  isReductionIterationAxisMatched) and benchmarks/python/test_layernorm_bwd.py,
+  test_rmsnorm_bwd.py (a norm's backward, dx and the weight and bias gradients, written as one
+  definition): a two-axis region (row reductions and column sums of the same rows, a norm's
+  backward) is one definition where that scheduler takes it (`takes_columns`, support.py)
 """
 
 from __future__ import annotations
@@ -90,7 +99,7 @@ from fusionlens.executors.base import FusionExecutor
 from fusionlens.executors.nvfuser import runtime
 from fusionlens.executors.nvfuser.backend import Backend, current_backend, installed_api
 from fusionlens.executors.nvfuser.definition import definition_source, write_source
-from fusionlens.executors.nvfuser.support import InputSpec, can_take
+from fusionlens.executors.nvfuser.support import InputSpec, can_take, takes_columns
 
 
 class NvFuserExecutor(FusionExecutor):
@@ -109,6 +118,11 @@ class NvFuserExecutor(FusionExecutor):
 
     def can_take(self, bsym) -> str | None:
         return can_take(bsym)
+
+    def takes_columns(self, domain, reduction_dims, column_dims, bsyms) -> str | None:
+        """A norm's backward (row reductions and column sums of the same rows) as one definition:
+        support.takes_columns says where nvFuser's inner-outer persistent scheduler takes it."""
+        return takes_columns(domain, reduction_dims, column_dims, bsyms)
 
     def definition_source(self, group: FusionGroup) -> str:
         """The definition that would run on a CUDA device, for reports where nvFuser cannot."""

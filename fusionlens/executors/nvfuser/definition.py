@@ -27,7 +27,7 @@ from fusionlens.middle.contract import Decline, FusionGroup
 from fusionlens.executors import symbolic
 from fusionlens.executors.nvfuser.backend import Backend
 from fusionlens.executors.nvfuser.support import (
-    BINARY, COMPARISONS, DTYPES, FLOAT_UNARY, INTEGER_ACCUMULATING, REDUCTIONS, UNARY, InputSpec,
+    BINARY, COMPARISONS, DTYPES, FLOAT_UNARY, INTEGER_ACCUMULATING, LOW_PRECISION, REDUCTIONS, UNARY, InputSpec,
     can_take)
 from fusionlens.ir.trace import DTYPE_SHORT, Value
 from fusionlens.ops import prims
@@ -167,7 +167,9 @@ class _Writer:
         g = self.group
         head = [f"# nvFuser FusionDefinition for fusion region {g.id} ({g.kind}); "
                 f"iteration domain {list(g.domain)}"
-                + (f", reduced dims {list(g.reduction_dims)}" if g.reduction_dims else "")]
+                + (f", reduced dims {list(g.reduction_dims)}" if g.reduction_dims else "")
+                + (f", column sums over dims {list(g.column_dims)} (one fusion: nvFuser's inner-outer "
+                   "persistent scheduler)" if g.column_dims else "")]
         if g.source_lines:
             head.append("# from:")
             head += [f"#   {line}" for line in g.source_lines]
@@ -225,10 +227,12 @@ class _Writer:
                                         f"broadcast_dims={dims})", a.dtype, comment)
         elif sym in REDUCTIONS:
             a, dims = b.args[0], sorted(int(d) for d in b.args[1])
-            result_dtype = a.dtype
+            result_dtype, src = a.dtype, self.value(a)
             if sym in INTEGER_ACCUMULATING and not a.dtype.is_floating_point:
                 result_dtype = torch.int64  # nvFuser sums and multiplies integers and bools in Int
-            self._emit_op(b.outputs[0], f"fd.ops.{REDUCTIONS[sym]}({self.value(a)}, {dims})", result_dtype, comment)
+            if sym is prims.sum and a.dtype in LOW_PRECISION:  # torch accumulates in float32, rounds once
+                result_dtype, src = torch.float32, self.cast(src, torch.float32)
+            self._emit_op(b.outputs[0], f"fd.ops.{REDUCTIONS[sym]}({src}, {dims})", result_dtype, comment)
         elif sym is prims.var_mean:
             self._var_mean(b, comment)
         elif sym is prims.scatter:

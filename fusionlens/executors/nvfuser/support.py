@@ -1,5 +1,6 @@
-"""What the nvFuser executor takes: the prims it maps to fd.ops, the dtypes nvFuser has, and
-how nvFuser describes a tensor input (symbolic shape, contiguity, stride order).
+"""What the nvFuser executor takes: the prims it maps to fd.ops, the dtypes nvFuser has, the
+two-axis regions it writes as one definition (`takes_columns`), and how nvFuser describes a
+tensor input (symbolic shape, contiguity, stride order).
 
 The tables are keyed by the prim Symbols of fusionlens/ops/prims.py and give the fd.ops name.
 """
@@ -20,7 +21,7 @@ DTYPES = {
     torch.float64: "Double", torch.float32: "Float", torch.float16: "Half", torch.bfloat16: "BFloat16",
     torch.int64: "Int", torch.int32: "Int32", torch.bool: "Bool",
 }
-LOW_PRECISION = (torch.float16, torch.bfloat16)
+LOW_PRECISION = (torch.float16, torch.bfloat16)  # a sum of these is written in Float (definition.py)
 
 # prim -> fd.ops name
 UNARY = {
@@ -153,6 +154,32 @@ def _scatter_problem(bsym) -> str | None:
     return None
 
 
+def takes_columns(domain: tuple, rdims: tuple[int, ...], cdims: tuple[int, ...], bsyms: list) -> str | None:
+    """None where one FusionDefinition of these ops (row reductions over `rdims`, column sums
+    over `cdims`: a norm's backward) is what nvFuser's inner-outer persistent scheduler takes
+    as one fusion; else why not. Its compile-time check (csrc/scheduler/normalization_inner_outer.cpp
+    canScheduleCompileTime, normalization_utils.cpp checkIfReductionsAreInnerOuter) wants each
+    inner reduction's dims [I, ..., R, R] and each outer one's [R, R, ..., I, I], the outer
+    reducing exactly the inner's iteration dims, every dim an iteration or reduction dim (a
+    size-1 dim is a broadcast dim in a definition). Symbolic sizes are no obstacle: a
+    definition's extents are symbolic (-1) anyway. Whether the rows fit its registers and
+    shared memory is nvFuser's decision at run time (canScheduleRunTime): where they do not,
+    nvFuser segments the same definition into more kernels, with the same results."""
+    n = len(domain)
+    if any(type(d) is int and d == 1 for d in domain):
+        return ("a size-1 dim in a two-axis domain is a broadcast dim in nvFuser's definition, which its "
+                "inner-outer scheduler does not take (reductions over iteration dims only)")
+    if tuple(sorted(rdims)) != tuple(range(n - len(rdims), n)) or tuple(sorted(cdims)) != tuple(range(n - len(rdims))):
+        return (f"rows reduced over dims {list(rdims)} and columns over {list(cdims)} of {n}: nvFuser's inner-outer "
+                "scheduler takes row reductions over the innermost dims and column reductions over the others")
+    for b in bsyms:
+        if b.sym in REDUCTIONS and tuple(sorted(b.args[1])) == tuple(sorted(cdims)):
+            if b.sym is not prims.sum or not b.args[0].dtype.is_floating_point:
+                return (f"a column {b.sym.name} of {dtype_name(b.args[0].dtype)} (a two-axis region's columns "
+                        "are float sums)")
+    return None
+
+
 def can_take(bsym) -> str | None:
     """None when this op maps to fd.ops; otherwise why it does not."""
     sym = bsym.sym
@@ -222,7 +249,7 @@ def can_take(bsym) -> str | None:
             return "a reduction over no dims"
         if a.ndim == 0:
             return "a reduction of a 0-dim tensor"
-        if sym in (prims.sum, prims.prod, prims.var_mean) and a.dtype in LOW_PRECISION:
+        if sym in (prims.prod, prims.var_mean) and a.dtype in LOW_PRECISION:
             return (f"a {dtype_name(a.dtype)} {name} (torch accumulates low-precision floats in float32; "
                     "FusionLens decompositions cast first, as Thunder's nvFuser executor requires)")
         if sym in INTEGER_ACCUMULATING and not a.dtype.is_floating_point and a.dtype != torch.int64:

@@ -19,7 +19,7 @@ import torch
 from fusionlens.ir.trace import SymbolKind, Value, values_in
 from fusionlens.ops import prims
 
-from . import tuning
+from . import polynomial, tuning
 
 TL_DTYPE = {
     torch.float32: "tl.float32", torch.float16: "tl.float16", torch.bfloat16: "tl.bfloat16",
@@ -176,18 +176,20 @@ def _elementwise_problem(bsym) -> str | None:
 def takes_columns(domain: tuple, rdims: tuple[int, ...], cdims: tuple[int, ...], bsyms: list) -> str | None:
     """None when Triton writes these ops as one two-axis kernel pair (two_axis.py): a static
     domain, column reductions that are float sums, rows of any length (longer than
-    tuning.TWO_AXIS_MAX_ROW the row kernel loops over chunks of them) where there are rows
-    enough to give every SM's program TWO_AXIS_FILL_ROWS of them; else why not."""
+    tuning.TWO_AXIS_MAX_ROW the row kernel loops over chunks of them); rows that long and too few
+    to give every SM's program TWO_AXIS_FILL_ROWS of them are tiled by column blocks instead
+    (two_axis_tiles.py), where each row reduction sums a tile at a time (polynomial.py); else why not."""
     if not all(type(d) is int for d in domain):
         return "a two-axis region of symbolic size is not generated for Triton"
-    ncols = math.prod(domain[d] for d in rdims)
-    nrows = math.prod(domain[d] for d in cdims)
-    if ncols > tuning.TWO_AXIS_MAX_ROW and nrows < tuning.TWO_AXIS_FILL_ROWS * tuning.SM_COUNT:
-        return (f"{nrows} rows of {ncols} elements: too few for a program an SM with "
-                f"tuning.TWO_AXIS_FILL_ROWS = {tuning.TWO_AXIS_FILL_ROWS} rows each (partial column sums a "
-                "program cost what a third read would); the column sums are a split region of their own")
     for b in bsyms:
         if b.sym in REDUCTIONS and tuple(sorted(b.args[1])) == tuple(cdims):
             if b.sym is not prims.sum or b.args[0].dtype not in FLOATS:
                 return f"a column {b.sym.name} of {b.args[0].dtype} is not generated for Triton (float sums only)"
+    ncols = math.prod(domain[d] for d in rdims)
+    nrows = math.prod(domain[d] for d in cdims)
+    if ncols > tuning.TWO_AXIS_MAX_ROW and nrows < tuning.TWO_AXIS_FILL_ROWS * tuning.SM_COUNT:
+        problem = polynomial.tile_problem(bsyms, domain, rdims, cdims)
+        if problem:
+            return (f"{nrows} rows of {ncols} elements, too few for a program an SM, are tiled by column blocks, "
+                    f"but {problem}; the column sums are a split region of their own")
     return None

@@ -72,8 +72,13 @@ TWO_AXIS_MIN_ROWS = 8
 # ... and never fewer programs than SMs while each still gets TWO_AXIS_FILL_ROWS rows: a looped
 # row kernel's partial sums (4 bytes a column a sum, written and read back) then cost at most
 # what a third read of bf16 dy and x would. Fewer rows than this a program at every SM, over
-# rows longer than TWO_AXIS_MAX_ROW, and the column sums are a split region of their own.
+# rows longer than TWO_AXIS_MAX_ROW, and the domain is tiled by column blocks instead
+# (two_axis_tiles.py): a statistics kernel of TWO_AXIS_MAX_ROW-column tiles storing each row's
+# partials, then a dx kernel whose programs each own a block of columns over every row, at
+# least TWO_AXIS_TILE_MIN_COLS wide (64: a 128-byte bf16 segment a row, 128-bit accesses).
 TWO_AXIS_FILL_ROWS = 4
+TWO_AXIS_TILE_MIN_COLS = 64
+TWO_AXIS_TILE_WAVES = 8  # the statistics kernel's programs: about this many waves, whatever an SM holds
 SM_REGISTERS = 65536
 SM_WARPS = 64
 

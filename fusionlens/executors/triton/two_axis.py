@@ -15,6 +15,8 @@ same [rows, columns] values, in two launches and one pass over them.
 - Longer rows: each row block in BLOCK_N chunks, a pass per set of row statistics, then one
   computing dx and adding each chunk's column sums over the block's rows to the program's row
   of the [programs, columns] buffer in global memory (_looped_rows): registers hold a chunk.
+- Few long rows (fewer than TWO_AXIS_FILL_ROWS x SMs of more than TWO_AXIS_MAX_ROW): the domain
+  is tiled by column blocks instead (two_axis_tiles.py: `self.tiles` writes both kernels).
 - The combine kernel: one program per BLOCK_N columns sums the programs' partial results in a
   fixed order (the same bits at every run: no atomics), then computes what the group does with
   the column sums (a cast to the parameter's dtype) and stores the column outputs.
@@ -34,9 +36,10 @@ from fusionlens.middle.contract import Decline
 from fusionlens.ops import prims
 
 from . import tuning
-from .analysis import _ident
+from .analysis import _Analysis, _ident
 from .emitter import _Emitter, _Scope
 from .reduction import ReductionWriter, _cdiv, _pick_reduction
+from .two_axis_tiles import Tiles, tiled
 from .writer import _next_pow2, _store_cast
 
 COMBINE_TILE = 4096  # elements of the combine kernel's [SPLIT, BLOCK_N] tile of partial results
@@ -57,8 +60,15 @@ def _pick_looped(an) -> tuple[int, int]:
 class TwoAxisWriter(ReductionWriter):
     programs: int  # the row kernel's programs: each stores one row of partial column sums
 
+    def __init__(self, an: _Analysis, strides: list[tuple], rid: str):
+        super().__init__(an, strides, rid)
+        # few long rows: the domain tiled by column blocks instead (two_axis_tiles.py)
+        self.tiles = Tiles(self) if tiled(an) else None
+
     def kind_comment(self) -> str:
         an = self.an
+        if self.tiles is not None:
+            return self.tiles.kind_comment()
         if self.looped:
             return (f"# kind: two-axis reduction over {list(an.domain)}: {an.nrows} rows of {an.ncols} elements, "
                     f"reduced along each row (dims {list(an.rdims)}) in {an.npasses + 1} passes over chunks of "
@@ -75,9 +85,13 @@ class TwoAxisWriter(ReductionWriter):
 
     @property
     def partial_shape(self) -> tuple[int, int]:
+        if self.tiles is not None:
+            return self.tiles.partial_shape
         return self.programs, int(self.an.ncols)
 
     def partials(self) -> list[tuple[str, torch.dtype]]:
+        if self.tiles is not None:
+            return self.tiles.partials()
         return [(f"part{j}_ptr", torch.float32) for j in range(len(self.an.col_reductions))]
 
     def _programs(self, blocks: int) -> int:
@@ -91,6 +105,8 @@ class TwoAxisWriter(ReductionWriter):
         return max(1, min(blocks, tuning.resident_programs(self.warps, self.bm * self.bn, accs) * an.sms, few))
 
     def _body(self, em: _Emitter) -> list[str]:
+        if self.tiles is not None:
+            return self.tiles.stats_kernel(em)
         an = self.an
         nontrivial = [d for d in range(an.n) if an.domain[d] != 1]
         self.bm, self.bn, looped, self.warps = _pick_reduction(an, bool(nontrivial) and nontrivial[-1] in an.kept)
@@ -192,6 +208,8 @@ class TwoAxisWriter(ReductionWriter):
     def combine_kernel(self) -> tuple[list[str], set[str]]:
         """The second kernel: each column's partial sums added in a fixed order, then the
         group's ops on the column sums and the column outputs."""
+        if self.tiles is not None:
+            return self.tiles.combine_kernel()
         an = self.an
         self.bn2 = min(_next_pow2(int(an.ncols)), COMBINE_BLOCK_N)
         self.bs2 = min(_next_pow2(self.programs), max(1, COMBINE_TILE // self.bn2))
@@ -202,6 +220,8 @@ class TwoAxisWriter(ReductionWriter):
         return self._written_combine()
 
     def _combine_body(self, em: _Emitter) -> list[str]:
+        if self.tiles is not None:
+            return self.tiles.dx_kernel(em)
         an = self.an
         body = _Scope("    ")
         em.loop = em.rowscope = em.prologue = body

@@ -5,10 +5,10 @@
   convolution, SDPA) and softmax, and the generic rule for any other op that runs whole.
 - `composite_rules.py`: rules that emit torch-level backward symbols (gelu, silu, relu,
   tanh, sigmoid, layer_norm, training-mode batch_norm): torch's backward kernel when run
-  whole, prims when fused.
+  whole, prims when fused; layer_norm's forward keeps its statistics for its backward.
 - `transform.py`: the joint forward-backward trace and its split into a forward trace that
   returns what the backward saves and a backward trace (`differentiate`).
 - `simplify.py`: peepholes on the backward ops (the pads of a split's gradient as one cat).
-- `remat.py`: save or recompute: cheap values recomputed in the backward.
+- `remat.py`: save or recompute: cheap values recomputed in the backward, reductions' outputs saved.
 - `runtime.py`: the two compiled programs joined to PyTorch autograd (a torch.autograd.Function).
 """

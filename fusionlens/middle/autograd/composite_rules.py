@@ -7,6 +7,10 @@ prims and it fuses with its neighbours; where none does (the torch executor on a
 runs whole, one call, as fast as eager's backward. Its forward op then runs whole too (a
 rule of its own keeps it from being decomposed in the forward).
 
+A training forward runs F.layer_norm as `layer_norm_with_stats` (torch_rules.EXPLICIT):
+eager's native_layer_norm, which also returns the mean and rstd, 8 bytes a row; the backward
+reads them, as eager's autograd does, instead of reading x once more to recompute them.
+
 Training-mode batch_norm runs whole in the forward (torch's kernel updates the running
 statistics in place, once, as eager does); its backward never calls it again, and
 recomputes the batch statistics from the saved input instead. Evaluation-mode batch_norm
@@ -22,9 +26,11 @@ import math
 
 import torch
 
-from fusionlens.middle.autograd.torch_rules import NoRule, Rule, rule_targets
+from fusionlens.middle.autograd.torch_rules import EXPLICIT, NoRule, Rule, rule_targets
 from fusionlens.ir.trace import OpTag, Symbol, Value
 from fusionlens.ops import prims as P
+from fusionlens.ops.torch_ops import normalization as N
+from fusionlens.ops.torch_ops.registry import registered
 
 RULES: dict[Symbol, Rule] = {}  # registered symbol -> its rule (rules.lookup reads it)
 
@@ -136,23 +142,30 @@ _unary_rule("torch.sigmoid", _tensor_sig, lambda b, g, a: sigmoid_backward(g, b.
 
 # --- normalisations -----------------------------------------------------------------------
 
-def _norm_backward(g, x, weight, dims, stats_shape, eps):
-    """(dx, dweight, dbias) of out = (x - mean) * rstd * weight + bias over `dims`, the
-    statistics recomputed from x; weight and bias already broadcast-ready (or None)."""
+def _norm_backward(g, x, weight, dims, stats):
+    """(dx, g in the computing dtype, xhat) of out = (x - mean) * rstd * weight + bias over
+    `dims`; `stats` is the forward's (mean, rstd), kept over `dims` (size 1 there), or the eps
+    to recompute them from x with; weight broadcast-ready (or None)."""
     compute = _compute(x.dtype)
     xc, gc = _cast(x, compute), _cast(g, compute)
     kept = tuple(d for d in range(x.ndim) if d not in dims)
     spread = lambda v: P.broadcast_in_dim(v, x.shape, kept)  # noqa: E731
     n = float(math.prod(x.shape[d] for d in dims))
-    var, mean = P.var_mean(xc, dims, 0)
-    rstd = P.rsqrt(P.add(var, eps))
-    xhat = P.mul(P.sub(xc, spread(mean)), spread(rstd))
+    if isinstance(stats, tuple):  # saved: [rows, 1] values broadcast along their size-1 dims
+        mean, rstd = (P.broadcast_in_dim(_cast(s, compute), x.shape, tuple(range(x.ndim))) for s in stats)
+        xhat = P.mul(P.sub(xc, mean), rstd)
+        rstd_full = rstd
+    else:
+        var, mean = P.var_mean(xc, dims, 0)
+        rstd = P.rsqrt(P.add(var, stats))
+        rstd_full = spread(rstd)
+        xhat = P.mul(P.sub(xc, spread(mean)), rstd_full)
     gxhat = P.mul(gc, weight(compute)) if weight is not None else gc
     sum_g = P.sum(gxhat, dims)
     sum_gx = P.sum(P.mul(gxhat, xhat), dims)
     # dx = rstd * (gxhat - mean(gxhat) - xhat * mean(gxhat * xhat))
     inner = P.sub(P.sub(gxhat, spread(P.div(sum_g, n))), P.mul(xhat, spread(P.div(sum_gx, n))))
-    return _cast(P.mul(inner, spread(rstd)), x.dtype), gc, xhat
+    return _cast(P.mul(inner, rstd_full), x.dtype), gc, xhat
 
 
 # The whole-op backwards recompute the batch statistics with torch's own normalisation kernel
@@ -168,7 +181,7 @@ def _batch_norm_backward_impl(grad, x, weight, has_bias, eps):
 def _batch_norm_backward(grad, x, weight, has_bias, eps):
     dims = (0,) + tuple(range(2, x.ndim))
     w = (lambda dt: P.broadcast_in_dim(_cast(weight, dt), x.shape, (1,))) if weight is not None else None
-    dx, gc, xhat = _norm_backward(grad, x, w, dims, None, eps)
+    dx, gc, xhat = _norm_backward(grad, x, w, dims, eps)
     out = [dx]
     if weight is not None:
         out.append(_cast(P.sum(P.mul(gc, xhat), dims), weight.dtype))
@@ -238,19 +251,45 @@ def _batch_norm(b, cots):
 _register("torch.nn.functional.batch_norm", _batch_norm)
 
 
-def _layer_norm_backward_impl(grad, x, normalized_shape, weight, bias, eps):
-    _, mean, rstd = torch.native_layer_norm(x, normalized_shape, weight, bias, eps)
+# LayerNorm saves its statistics, as eager's native_layer_norm does: in a training forward
+# F.layer_norm runs as layer_norm_with_stats (torch_rules.EXPLICIT), whose mean and rstd
+# ([rows, 1] each, float32 for low-precision inputs: 8 bytes a row) the backward reads. A
+# backward recomputing them would read x once more, a third pass over long rows.
+def _kernel_stats_dtype(x, weight, bias):
+    """The dtype of the statistics eager's native_layer_norm gives, which its backward kernel
+    takes: on a CPU a low-precision input's own unless every parameter is float32 (a "mixed"
+    call); float32 (the accumulating type) on a GPU."""
+    if x.device.type != "cpu" or x.dtype not in (torch.float16, torch.bfloat16):
+        return _compute(x.dtype)
+    params = [t for t in (weight, bias) if t is not None]
+    return torch.float32 if params and all(t.dtype == torch.float32 for t in params) else x.dtype
+
+
+def _layer_norm_with_stats_impl(x, normalized_shape, weight, bias, eps):
+    out, mean, rstd = torch.native_layer_norm(x, normalized_shape, weight, bias, eps)
+    compute = _compute(x.dtype)  # exact: a CPU's low-precision statistics widened
+    return out, mean.to(compute), rstd.to(compute)
+
+
+layer_norm_with_stats = Symbol("layer_norm_with_stats", _layer_norm_with_stats_impl,
+                               decomposition=N.layer_norm_with_stats,
+                               tags=(OpTag.LIBRARY_CALL, OpTag.PROGRAM_GLOBAL))
+
+
+def _layer_norm_backward_impl(grad, x, mean, rstd, normalized_shape, weight, bias):
+    stats = _kernel_stats_dtype(x, weight, bias)
     gx, gw, gb = torch.ops.aten.native_layer_norm_backward(
-        grad, x, normalized_shape, mean, rstd, weight, bias, [True, weight is not None, bias is not None])
+        grad, x, normalized_shape, mean.to(stats), rstd.to(stats), weight, bias,
+        [True, weight is not None, bias is not None])
     return tuple(t for t in (gx, gw, gb) if t is not None)
 
 
-def _layer_norm_backward(grad, x, normalized_shape, weight, bias, eps):
+def _layer_norm_backward(grad, x, mean, rstd, normalized_shape, weight, bias):
     axis = x.ndim - len(normalized_shape)
     dims = tuple(range(axis, x.ndim))
     lead = tuple(range(axis))
     w = (lambda dt: P.broadcast_in_dim(_cast(weight, dt), x.shape, dims)) if weight is not None else None
-    dx, gc, xhat = _norm_backward(grad, x, w, dims, None, eps)
+    dx, gc, xhat = _norm_backward(grad, x, w, dims, (mean, rstd))
     out = [dx]
     if weight is not None:
         out.append(_cast(P.sum(P.mul(gc, xhat), lead), weight.dtype) if lead else _cast(P.mul(gc, xhat), weight.dtype))
@@ -266,15 +305,30 @@ layer_norm_backward = backward_symbol("layer_norm_backward", _layer_norm_backwar
 def _layer_norm_sig(input, normalized_shape, weight=None, bias=None, eps=1e-5): ...
 
 
-def _layer_norm(b, cots):
-    a = _bind(_layer_norm_sig, b)
+def _layer_norm_explicit(b):
+    """F.layer_norm in a training forward: layer_norm_with_stats, its output the op's."""
+    try:
+        a = _bind(_layer_norm_sig, b)
+    except NoRule:
+        return None
     x, weight, bias = a["input"], a["weight"], a["bias"]
     if not isinstance(x, Value) or any(w is not None and not isinstance(w, Value) for w in (weight, bias)):
-        raise NoRule("a non-tensor weight")
+        return None  # a non-tensor weight: its prims differentiated
     shape = [a["normalized_shape"]] if isinstance(a["normalized_shape"], int) else list(a["normalized_shape"])
-    grads = layer_norm_backward(cots[0], x, shape, weight, bias, a["eps"])
+    return layer_norm_with_stats(x, shape, weight, bias, a["eps"])[0]
+
+
+def _layer_norm(b, cots):
+    """The gradients of layer_norm_with_stats from its saved mean and rstd (its statistics'
+    own outputs get no cotangent: nothing but the backward reads them)."""
+    x, shape, weight, bias, _ = b.args
+    _, mean, rstd = b.outputs
+    if cots[0] is None:
+        return []
+    grads = layer_norm_backward(cots[0], x, mean, rstd, shape, weight, bias)
     grads = grads if isinstance(grads, tuple) else (grads,)
     return list(zip([v for v in (x, weight, bias) if v is not None], grads))
 
 
-_register("torch.nn.functional.layer_norm", _layer_norm)
+RULES[layer_norm_with_stats] = _layer_norm
+EXPLICIT[registered("torch.nn.functional.layer_norm")] = _layer_norm_explicit

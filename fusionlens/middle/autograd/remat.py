@@ -7,8 +7,13 @@ reshapes) from other values can instead be recomputed in the backward, where its
 fuses into the backward's own kernels. In the spirit of Thunder's min-cut rematerialisation
 and Inductor's partitioner, but greedy: for each saved value, largest first, take the cheap
 ops that make it from "anchors" (inputs, values saved anyway, values of ops that are not
-cheap) and recompute it when the anchors it would add to memory are fewer bytes than itself.
-Random ops are never cheap: their draws cannot be replayed. An FSDP2 unit resharded after
+cheap) and recompute it when the anchors it would add to memory are fewer bytes than itself
+and the recompute reads no more bytes than saving it moves (the forward's write and the
+backward's read: `READ_FACTOR` x its bytes). Random ops are never cheap: their draws cannot be
+replayed. Nor is a reduction: its output is small beside what it reads (a LayerNorm's mean and
+rstd, 8 bytes a row, against the row), so it is saved, never recomputed, as Inductor bans
+recomputing a node whose inputs are 4x its size; the rules do likewise (a norm's backward
+reads the forward's statistics: composite_rules). An FSDP2 unit resharded after
 forward has its gathered parameters gathered again in the backward instead of saved
 (fusionlens.distributed.autograd_rules.fsdp_regather, registered with `extend`).
 """
@@ -27,6 +32,8 @@ _CHEAP_SHAPE = {P.broadcast_in_dim, P.reshape, P.permute, P.convert_element_type
 Rewrite = Callable[[list[BoundSymbol], list[BoundSymbol], set[str]], tuple[list[BoundSymbol], list[str]]]
 _REWRITES: list[Rewrite] = []
 MAX_CONE = 32  # ops recomputed for one value at most: past that the backward grows too long
+# a recompute reads at most this many times the value's bytes: saving it costs a write and a read
+READ_FACTOR = 2
 
 
 def _cheap(b: BoundSymbol) -> bool:
@@ -79,7 +86,7 @@ def recompute(forward: list[BoundSymbol], backward: list[BoundSymbol], saved: li
             continue
         ops, anchors = found
         added = [a for n, a in anchors.items() if n not in keep and n not in inputs]
-        if sum(map(_bytes, added)) >= _bytes(v):
+        if sum(map(_bytes, added)) >= _bytes(v) or sum(map(_bytes, anchors.values())) > READ_FACTOR * _bytes(v):
             continue
         keep.discard(v.name)
         keep.update(a.name for a in added)

@@ -229,13 +229,16 @@ def _split(trace, forward, backward, results, differentiable, cotangents, grad_i
     joint = Trace(f"{trace.name}_joint", list(trace.inputs) + cotangents, forward + joint_backward,
                   (tuple(results), tuple(outs)), Stage.JOINT, trace.signature, dict(trace.extra_globals),
                   list(trace.writeback))
+    # what each half's printed program names as a global: a training forward's
+    # layer_norm_with_stats, a backward rule's symbols
+    own = lambda ops: {b.sym.name: b.sym.impl for b in passes.iter_all(ops) if OpTag.PROGRAM_GLOBAL in b.sym.tags}  # noqa: E731
     fwd = passes.dce(Trace(f"{trace.name}_forward", list(trace.inputs), forward, tuple(results) + tuple(saved),
-                           Stage.FORWARD, trace.signature, dict(trace.extra_globals), list(trace.writeback)))
+                           Stage.FORWARD, trace.signature, {**trace.extra_globals, **own(forward)},
+                           list(trace.writeback)))
     bwd_inputs = [Value(v.name, v.shape, v.dtype, v.device, ValueRole.SAVED) for v in saved] + cotangents
     # the forward's globals too: what the backward's arguments print as (a collective's Group)
     bwd = Trace(f"{trace.name}_backward", bwd_inputs, backward, tuple(outs), Stage.BACKWARD, [],
-                {**trace.extra_globals, **{b.sym.name: b.sym.impl for b in passes.iter_all(backward)
-                                           if OpTag.PROGRAM_GLOBAL in b.sym.tags}})
+                {**trace.extra_globals, **own(backward)})
     bwd = passes.dce(passes.cse(bwd))
     bwd.packed = len(saved)  # the saved tensors arrive in one list (runtime.training_program)
     used = {v.name for v in external_inputs(bwd.bound_symbols)} | {v.name for v in bwd.results()}

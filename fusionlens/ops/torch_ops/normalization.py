@@ -48,17 +48,24 @@ def log_softmax(input, dim=None, _stacklevel=3, dtype=None):
 
 @register(F.layer_norm)
 def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5):
+    return layer_norm_with_stats(input, normalized_shape, weight, bias, eps)[0]
+
+
+def layer_norm_with_stats(input, normalized_shape, weight=None, bias=None, eps=1e-5):
+    """(layer_norm, mean, 1 / std): the statistics in the computing dtype (float32 for
+    low-precision inputs), kept over the normalised dims, as a training forward saves them."""
     dims = tuple(range(input.ndim - len(normalized_shape), input.ndim))
     compute = torch.float32 if input.dtype in _LOW_PRECISION else input.dtype
     x = cast(input, compute)
     v, m = prims.var_mean(x, dims, 0)
     v, m = _keep(v, x, dims, True), _keep(m, x, dims, True)
-    out = mul(sub(x, m), rsqrt(add(v, eps)))
+    rstd = rsqrt(add(v, eps))
+    out = mul(sub(x, m), rstd)
     if weight is not None:
         out = mul(out, weight)
     if bias is not None:
         out = add(out, bias)
-    return cast(out, input.dtype)
+    return cast(out, input.dtype), m, rstd
 
 
 @register(F.rms_norm)

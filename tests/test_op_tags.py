@@ -149,7 +149,14 @@ def test_symbols_refuse_untyped_tags_and_unknown_kinds():
 # --- backward rules by symbol ------------------------------------------------------------
 
 def test_every_old_rule_is_found_by_its_symbol():
-    assert [n for n in OLD_RULE_NAMES if rules.lookup(registry.registered(n)) is None] == []
+    # F.layer_norm's rule moved to the op a training forward runs it as (torch_rules.EXPLICIT:
+    # composite_rules.layer_norm_with_stats, whose backward reads the saved statistics)
+    def found(sym):
+        explicit = torch_rules.EXPLICIT.get(sym)
+        return rules.lookup(sym) is not None or (
+            explicit is composite_rules._layer_norm_explicit and rules.lookup(composite_rules.layer_norm_with_stats))
+
+    assert [n for n in OLD_RULE_NAMES if not found(registry.registered(n))] == []
     assert all(rules.lookup(s) is not None for s in prim_rules.RULES)
     # by the object, not the name: a symbol that only shares matmul's name has no rule
     assert rules.lookup(Symbol("torch.matmul", torch.matmul)) is None

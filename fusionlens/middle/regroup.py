@@ -26,6 +26,7 @@ from __future__ import annotations
 import heapq
 from typing import Any
 
+from fusionlens.ir.sizes import same_shape
 from fusionlens.ir.trace import BoundSymbol, NameGen, OpTag, Value, external_inputs
 from fusionlens.middle.contract import BoundaryCode
 from fusionlens.ops import prims as P
@@ -198,12 +199,12 @@ class Regroup:
         g_reads = {v.name for v in external_inputs(g.ops)}
         if not (a_reads & g_reads or a_reads & g.produced or g_reads & a.produced):
             return False
-        shapes = {tuple(n for d, n in enumerate(g.domain) if d not in g.rdims),
-                  tuple(1 if d in g.rdims else n for d, n in enumerate(g.domain))}
+        shapes = (tuple(n for d, n in enumerate(g.domain) if d not in g.rdims),
+                  tuple(1 if d in g.rdims else n for d, n in enumerate(g.domain)))  # sizes may be symbols
         columns: set[str] = set()  # what g's sums make, and what g computes from it
         for b in g.ops:
             if b.sym.tags & {OpTag.REDUCTION} or any(v.name in columns for v in b.inputs()):
-                if any(tuple(o.shape) not in shapes for o in b.outputs):
+                if not all(any(same_shape(o.shape, s) for s in shapes) for o in b.outputs):
                     return False  # a column sum brought back to the rows needs every row first
                 columns.update(o.name for o in b.outputs)
         if a_reads & columns:

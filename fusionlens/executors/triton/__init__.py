@@ -19,7 +19,10 @@ What it generates (see fusionlens/middle/contract.py for the FusionGroup contrac
 - two-axis groups (a norm's backward: row reductions and column sums of the same rows): one
   kernel whose programs each loop over a share of the row blocks, computing the rows' outputs
   and accumulating partial column sums in registers, stored once a program; a second small
-  kernel combines the partials in a fixed order (two_axis.py, docs/kernels.md).
+  kernel combines the partials in a fixed order (two_axis.py, docs/kernels.md). Few long rows
+  are tiled by column blocks instead (two_axis_tiles.py): a statistics kernel stores each row's
+  partials a tile, a dx kernel combines them and sums whole columns (its module name still says
+  `_combine`).
 - float16/bfloat16/float32 values are loaded, computed and accumulated in float32 and cast
   back at the store; integer and bool values keep their types. float64 and complex are
   declined.
@@ -46,6 +49,8 @@ The modules, down the pipeline:
     pointwise   the pointwise kernel writer
     reduction   the reduction kernel writer (single pass, looped, online, Welford)
     two_axis    a two-axis group's kernel pair: rows (dx) and partial column sums, then their combine
+    polynomial  whether a row sum can be taken a tile at a time (few long rows)
+    two_axis_tiles  few long rows: statistics partials by column block, then dx and whole columns
     module      module source (header, helpers, kernel, launcher); exec once per source
     runtime     generate / source_only / source_for, Generated and its stride variants
     launch      each kernel's launch bound once (no per-call JIT dispatch on a GPU)

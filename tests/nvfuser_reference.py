@@ -19,6 +19,8 @@ What it checks, so that a definition that works here is likely to work on nvFuse
   broadcast (size-1) dims may change size; a target extent is an int or an Int scalar of the
   definition (`fd.ops.size(T, dim=d)`, or a symbolic scalar input), read at execute;
   elementwise ops need equal ranks, and sizes that differ only where one side is a broadcast dim;
+- squeeze: only broadcast dims (extent 1; an expanded one only with squeeze_expanded=True),
+  size 1 at execute;
 - scalar inputs (`define_scalar(None, dtype=...)`) follow the definition order of inputs, and
   each is given at execute as a python number of its type;
 - dtypes: python scalars are DataType.Double / Int / Bool values; a tensor's dtype wins over
@@ -37,7 +39,10 @@ where(condition, x, y); set; size(arg, dim) -> the extent as a scalar Val; a sha
 ints and scalar Vals), python/python_frontend/python_bindings.cpp (define_tensor(shape,
 contiguity, dtype=DataType.Float, is_cpu=False, stride_order), computeTensorDescriptor's
 contiguity convention), python/python_frontend/fusion_record.h (SizeOpRecord: `ops.size(T, dim=d)`),
-ops.cpp again for reshape(arg, new_shape), iota(length, start=None, step=None,
+ops.cpp again for reshape(arg, new_shape), squeeze(arg, dims, squeeze_expanded=False) (and
+csrc/ops/alias.cpp squeeze: only broadcast dims, an expanded one only with squeeze_expanded,
+negative dims from the end; the older frontend's python_bindings.cpp binds the same arguments),
+iota(length, start=None, step=None,
 dtype=DataType.Int) and scatter(arg, index, src, dim), csrc/ops/indexing.cpp (scatter: self,
 index and src of one rank, not 0-d; the output has self's shape; index may be smaller than self
 in the other dims), tests/python/direct/test_repro.py (how definitions are written, scalar inputs
@@ -92,6 +97,7 @@ class Tensor:
 
     def __init__(self, fd, ndim: int, dtype: torch.dtype, broadcast: tuple):
         self.fd, self.ndim, self.dtype, self.broadcast = fd, ndim, dtype, tuple(broadcast)
+        self.expanded = (False,) * ndim  # broadcast dims of an extent other than 1 (define_tensor, broadcast_in_dim)
         self.index = len(fd._values)
         fd._values.append(self)
 
@@ -135,6 +141,7 @@ class FusionDefinition:
         self._outputs: list = []
         self._records: list = []  # (fn, operands, outputs)
         self.recorded_ops: list = []  # fd.ops names used, in order
+        self.log: list = []  # (name, operands, outputs, attributes such as a reduction's dims), in order
         self._done = False
         self.executions = 0
 
@@ -176,6 +183,7 @@ class FusionDefinition:
         _check(not is_cpu or n == 0, "only 0-dim tensors may be CPU tensors")
         t = Tensor(self, n, TORCH_DTYPE[dtype], tuple(s == 1 for s in shape))
         t._spec = (shape, contiguity, order, physical, bool(is_cpu))
+        t.expanded = tuple(shape[d] != 1 and contiguity[physical.index(d)] is None for d in range(n))
         self._inputs.append(t)
         return t
 
@@ -225,9 +233,10 @@ class FusionDefinition:
         self.executions += 1
         return [env[o.index].clone() for o in self._outputs]
 
-    def _record(self, name, fn, operands, outputs):
+    def _record(self, name, fn, operands, outputs, **attributes):
         self._records.append((fn, operands, outputs))
         self.recorded_ops.append(name)
+        self.log.append((name, list(operands), list(outputs), attributes))
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
 
@@ -465,7 +474,42 @@ def broadcast_in_dim(arg, shape, broadcast_dims):
         for src, dst in enumerate(dims):
             view[dst] = a.shape[src]
         return a.reshape(view).expand(target)
-    return fd._record("broadcast_in_dim", run, [arg, *scalars], [Tensor(fd, len(shape), arg.dtype, flags)])
+    out = Tensor(fd, len(shape), arg.dtype, flags)
+    src_of = {dst: src for src, dst in enumerate(dims)}
+    out.expanded = tuple(arg.expanded[src_of[j]] if j in src_of else not (isinstance(e, int) and e == 1)
+                         for j, e in enumerate(entries))
+    return fd._record("broadcast_in_dim", run, [arg, *scalars], [out])
+
+
+def squeeze(arg, dims, squeeze_expanded=False):
+    """ops.squeeze(arg, dims, squeeze_expanded=False): arg without the given dims, each a broadcast
+    dim of the definition: of extent 1, or an expanded one where squeeze_expanded says so (its
+    first element kept). Negative dims count from the end."""
+    fd = _fd()
+    _check(isinstance(arg, Tensor), "ops.squeeze takes a tensor")
+    dims = [int(d) for d in dims]
+    _check(len(dims) <= arg.ndim, f"The dims to squeeze must be <= the number of dims of the input tensor. "
+                                  f"Squeeze dims: {len(dims)} Input Tensor dims: {arg.ndim}")
+    to_squeeze = [False] * arg.ndim
+    for d in dims:
+        d = d + arg.ndim if d < 0 else d
+        _check(0 <= d < arg.ndim, f"Squeeze dim is outside of Tensor size! Tensor Size: {arg.ndim} Dim: {d}")
+        to_squeeze[d] = True
+    for d in (d for d in range(arg.ndim) if to_squeeze[d]):
+        _check(arg.broadcast[d] or arg.expanded[d], "Can not squeeze non-broadcasting dimension(s).")
+        _check(squeeze_expanded or not arg.expanded[d],
+               f"Refusing to squeeze expanded IterDomain (dim {d}). To force removal of this axis, use "
+               "squeeze_expanded=true.")
+    gone = [d for d in range(arg.ndim) if to_squeeze[d]]
+
+    def run(a):
+        for d in reversed(gone):
+            _check(arg.expanded[d] or a.shape[d] == 1, "Can not squeeze dimension(s) with size != 1.")
+            a = a.select(d, 0)
+        return a
+    out = Tensor(fd, arg.ndim - len(gone), arg.dtype, [f for d, f in enumerate(arg.broadcast) if not to_squeeze[d]])
+    out.expanded = tuple(f for d, f in enumerate(arg.expanded) if not to_squeeze[d])
+    return fd._record("squeeze", run, [arg], [out], dims=tuple(gone))
 
 
 def _norm_dims(dims, ndim):
@@ -502,7 +546,7 @@ def _reduction(name):
             for d in sorted(rdims, reverse=True):
                 a = torch.prod(a, d, keepdim=keepdim)
             return a
-        return fd._record(name, run, [arg], [Tensor(fd, len(kept), compute, kept)])
+        return fd._record(name, run, [arg], [Tensor(fd, len(kept), compute, kept)], dims=tuple(rdims))
     op.__name__ = name
     return op
 
@@ -518,7 +562,7 @@ def var_mean(arg, dims, correction=1, keepdim=False):
     def run(a):
         return tuple(torch.var_mean(a, rdims, correction=correction, keepdim=keepdim))
     outs = [Tensor(fd, len(kept), arg.dtype, kept), Tensor(fd, len(kept), arg.dtype, kept)]
-    return fd._record("var_mean", run, [arg], outs)
+    return fd._record("var_mean", run, [arg], outs, dims=tuple(rdims))
 
 
 def reshape(arg, new_shape):
@@ -596,6 +640,7 @@ ops.broadcast_in_dim = broadcast_in_dim
 ops.size = size
 ops.var_mean = var_mean
 ops.reshape = reshape
+ops.squeeze = squeeze
 ops.iota = iota
 ops.scatter = scatter
 

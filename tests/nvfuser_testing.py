@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 
 import pytest
 import torch
@@ -157,56 +158,110 @@ def run_generated(runner, group, tensors):
 
 # --- what nvFuser's inner-outer persistent scheduler takes as one fusion -----------------------
 
-def inner_outer_problem(bsyms, domain) -> str | None:
-    """Why nvFuser's inner-outer persistent scheduler would not take a definition of these prims
-    (over `domain`) as one fusion, or None where its compile-time check passes: its conditions
-    restated over FusionLens's prims, independently of support.takes_columns. From NVIDIA/Fuser
+@dataclass
+class _Op:
+    """An op as the check reads it: its name, the values it reads and makes, and for a reduction
+    its dims and which dims of its input are broadcast dims."""
+
+    name: str
+    reads: list
+    makes: list
+    dims: tuple | None = None
+    broadcast: tuple = ()
+
+
+def _ops_of_prims(bsyms) -> list[_Op]:
+    """FusionLens prims as a definition of them has them: a size-1 dim is a broadcast dim."""
+    out = []
+    for b in bsyms:
+        reads, makes = [v.name for v in b.inputs()], [o.name for o in b.outputs]
+        if b.sym.tags & {prims.REDUCTION}:
+            shape = b.args[0].shape
+            out.append(_Op(b.sym.name, reads, makes, tuple(sorted(int(d) for d in b.args[1])),
+                           tuple(type(s) is int and s == 1 for s in shape)))
+        else:
+            out.append(_Op(b.sym.name, reads, makes))
+    return out
+
+
+def _ops_of_definition(fd) -> list[_Op]:
+    """A definition built on tests/nvfuser_reference.py, as its recorded fd.ops."""
+    out = []
+    for name, operands, outputs, attributes in fd.log:
+        reads = [o.index for o in operands if isinstance(o, ref.Tensor)]
+        makes = [o.index for o in outputs]
+        if name in ("sum", "max", "min", "prod", "var_mean"):
+            (arg,) = [o for o in operands if isinstance(o, ref.Tensor)]
+            out.append(_Op(f"fd.ops.{name}", reads, makes, tuple(attributes["dims"]),
+                           tuple(a or e for a, e in zip(arg.broadcast, arg.expanded))))
+        else:
+            out.append(_Op(f"fd.ops.{name}", reads, makes))
+    return out
+
+
+def inner_outer_problem(what, domain=None) -> str | None:
+    """Why nvFuser's inner-outer persistent scheduler would not take a definition as one fusion,
+    or None where its compile-time check passes: its conditions restated independently of
+    support.takes_columns, over a definition built on tests/nvfuser_reference.py (`what`: its fd)
+    or over FusionLens's prims (`what`: bsyms over `domain`, a size-1 dim a broadcast dim as the
+    definition writes it unsqueezed). From NVIDIA/Fuser
     csrc/scheduler/normalization_inner_outer.cpp (canScheduleCompileTime) and
     csrc/scheduler/normalization_utils.cpp (checkIfReductionsAreInnerOuter: inner reductions
-    [I, ..., R, R], outer [R, R, ..., I, I]; isReductionIterationAxisMatched; hasSharedInput;
-    isConnectedOnlyThroughReductionProducer). A size-1 dim is a broadcast dim there: neither
-    an iteration nor a reduction dim."""
-    n = len(domain)
-    if any(type(d) is int and d == 1 for d in domain):
-        return f"a size-1 (broadcast) dim in the domain {list(domain)}"
+    [I, ..., R, R], outer [R, R, ..., I, I], a broadcast dim neither; isReductionIterationAxisMatched;
+    hasSharedInput; isConnectedOnlyThroughReductionProducer)."""
+    if isinstance(what, ref.FusionDefinition):
+        ops = _ops_of_definition(what)
+    else:
+        ops = _ops_of_prims(what)
+        if any(type(d) is int and d == 1 for d in domain):
+            return f"a size-1 (broadcast) dim in the domain {list(domain)}"
+    reductions = [o for o in ops if o.dims is not None]
+    n = len(domain) if domain is not None else (len(reductions[0].broadcast) if reductions else 0)
     inner, outer = [], []
-    for b in bsyms:
-        if not b.sym.tags & {prims.REDUCTION}:
-            continue
-        dims = tuple(sorted(int(d) for d in b.args[1]))
-        if len(b.args[0].shape) != n:
-            return f"{b.sym.name} of a rank-{len(b.args[0].shape)} value in a rank-{n} domain"
-        if dims == tuple(range(n - len(dims), n)):
-            inner.append((b, dims))
-        elif dims == tuple(range(len(dims))):
-            outer.append((b, dims))
+    for b in reductions:
+        if len(b.broadcast) != n:
+            return f"{b.name} of a rank-{len(b.broadcast)} value in a rank-{n} domain"
+        if any(b.broadcast):
+            return f"{b.name} of a value with broadcast dims {b.broadcast}: neither iteration nor reduction dims"
+        if b.dims == tuple(range(n - len(b.dims), n)):
+            inner.append(b)
+        elif b.dims == tuple(range(len(b.dims))):
+            outer.append(b)
         else:
-            return f"{b.sym.name} over dims {list(dims)}: neither [I, .., R] nor [R, .., I]"
+            return f"{b.name} over dims {list(b.dims)}: neither [I, .., R] nor [R, .., I]"
     if not inner or not outer:
         return f"{len(inner)} inner and {len(outer)} outer reductions: not an inner-outer fusion"
-    if len({d for _, d in inner}) > 1 or len({d for _, d in outer}) > 1:
+    if len({b.dims for b in inner}) > 1 or len({b.dims for b in outer}) > 1:
         return "reductions of one kind over different dims"
-    if set(outer[0][1]) != set(range(n)) - set(inner[0][1]):
+    if set(outer[0].dims) != set(range(n)) - set(inner[0].dims):
         return "the outer reductions do not reduce exactly the inner ones' iteration dims"
-    made = {o.name: b for b in bsyms for o in b.outputs}
+    made = {m: o for o in ops for m in o.makes}
 
-    def fusion_inputs(b, seen=None) -> set[str]:
-        seen = set() if seen is None else seen
+    def fusion_inputs(op, seen) -> set:
         out = set()
-        for v in b.inputs():
-            if v.name in seen:
-                continue
-            seen.add(v.name)
-            out |= fusion_inputs(made[v.name], seen) if v.name in made else {v.name}
+        for v in op.reads:
+            if v not in seen:
+                seen.add(v)
+                out |= fusion_inputs(made[v], seen) if v in made else {v}
         return out
-    if not set().union(*(fusion_inputs(b) for b, _ in inner)) & set().union(*(fusion_inputs(b) for b, _ in outer)):
+    shared = set().union(*(fusion_inputs(b, set()) for b in inner))
+    if not shared & set().union(*(fusion_inputs(b, set()) for b in outer)):
         return "the inner and outer reductions share no input"
-    for b, _ in outer:
-        downstream = {o.name for o in b.outputs}
-        for c in bsyms:
-            reads = {v.name for v in c.inputs()}
-            if reads & downstream:
-                if not reads <= downstream:
-                    return f"{c.sym.name} reads an outer reduction's result beside other values"
-                downstream |= {o.name for o in c.outputs}
+    for b in outer:
+        downstream = set(b.makes)
+        for c in ops:
+            if set(c.reads) & downstream:
+                if not set(c.reads) <= downstream:
+                    return f"{c.name} reads an outer reduction's result beside other values"
+                downstream |= set(c.makes)
     return None
+
+
+def built_definitions(generated, group) -> list:
+    """The definitions a region's `generated` built (one per input signature it ran on), built
+    again on tests/nvfuser_reference.py, to be checked as nvFuser would see them."""
+    from fusionlens.executors.nvfuser.definition import build_definition, write_definition
+
+    backend = reference_backend(generated.api)
+    return [build_definition(write_definition(group, list(key), generated.api).body, backend)
+            for key in generated.definitions]

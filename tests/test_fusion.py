@@ -325,15 +325,16 @@ def test_layer_norm_backward_is_two_regions_for_every_fuser(fuser, executor):
     """dx in one region (rows), the weight and bias gradients in one (columns) that recomputes
     dy * xhat from dy, x and the row statistics: with the test fuser and with nvFuser's
     definitions (run by tests/nvfuser_reference.py) where nvFuser takes no two-axis region (a
-    size-1 dim: tests/test_nvfuser_two_axis.py has the one region it takes otherwise),
-    gradients as eager's, boundaries typed."""
+    single row, [1, 1, C]: every column dim is size 1, squeezed out of a definition nothing would
+    be left of the column sums; tests/test_nvfuser_two_axis.py has the one region it takes
+    otherwise, a batch of one [1, T, C] among them), gradients as eager's, boundaries typed."""
     from fusionlens.driver import pipeline
     from nvfuser_testing import reference_backend, registered
 
     def ln(x, w, b):
         return F.layer_norm(x, (6,), w, b)
 
-    shape = (2, 40, 6) if executor == "testfuser" else (1, 40, 6)
+    shape = (2, 40, 6) if executor == "testfuser" else (1, 1, 6)
     x, w, b = (torch.randn(s, requires_grad=True) for s in (shape, (6,), (6,)))
     with registered(reference_backend()) if executor == "nvfuser" else contextlib.nullcontext():
         c = pipeline.compile_program(ln, (x, w, b), {}, CompileOptions(executors=(executor, "torch")))

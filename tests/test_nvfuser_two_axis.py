@@ -36,8 +36,9 @@ from fusionlens.ops import prims
 from fusionlens.options import CompileOptions
 
 from fusion_groups import layer_norm_backward, partitioned_group_from_fn
+import nvfuser_reference as ref
 from nvfuser_testing import (  # noqa: F401 - runner is a fixture
-    f32, inner_outer_problem, reference_backend, registered, runner)
+    built_definitions, f32, inner_outer_problem, reference_backend, registered, runner)
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 DTYPES = [pytest.param(torch.float32, id="f32"), pytest.param(torch.bfloat16, id="bf16")]
@@ -64,7 +65,12 @@ def test_takes_columns_where_the_inner_outer_scheduler_takes_one_fusion():
     s0 = sympy.Symbol("s0", positive=True, integer=True)
     assert takes_columns((8, 40, 6), (2,), (0, 1), _sums((8, 40, 6), (2,), (0, 1))) is None
     assert takes_columns((s0, 6), (1,), (0,), []) is None  # extents are symbolic in a definition anyway
-    assert "size-1 dim" in takes_columns((1, 40, 6), (2,), (0, 1), [])
+    # a batch of one: its size-1 dims squeezed out of the definition (squeeze.py)
+    assert takes_columns((1, 40, 6), (2,), (0, 1), _sums((1, 40, 6), (2,), (0, 1))) is None
+    assert takes_columns((1, 1, 7, 6), (3,), (0, 1, 2), _sums((1, 1, 7, 6), (3,), (0, 1, 2))) is None
+    assert "every column dim" in takes_columns((1, 6), (1,), (0,), _sums((1, 6), (1,), (0,)))
+    assert "every row dim" in takes_columns((8, 1), (1,), (0,), _sums((8, 1), (1,), (0,)))
+    assert "cannot be told" in takes_columns((1, 40, 6), (2,), (0, 1), _sums((1, 6), (1,)))  # a [1, 6] of no known dims
     assert "innermost" in takes_columns((4, 6, 8), (0, 2), (1,), [])
     ctx = TraceContext(NameGen("t"))
     x = Value("x", (4, 8), torch.float32, torch.device("cpu"), "input")
@@ -78,8 +84,16 @@ def test_takes_columns_where_the_inner_outer_scheduler_takes_one_fusion():
 
 
 def test_inner_outer_check_can_fail():
-    """The test's restatement of nvFuser's compile-time check finds what it would refuse."""
+    """The test's restatement of nvFuser's compile-time check finds what it would refuse, of prims
+    and of a definition built on the reference: a reduction of a broadcast dim, unless squeezed."""
     assert inner_outer_problem(_sums((4, 8), (1,), (0,)), (4, 8)) is None
+    for squeezed in (False, True):
+        with ref.FusionDefinition() as fd:
+            x = fd.define_tensor(shape=[1, -1, -1], contiguity=[None, True, True], dtype=ref.DataType.Float)
+            x, (rows, columns) = (fd.ops.squeeze(x, [0]), ([1], [0])) if squeezed else (x, ([2], [0, 1]))
+            fd.add_output(fd.ops.sum(x, rows))
+            fd.add_output(fd.ops.sum(x, columns))
+        assert (inner_outer_problem(fd) is None) if squeezed else "broadcast dims" in inner_outer_problem(fd)
     assert "broadcast" in inner_outer_problem(_sums((4, 1, 8), (2,), (0, 1)), (4, 1, 8))
     assert "neither" in inner_outer_problem(_sums((4, 6, 8), (2,), (1,)), (4, 6, 8))
     assert "not an inner-outer" in inner_outer_problem(_sums((4, 8), (1,)), (4, 8))
@@ -88,8 +102,26 @@ def test_inner_outer_check_can_fail():
 
 # --- norm backwards as FusionGroups ----------------------------------------------------------------
 
+def _columns(t):
+    """A column sum: over every dim but the last (the rows' leading dims)."""
+    return t.sum(tuple(range(t.ndim - 1)))
+
+
+def layer_norm_backward_nd(x, w, dy):
+    """fusion_groups.layer_norm_backward with rows of any number of leading dims."""
+    if x.ndim == 2:
+        return layer_norm_backward(x, w, dy)
+    xf, dyf = x.float(), dy.float()
+    var, mean = torch.var_mean(xf, -1, correction=0, keepdim=True)
+    rstd = torch.rsqrt(var + 1e-5)
+    xhat = (xf - mean) * rstd
+    wdy = dyf * w.float()
+    dx = (wdy - xhat * (xhat * wdy).mean(-1, keepdim=True) - wdy.mean(-1, keepdim=True)) * rstd
+    return dx.to(x.dtype), _columns(dyf * xhat).to(w.dtype), _columns(dyf).to(w.dtype)
+
+
 def layer_norm_backward_no_bias(x, w, dy):
-    dx, dw, _ = layer_norm_backward(x, w, dy)
+    dx, dw, _ = layer_norm_backward_nd(x, w, dy)
     return dx, dw
 
 
@@ -100,16 +132,20 @@ def rms_norm_backward(x, w, dy):
     xhat = xf * rstd
     wdy = dyf * w.float()
     dx = (wdy - xhat * (xhat * wdy).mean(-1, keepdim=True)) * rstd
-    return dx.to(x.dtype), (dyf * xhat).sum(0).to(w.dtype)
+    return dx.to(x.dtype), _columns(dyf * xhat).to(w.dtype)
 
 
-BACKWARDS = {"layer_norm": (layer_norm_backward, 3), "layer_norm no bias": (layer_norm_backward_no_bias, 2),
+BACKWARDS = {"layer_norm": (layer_norm_backward_nd, 3), "layer_norm no bias": (layer_norm_backward_no_bias, 2),
              "rms_norm": (rms_norm_backward, 2)}
 
 
 def _inputs(rows, cols, dtype, device):
-    x = (f32(rows, cols) * 2 + 1).to(dtype).to(device)
-    return x, f32(cols).to(dtype).to(device), f32(rows, cols).to(dtype).to(device)
+    return _inputs_of((rows, cols), dtype, device)
+
+
+def _inputs_of(shape, dtype, device):
+    x = (f32(*shape) * 2 + 1).to(dtype).to(device)
+    return x, f32(shape[-1]).to(dtype).to(device), f32(*shape).to(dtype).to(device)
 
 
 def _close_to_eager(got, fn, inputs, dtype):
@@ -146,6 +182,67 @@ def test_norm_backward_group_is_one_definition(runner, name, dtype):
             assert problem is None, f"{problem}\n{source}"
         if runner.kind == "real":  # where nvFuser runs: its inner-outer scheduler took it whole
             assert gen.nvfuser_ran and gen.scheduler == "inner_outer_persistent" and gen.kernels == 1, gen.status()
+
+
+SIZE_ONE = [pytest.param((1, 40, 6), id="1x40x6"), pytest.param((1, 1, 7, 6), id="1x1x7x6")]
+
+
+@pytest.mark.parametrize("shape", SIZE_ONE)
+@pytest.mark.parametrize("name", list(BACKWARDS))
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_norm_backward_over_size_one_dims_is_one_definition(runner, name, dtype, shape):
+    """A batch of one ([1, T, C], [1, 1, T, C]): the same one definition with the domain's size-1
+    dims squeezed out of its inputs and broadcast back at its outputs, so that nvFuser sees rows
+    and columns with no broadcast dim (the inner-outer check passes on the built definition, and
+    fails on the prims as written without squeezing); every output as eager's on fresh inputs."""
+    fn, n_out = BACKWARDS[name]
+    ones, leading = [d for d, s in enumerate(shape) if s == 1], tuple(range(len(shape) - 1))
+    group, _, order = partitioned_group_from_fn(fn, *_inputs_of(shape, dtype, runner.device), executor=runner.executor)
+    assert group.domain == shape and group.column_dims == leading and group.reduction_dims == (len(shape) - 1,)
+    assert "broadcast" in inner_outer_problem(group.bsyms, group.domain)  # unsqueezed, nvFuser would refuse it
+    gen = runner.executor.generate(group, runner.device)
+    source = gen.source
+    assert source.count("with FusionDefinition() as fd:") == 1 and f"size-1 dims {ones} squeezed out" in source
+    assert f"fd.ops.squeeze(x, dims={ones})" in source and f"fd.ops.squeeze(dy, dims={ones})" in source
+    # over [T, C]: rows over dim 1, columns over dim 0; dx broadcast back to its shape
+    assert ", [1])  # prims.sum" in source and ", [0])  # prims.sum" in source, source
+    assert f"shape={list(shape)}, broadcast_dims={[len(ones), len(ones) + 1]})  # size-1 dims back" in source
+    for _ in range(2):
+        fresh = _inputs_of(shape, dtype, runner.device)
+        names = {"x": fresh[0], "w": fresh[1], "dy": fresh[2]}
+        got = gen.fn(*[names[v.name] for v in group.inputs])
+        assert [tuple(got[i].shape) for i in order] == [shape] + [(shape[-1],)] * (n_out - 1)
+        problem = _close_to_eager([got[i] for i in order], fn, fresh, dtype)
+        assert problem is None, f"{problem}\n{source}"
+    if runner.kind == "real":
+        assert gen.nvfuser_ran and gen.scheduler == "inner_outer_persistent" and gen.kernels == 1, gen.status()
+        return
+    (fd,) = built_definitions(gen, group)
+    assert fd.recorded_ops.count("squeeze") == 2 and inner_outer_problem(fd) is None, source  # x and dy
+
+
+def test_reference_squeeze_follows_the_bindings():
+    """tests/nvfuser_reference.py's ops.squeeze(arg, dims, squeeze_expanded=False), as
+    csrc/ops/alias.cpp has it: broadcast dims only, negative dims from the end, an expanded
+    broadcast dim only with squeeze_expanded."""
+    with ref.FusionDefinition() as fd:
+        x = fd.define_tensor(shape=[1, -1, 1], contiguity=[None, True, None], dtype=ref.DataType.Float)
+        y = fd.ops.squeeze(x, [0, -1])
+        assert y.ndim == 1 and not y.broadcast[0]
+        fd.add_output(y)
+        with pytest.raises(ref.ReferenceError_, match="non-broadcasting"):
+            fd.ops.squeeze(x, [1])
+        with pytest.raises(ref.ReferenceError_, match="outside of Tensor size"):
+            fd.ops.squeeze(x, [3])
+        wide = fd.ops.broadcast_in_dim(y, shape=[4, fd.ops.size(y, dim=0)], broadcast_dims=[1])
+        with pytest.raises(ref.ReferenceError_, match="expanded"):
+            fd.ops.squeeze(wide, [0])
+        fd.add_output(fd.ops.squeeze(wide, [0], squeeze_expanded=True))
+    t = torch.randn(1, 5, 1)
+    got = fd.execute([t])
+    assert torch.equal(got[0], t.view(5)) and torch.equal(got[1], t.view(5))
+    with pytest.raises(ref.ReferenceError_, match="broadcast"):
+        fd.execute([torch.randn(2, 5, 1)])
 
 
 # --- trained through jit and compile ---------------------------------------------------------------
@@ -232,6 +329,37 @@ def test_norm_training_through_jit_is_one_nvfuser_region(name, dtype):
         assert inner_outer_problem(norm.group.bsyms, norm.group.domain) is None
 
 
+@pytest.mark.parametrize("shape", [pytest.param((1, 40), id="1x40"), pytest.param((1, 1, 7), id="1x1x7")])
+@pytest.mark.parametrize("name", ["layer_norm", "layer_norm no bias", "rms_norm", "llama rms_norm"])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_norm_training_over_a_batch_of_one_is_one_nvfuser_region(name, dtype, shape):
+    """A batch of one trained through jit: output and every gradient as eager's on fresh inputs,
+    the backward one two-axis nvFuser region whose definition squeezes the size-1 dims out (the
+    inner-outer check passes on it as built), where before it was two definitions."""
+    n = 6
+    module = _module(name, n, dtype)
+    params = dict(module.named_parameters())
+
+    def fn(x, *ps):
+        return torch.func.functional_call(module, dict(zip(params, ps)), (x,))
+
+    with registered(reference_backend()):
+        jfn = fusionlens.jit(fn, executors=["nvfuser", "torch"])
+        for _ in range(2):
+            x = (torch.randn(*shape, n) * 2 + 1).to(dtype).requires_grad_()
+            ps = [p.detach().clone().requires_grad_() for p in params.values()]
+            problem = _step_matches_eager(jfn, fn, [x, *ps], torch.randn(*shape, n).to(dtype))
+            assert problem is None, problem
+    regions = _backward_regions(jfn)
+    assert len(regions) == 1, [(r.id, [b.sym.name for b in r.bsyms]) for r in regions]
+    (norm,) = regions
+    assert norm.group.column_dims == tuple(range(len(shape))) and norm.group.reduction_dims == (len(shape),)
+    assert sorted(list(o.shape) for o in norm.outputs) == sorted([[*shape, n]] + [[n]] * len(params))
+    assert "fd.ops.squeeze(" in norm.generated.source, norm.generated.source
+    (fd,) = built_definitions(norm.generated, norm.group)
+    assert inner_outer_problem(fd) is None, norm.generated.source
+
+
 def test_layer_norm_over_two_dims_is_one_region():
     """Rows of two dims (LayerNorm((7, 12))): rows reduced over dims (1, 2), columns over dim 0,
     the weight and bias gradients [7, 12]; one definition, gradients as eager's."""
@@ -256,9 +384,11 @@ def test_layer_norm_over_two_dims_is_one_region():
     assert inner_outer_problem(norm.group.bsyms, norm.group.domain) is None
 
 
-def test_dynamic_layer_norm_training_is_one_definition_for_every_size():
+@pytest.mark.parametrize("batch", [2, 1])
+def test_dynamic_layer_norm_training_is_one_definition_for_every_size(batch):
     """jit with dynamic shapes: the backward's two-axis region has a symbolic domain and one
-    definition (extents read with fd.ops.size) serves rows of every count, gradients as eager's."""
+    definition (extents read with fd.ops.size) serves rows of every count, gradients as eager's;
+    a batch of one squeezed out of it, its dx broadcast back to a symbolic extent."""
     module = _module("layer_norm", 16, torch.float32)
 
     def fn(x, w, b):
@@ -267,13 +397,16 @@ def test_dynamic_layer_norm_training_is_one_definition_for_every_size():
     with registered(reference_backend()):
         jfn = fusionlens.jit(fn, executors=["nvfuser", "torch"], dynamic=True)
         for rows in (40, 23):
-            args = [torch.randn(2, rows, 16, requires_grad=True), module.weight.detach().clone().requires_grad_(),
+            args = [torch.randn(batch, rows, 16, requires_grad=True), module.weight.detach().clone().requires_grad_(),
                     module.bias.detach().clone().requires_grad_()]
-            problem = _step_matches_eager(jfn, fn, args, torch.randn(2, rows, 16))
+            problem = _step_matches_eager(jfn, fn, args, torch.randn(batch, rows, 16))
             assert problem is None, problem
     (norm,) = _backward_regions(jfn)
     assert norm.group.column_dims == (0, 1) and not all(type(d) is int for d in norm.group.domain), norm.group
     assert "fd.ops.size(" in norm.generated.source and len(norm.generated.definitions) == 1
+    assert ("fd.ops.squeeze(" in norm.generated.source) == (batch == 1)
+    (fd,) = built_definitions(norm.generated, norm.group)
+    assert inner_outer_problem(fd) is None, norm.generated.source
 
 
 def test_layer_norm_training_through_compile_reports_one_region():
@@ -364,14 +497,15 @@ import compiler
 
 @compiler.example(train=True)
 def layer_norm_train():
-    return nn.LayerNorm(24), (torch.randn(4, 10, 24, requires_grad=True),)
+    return nn.LayerNorm(24), (torch.randn(BATCH, 10, 24, requires_grad=True),)
 '''
 
 
-def test_repro_of_a_two_axis_region_runs_the_one_definition(tmp_path):
+@pytest.mark.parametrize("batch", [4, 1])
+def test_repro_of_a_two_axis_region_runs_the_one_definition(tmp_path, batch):
     """`fusionlens repro` of the backward's two-axis region: a script holding the one definition,
     which runs (on tests/nvfuser_reference.py as nvfuser_direct, without FusionLens importable)
-    and matches eager's dx, dw and db."""
+    and matches eager's dx, dw and db; a batch of one's squeezes and broadcasts back included."""
     import os
     import shutil
     import site
@@ -380,12 +514,13 @@ def test_repro_of_a_two_axis_region_runs_the_one_definition(tmp_path):
     from fusionlens.driver import repro
 
     target = tmp_path / "ln_target.py"
-    target.write_text(TRAIN_TARGET)
+    target.write_text(TRAIN_TARGET.replace("BATCH", str(batch)))
     with registered(reference_backend("nvfuser_direct")):
         prepared = repro.prepare(str(target), "layer_norm_train", executors=["nvfuser", "torch"])
         (rid,) = [c.split()[0] for c in prepared.choices() if c.startswith("B") and c.endswith("(nvfuser)")]
         script = prepared.script(rid)
     assert "(two-axis reduction)" in script.text and script.text.count("fd.add_output(") == 3, script.text
+    assert ("fd.ops.squeeze(" in script.text) == (batch == 1), script.text
     path = tmp_path / script.file_name
     path.write_text(script.text)
     stand_in = tmp_path / "stand_in"

@@ -87,6 +87,11 @@ through a code index; nothing copied):
   test_rmsnorm_bwd.py (a norm's backward, dx and the weight and bias gradients, written as one
   definition): a two-axis region (row reductions and column sums of the same rows, a norm's
   backward) is one definition where that scheduler takes it (`takes_columns`, support.py)
+- NVIDIA/Fuser python/python_direct/ops.cpp (squeeze(arg, dims, squeeze_expanded=False); the
+  older frontend's python_bindings.cpp binds the same) and csrc/ops/alias.cpp (squeeze removes
+  broadcast dims only): a two-axis region over a domain with size-1 dims (a batch of one) squeezes
+  them out at the top of its definition and broadcasts its outputs back (squeeze.py), so that
+  the inner-outer scheduler, which takes no broadcast dim, sees rows and columns only
 """
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ import torch
 
 from fusionlens.middle.contract import Decline, FusionGroup
 from fusionlens.executors import symbolic
+from fusionlens.executors.nvfuser import squeeze
 from fusionlens.executors.nvfuser.backend import Backend
 from fusionlens.executors.nvfuser.support import (
     BINARY, COMPARISONS, DTYPES, FLOAT_UNARY, INTEGER_ACCUMULATING, LOW_PRECISION, REDUCTIONS, UNARY, InputSpec,
@@ -54,6 +55,8 @@ class _Writer:
         self.group, self.specs, self.api = group, specs, api
         self.lines: list[str] = []
         self.names: dict[str, str] = {}  # trace value name -> python name in the definition
+        self.defined: dict[str, str] = {}  # input name -> its define_tensor (before any squeeze)
+        self.squeeze = _squeeze_plan(group)  # a two-axis group's size-1 dims squeezed out, or None
         self.dtypes: dict[str, torch.dtype] = {}  # python name -> torch dtype of that nvFuser value
         self.used: set[str] = set()
         self.scalars = 0
@@ -102,7 +105,7 @@ class _Writer:
             for v in self.group.inputs:
                 for d, size in enumerate(symbolic.dims(v.shape)):
                     if size == e:
-                        return self.size_of(self.names[v.name], d)
+                        return self.size_of(self.defined[v.name], d)
         name = self.numbers.get((e, floating))
         if name is None:
             name = self.numbers[(e, floating)] = self.fresh(f"S{self.scalars}")
@@ -120,12 +123,12 @@ class _Writer:
             self.emit(f"{name} = fd.ops.size({tensor}, dim={d})")
         return name
 
-    def target_shape(self, a: Value, shape, bdims) -> str:
+    def target_shape(self, a: str, ashape, shape, bdims) -> str:
         """A broadcast's target shape: literals, and for a symbol's extent the extent of the
-        input dim it comes from, or of another tensor that has it."""
+        input dim it comes from (of tensor `a`, of shape `ashape`), or of another tensor that has it."""
         if not symbolic.is_symbolic(shape):
-            return repr(list(shape))
-        ashape = symbolic.dims(a.shape)
+            return repr([int(s) for s in shape])
+        ashape = symbolic.dims(ashape)
         src_of = {dst: src for src, dst in enumerate(bdims)}
         out = []
         for dst, size in enumerate(symbolic.dims(shape)):
@@ -133,7 +136,7 @@ class _Writer:
             if isinstance(size, int):
                 out.append(repr(size))
             elif src is not None and ashape[src] == size:
-                out.append(self.size_of(self.value(a), src))
+                out.append(self.size_of(a, src))
             else:
                 out.append(self.symbolic_number(size, None))
         return "[" + ", ".join(out) + "]"
@@ -170,6 +173,9 @@ class _Writer:
                 + (f", reduced dims {list(g.reduction_dims)}" if g.reduction_dims else "")
                 + (f", column sums over dims {list(g.column_dims)} (one fusion: nvFuser's inner-outer "
                    "persistent scheduler)" if g.column_dims else "")]
+        if self.squeeze is not None:
+            head.append(f"# size-1 dims {list(self.squeeze.dropped)} squeezed out of the inputs and broadcast back at "
+                        "the outputs: the inner-outer scheduler takes no broadcast dim")
         if g.source_lines:
             head.append("# from:")
             head += [f"#   {line}" for line in g.source_lines]
@@ -185,11 +191,13 @@ class _Writer:
         self.lines.append(f"def {fname}(fd: FusionDefinition) -> None:")
         for v, spec in zip(g.inputs, self.specs):
             name = self.fresh(v.name)
-            self.names[v.name] = name
+            self.names[v.name] = self.defined[v.name] = name
             self.dtypes[name] = v.dtype
             self.emit(f"{name} = fd.define_tensor(shape={list(spec.shape)}, contiguity={list(spec.contiguity)}, "
                       f"dtype=DataType.{DTYPES[v.dtype]}, is_cpu={spec.is_cpu}, "
                       f"stride_order={list(spec.stride_order)})")
+            if self.squeeze is not None and self.squeeze.drops(v):
+                self._squeeze_input(v, name)
         for b in g.bsyms:
             why = can_take(b)
             if why is not None:
@@ -199,7 +207,9 @@ class _Writer:
         produced_inputs = {v.name for v in g.inputs}
         for v in g.outputs:
             name = self.value(v)
-            if v.name in produced_inputs:  # an input passed through: nvFuser returns a copy via set
+            if self.squeeze is not None and self.squeeze.drops(v):
+                name = self._unsqueeze_output(v, name)
+            elif v.name in produced_inputs:  # an input passed through: nvFuser returns a copy via set
                 copy = self.fresh(f"{name}_copy")
                 self.emit(f"{copy} = fd.ops.set({name})")
                 name = copy
@@ -221,12 +231,9 @@ class _Writer:
         elif sym is prims.where:
             self._where(b, comment)
         elif sym is prims.broadcast_in_dim:
-            a, dims = b.args[0], list(b.args[2])
-            shape = self.target_shape(a, b.args[1], dims)
-            self._emit_op(b.outputs[0], f"fd.ops.broadcast_in_dim({self.value(a)}, shape={shape}, "
-                                        f"broadcast_dims={dims})", a.dtype, comment)
+            self._broadcast(b, comment)
         elif sym in REDUCTIONS:
-            a, dims = b.args[0], sorted(int(d) for d in b.args[1])
+            a, dims = b.args[0], self.reduced_dims(b)
             result_dtype, src = a.dtype, self.value(a)
             if sym in INTEGER_ACCUMULATING and not a.dtype.is_floating_point:
                 result_dtype = torch.int64  # nvFuser sums and multiplies integers and bools in Int
@@ -243,6 +250,39 @@ class _Writer:
             self._strided_scatter(b, comment)
         else:  # can_take said yes to something op() does not know: a bug here
             raise Decline(f"{sym.name} has no nvFuser translation")
+
+    def reduced_dims(self, b) -> list[int]:
+        """A reduction's dims, numbered in its squeezed input where the group is squeezed."""
+        a, dims = b.args[0], b.args[1]
+        return self.squeeze.dims(a, dims) if self.squeeze is not None else sorted(int(d) for d in dims)
+
+    def _broadcast(self, b, comment: str):
+        a, out, dims = b.args[0], b.outputs[0], [int(d) for d in b.args[2]]
+        ashape, shape = list(a.shape), list(b.args[1])
+        if self.squeeze is not None:  # without the size-1 dims: a's and the target's kept ones
+            kept_a, kept_out = self.squeeze.kept(a), self.squeeze.kept(out)
+            ashape, shape = [ashape[i] for i in kept_a], [shape[j] for j in kept_out]
+            dims = [kept_out.index(dims[i]) for i in kept_a]
+        target = self.target_shape(self.value(a), ashape, shape, dims)
+        self._emit_op(out, f"fd.ops.broadcast_in_dim({self.value(a)}, shape={target}, broadcast_dims={dims})",
+                      a.dtype, comment)
+
+    def _squeeze_input(self, v: Value, name: str):
+        """`fd.ops.squeeze` of the domain's size-1 dims out of input v, at the top."""
+        assert self.squeeze is not None
+        out = self.fresh(f"{name}_sq")
+        self.emit(f"{out} = fd.ops.squeeze({name}, dims={self.squeeze.drops(v)})  # size-1 dims out")
+        self.names[v.name], self.dtypes[out] = out, v.dtype
+
+    def _unsqueeze_output(self, v: Value, name: str) -> str:
+        """Output v brought back to its shape: its squeezed tensor broadcast to the size-1 dims."""
+        assert self.squeeze is not None
+        kept = self.squeeze.kept(v)
+        shape = self.target_shape(name, [v.shape[i] for i in kept], list(v.shape), kept)
+        out = self.fresh(f"{name}_out")
+        self.emit(f"{out} = fd.ops.broadcast_in_dim({name}, shape={shape}, broadcast_dims={kept})  "
+                  "# size-1 dims back")
+        return out
 
     def _emit_op(self, out: Value, call: str, result_dtype: torch.dtype, comment: str):
         """`out = <call>`, a value of nvFuser dtype `result_dtype`, bound to trace value `out`."""
@@ -295,7 +335,7 @@ class _Writer:
         self._emit_op(out, f"fd.ops.where({ps}, {xs}, {ys})", result_dtype, comment)
 
     def _var_mean(self, b, comment: str):
-        a, dims = b.args[0], sorted(int(d) for d in b.args[1])
+        a, dims = b.args[0], self.reduced_dims(b)
         correction = b.args[2] if len(b.args) > 2 else b.kwargs.get("correction", 1)
         src = self.value(a)
         var, mean = b.outputs
@@ -351,6 +391,16 @@ class _Writer:
     def _as(x, dtype):
         x = _typed(x)  # a symbol's number by its kind (its type is all that is asked here)
         return float(x) if dtype.is_floating_point and not isinstance(x, bool) else x
+
+
+def _squeeze_plan(group: FusionGroup) -> squeeze.Squeeze | None:
+    """A two-axis group over a domain with size-1 dims: how its values lose them (support.takes_columns)."""
+    if not group.column_dims or not squeeze.size_one_dims(group.domain):
+        return None
+    plan = squeeze.plan(group.domain, group.bsyms)
+    if isinstance(plan, str):
+        raise Decline(f"a two-axis region whose size-1 dims cannot be squeezed out: {plan}")
+    return plan
 
 
 @dataclass

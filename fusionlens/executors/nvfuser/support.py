@@ -13,6 +13,7 @@ import torch
 
 from fusionlens.middle.contract import Layout
 from fusionlens.executors import symbolic
+from fusionlens.executors.nvfuser import squeeze
 from fusionlens.ir.trace import SymbolKind, Value, contiguous_strides, dtype_name
 from fusionlens.ops import prims
 
@@ -160,18 +161,26 @@ def takes_columns(domain: tuple, rdims: tuple[int, ...], cdims: tuple[int, ...],
     as one fusion; else why not. Its compile-time check (csrc/scheduler/normalization_inner_outer.cpp
     canScheduleCompileTime, normalization_utils.cpp checkIfReductionsAreInnerOuter) wants each
     inner reduction's dims [I, ..., R, R] and each outer one's [R, R, ..., I, I], the outer
-    reducing exactly the inner's iteration dims, every dim an iteration or reduction dim (a
-    size-1 dim is a broadcast dim in a definition). Symbolic sizes are no obstacle: a
+    reducing exactly the inner's iteration dims, every dim an iteration or reduction dim. A
+    size-1 dim (a batch of one) is a broadcast dim in a definition: the definition squeezes the
+    domain's size-1 dims out (squeeze.py), where every row and every column reduction keeps a
+    dim that is not one. Symbolic sizes are no obstacle: a
     definition's extents are symbolic (-1) anyway. Whether the rows fit its registers and
     shared memory is nvFuser's decision at run time (canScheduleRunTime): where they do not,
     nvFuser segments the same definition into more kernels, with the same results."""
     n = len(domain)
-    if any(type(d) is int and d == 1 for d in domain):
-        return ("a size-1 dim in a two-axis domain is a broadcast dim in nvFuser's definition, which its "
-                "inner-outer scheduler does not take (reductions over iteration dims only)")
     if tuple(sorted(rdims)) != tuple(range(n - len(rdims), n)) or tuple(sorted(cdims)) != tuple(range(n - len(rdims))):
         return (f"rows reduced over dims {list(rdims)} and columns over {list(cdims)} of {n}: nvFuser's inner-outer "
                 "scheduler takes row reductions over the innermost dims and column reductions over the others")
+    ones = squeeze.size_one_dims(domain)
+    for what, dims in (("row", rdims), ("column", cdims)):
+        if set(dims) <= set(ones):
+            return (f"every {what} dim of the domain {list(domain)} is size 1: squeezed out of the definition "
+                    f"(nvFuser's inner-outer scheduler takes no broadcast dim), no {what} reduction would be left")
+    if ones:
+        plan = squeeze.plan(domain, bsyms)
+        if isinstance(plan, str):
+            return f"the domain's size-1 dims {list(ones)} cannot be squeezed out of the definition: {plan}"
     for b in bsyms:
         if b.sym in REDUCTIONS and tuple(sorted(b.args[1])) == tuple(sorted(cdims)):
             if b.sym is not prims.sum or not b.args[0].dtype.is_floating_point:

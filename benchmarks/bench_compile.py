@@ -16,7 +16,9 @@ Three tables, for small functions (a 10-op elementwise chain, an MLP, softmax, L
   within some 7k allocations (about 100 ms here: every full collection walks torch's ~170k
   objects) and whatever allocates next pays it: thunder's import does; FusionLens's
   import (~7k objects) or its first call does, depending on where the count falls.
-  `second call`: the same call again right after (where a first call leaves work to the
+  The result is compared with eager's, computed after the timed calls (computed before them,
+  an op such as softmax left OpenMP's second thread spinning, 1.5-4 ms of CPU, beside the timed
+  call on a 2-core machine). `second call`: the same call again right after (where a first call leaves work to the
   next: FusionLens runs a small first call's ops on one thread, fusionlens/frontend/intra_op.py,
   so torch's intra-op pool starts on the second call, as it does on eager's first).
   `first call - full gc` is the framework's own work (young collections included: `its young
@@ -165,8 +167,6 @@ def child(framework: str, name: str, gc_mode: str) -> None:
     t2 = time.perf_counter()
     phase[0] = "setup"
     fn, args, _ = workload(name)
-    with torch.no_grad():
-        expected = fn(*args) if framework != "eager" else None
     if gc_mode == "collect":
         gc.collect()
     with torch.no_grad():  # inference, as FusionLens compiles it (thunder would also trace a backward)
@@ -179,6 +179,8 @@ def child(framework: str, name: str, gc_mode: str) -> None:
         again = compiled(*args)  # where the first call left work to the next (the intra-op pool's start)
         t5 = time.perf_counter()
     gc.callbacks.remove(on_gc)
+    with torch.no_grad():  # eager's result after the timed calls: its run would leave torch's pool busy for them
+        expected = fn(*args) if framework != "eager" else None
     ok = expected is None or (torch.allclose(out, expected, rtol=1e-5, atol=1e-6)
                               and torch.allclose(again, expected, rtol=1e-5, atol=1e-6))
     gc_ms = full_ms["first"] * 1e3
@@ -281,7 +283,7 @@ def per_call_child(framework: str, repeats: int) -> None:
 
 
 def per_call_processes(frameworks: list[str], processes: int, repeats: int) -> dict:
-    """(framework, workload|mode) -> the paired ratios jit/eager of every sample of every child,
+    """(framework, workload|mode) -> [per child: the paired ratios jit/eager of its samples],
     the frameworks' children alternating."""
     ratios: dict = {}
     for _ in range(processes):
@@ -292,17 +294,25 @@ def per_call_processes(frameworks: list[str], processes: int, repeats: int) -> d
                 print(f"  {fw}: {(r.stderr.strip().splitlines() or ['failed'])[-1][:120]}")
                 continue
             for key, s in json.loads(r.stdout.strip().splitlines()[-1]).items():
-                ratios.setdefault((fw, key), []).extend(j / e for j, e in zip(s["jit"], s["eager"]))
+                ratios.setdefault((fw, key), []).append([j / e for j, e in zip(s["jit"], s["eager"])])
     return ratios
 
 
-def _median_spread(ratios: list[float], resamples: int = 2000) -> str:
+def _median_spread(children: list[list[float]], resamples: int = 2000) -> str:
+    """The median of all the paired ratios, a 95% bootstrap interval of it that resamples whole
+    children (a process's own speed varies by a few percent: the samples of one child are not
+    independent of each other), and the children's own medians, lowest and highest."""
     import random
 
     rng = random.Random(0)
-    medians = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(resamples))
-    return (f"{statistics.median(ratios):.3f}x [{medians[int(0.025 * resamples)]:.3f}, "
-            f"{medians[int(0.975 * resamples) - 1]:.3f}]")
+    pooled = [r for child in children for r in child]
+
+    def resampled() -> float:
+        return statistics.median([r for child in rng.choices(children, k=len(children)) for r in child])
+    medians = sorted(resampled() for _ in range(resamples))
+    own = [statistics.median(child) for child in children]
+    return (f"{statistics.median(pooled):.3f}x [{medians[int(0.025 * resamples)]:.3f}, "
+            f"{medians[int(0.975 * resamples) - 1]:.3f}] (children {min(own):.3f}-{max(own):.3f})")
 
 
 def _fmt(x, digits=1):
@@ -408,7 +418,7 @@ def main():
         names = ["fusionlens", BASELINE]
         print(f"\nPer call, FusionLens / eager in {args.call_processes} alternating child processes each, "
               f"{args.repeats} x 20 calls a process, torch threads {args.threads or 'default'}: the median of the "
-              "paired batch ratios and a 95% bootstrap interval of it")
+              "paired batch ratios, a 95% bootstrap interval of it over whole children, the children's medians")
         ratios = per_call_processes(names, args.call_processes, args.repeats)
         rows = [[key.replace("|", " "), *(_median_spread(ratios[fw, key]) if (fw, key) in ratios else "failed"
                                           for fw in names)]

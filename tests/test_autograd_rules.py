@@ -591,12 +591,22 @@ SWEEP_CASES = [
     Case("rms_norm", lambda x, w: F.rms_norm(x, (4,), w, eps=1e-6), lambda: (r(2, 3, 4), r(4)), (prim("rsqrt"),)),
     Case("group_norm", lambda x, w, b: F.group_norm(x, 2, w, b), lambda: (r(2, 4, 3), r(4), r(4)),
          (prim("var_mean"),)),
-    # batch_norm runs whole in both modes (composite_rules): its forward is eager's to the bit
+    # batch_norm runs whole in both modes (composite_rules): its forward is eager's to the bit; in
+    # training as an op that also returns the statistics its backward reads
     Case("batch_norm-eval", _bn_eval, lambda: (r(3, 4, 2), r(4), r(4)), (lib("torch.nn.functional.batch_norm"),)),
     Case("batch_norm-train", lambda x, w, b: F.batch_norm(x, _STATS[0], _STATS[1], w, b, training=True),
-         lambda: (r(3, 4, 2), r(4), r(4)), (lib("torch.nn.functional.batch_norm"),)),
+         lambda: (r(3, 4, 2), r(4), r(4)), (lib("batch_norm_with_update"),)),
     Case("batch_norm-train-no-stats", lambda x, w, b: F.batch_norm(x, None, None, w, b, training=True),
-         lambda: (r(3, 4, 2), r(4), r(4)), (lib("torch.nn.functional.batch_norm"),)),
+         lambda: (r(3, 4, 2), r(4), r(4)), (lib("batch_norm_with_stats"),)),
+    # aten's native forms called directly: their returned statistics read, the op not run again
+    Case("native_batch_norm-train", lambda x, w, b: torch.native_batch_norm(x, w, b, *_STATS, True, 0.1, 1e-5)[0],
+         lambda: (r(3, 4, 2), r(4), r(4)), (lib("torch.native_batch_norm"),)),
+    Case("native_batch_norm_legit-no-stats",
+         lambda x, w, b: torch._native_batch_norm_legit(x, w, b, True, 0.1, 1e-5)[0],
+         lambda: (r(3, 4, 2), r(4), r(4)), (lib("torch._native_batch_norm_legit"),)),
+    Case("batch_norm_with_update",
+         lambda x, w: torch.ops.aten._batch_norm_with_update(x, w, None, *_STATS, 0.1, 1e-5)[0],
+         lambda: (r(3, 4, 2), r(4)), (lib("torch.ops.aten._batch_norm_with_update"),)),
     Case("gelu", F.gelu, lambda: (r(3, 4),), (GELU,)),
     Case("gelu-tanh", lambda x: F.gelu(x, approximate="tanh"), lambda: (r(3, 4),), (GELU,)),
     Case("silu", F.silu, lambda: (r(3, 4),), (lib("torch.nn.functional.silu"),)),

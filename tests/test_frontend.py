@@ -281,7 +281,7 @@ def test_unknown_ops_of_every_kind_never_crash_tracing():
         a = torch.ops.aten.var_mean.correction(x, [0])[0]  # an aten overload returning a tuple
         b = torch.special.logsumexp(x, dim=0, keepdim=False).sum()  # keyword arguments
         c = torch.nn.functional.fold(x[None], output_size=(4, 5), kernel_size=(4, 1))[0, 0]  # functional
-        d = x.new_empty(x.shape).fill_diagonal_(0.0) * 0  # tensor factory method, then an in-place one
+        d = x.new_empty(x.shape).fill_(1.0).fill_diagonal_(0.0)  # a factory method, then in-place ones (never uninitialised)
         e = torch.special.expit(x) + torch.fix(x).sum()
         f = torch.nn.functional.pixel_shuffle(x[None, :, :, None].expand(1, 4, 5, 1), 2).sum()
         return a + b + c + d + e + f

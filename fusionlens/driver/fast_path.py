@@ -182,6 +182,8 @@ def generate(owner, entry, args, kwargs, generation: list[int]) -> tuple[Callabl
         raise NotArmed("a tensor held twice, or one the walk did not reach")
     inputs = [by_id[id(t)] for t in user]
     _tensor_guards(w, c.guards, user, by_id)
+    if entry.captured is not None:  # the tensors it reached by name (globals): still those, laid out alike
+        w.check(f"{w.const(entry.captured, 'CG')}.holds()")
     if entry.aliases is not None:  # a program that writes into an input: its call's tensors shared memory alike
         w.check(f"{w.const(entry.aliases, 'AL')}.holds([{', '.join(inputs)}])")
     if c.guards is not None:

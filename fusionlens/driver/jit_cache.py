@@ -17,7 +17,8 @@ from torch.utils import _pytree as pytree
 
 from fusionlens.driver import api, fast_path, wire
 from fusionlens.distributed import collectives, ddp_overlap, transform
-from fusionlens.frontend import aliasing, dynamic, intra_op, tracer as frontend, objects, overlap, value_guards
+from fusionlens.frontend import aliasing, captured, dynamic, intra_op, tracer as frontend, objects, overlap, \
+    value_guards
 from fusionlens.report import schema as R
 from fusionlens.distributed.ddp import call as _ddp_call
 from fusionlens.distributed.fsdp import call as _fsdp_call
@@ -76,6 +77,12 @@ def _state_generation() -> int:
     return _STATE_GENERATION[0]
 
 
+def _counted() -> list[int]:
+    """The registration count itself, counted from now on (a guard reads it at each call)."""
+    _state_generation()
+    return _STATE_GENERATION
+
+
 @dataclass
 class CacheEntry:
     compiled: Compiled
@@ -90,6 +97,7 @@ class CacheEntry:
     branches: list[CacheEntry] = field(default_factory=list)  # one signature's programs, a branch each (values)
     # a program that writes into an input: how its call's tensors shared memory, which each call's must match
     aliases: aliasing.Relation | None = None
+    captured: captured.Guard | None = None  # the tensors it reached by name (globals): still those, laid out alike
 
 
 class JitFunction:
@@ -193,6 +201,9 @@ class JitFunction:
             entry = None
         why = None  # why this call compiles again: the guard that failed, at the line that made it
         first = None  # (the result of the compile's checked run, where it was this call's own)
+        if entry is not None and entry.captured is not None and not entry.captured.holds():  # a global rebound
+            message, where = entry.captured.failing()
+            entry, why = None, _Why(message, where, R.DiagnosticCode.CAPTURED_CONSTANT)
         if entry is not None and entry.values is not None:  # it branched on a value: the branch of this call's
             entry, why = _branch(entry, list(args) if tensors is None else tensors)
         if entry is not None and entry.aliases is not None:  # it writes into an input: as this call's share memory?
@@ -266,7 +277,8 @@ class JitFunction:
         why = None
         for entry in reversed(entries):  # the latest is the most general
             guards = entry.compiled.guards
-            if guards is None or entry.eager_fallback or entry.aliases is not None and not entry.aliases.holds(tensors):
+            if guards is None or entry.eager_fallback or entry.aliases is not None and \
+                    not entry.aliases.holds(tensors) or entry.captured is not None and not entry.captured.holds():
                 continue
             if not all(p < len(leaves) and leaves[p] == v for p, v in entry.static_ints.items()):
                 continue
@@ -369,9 +381,14 @@ class JitFunction:
         static_ints = {i: x for i, x in enumerate(leaves) if type(x) is int and i not in symbolic}
         aliases = aliasing.Relation(frontend.user_tensors(self.fn, args, kwargs), c.constants, self.fn) \
             if c.traced.mutated else None  # (a program that writes into no input serves any aliasing)
-        return CacheEntry(c, rep, key, dims if c.guards is not None else (), static_ints, eager_fallback=failed,
-                          grad_mask=tuple(t.requires_grad for t in c.constants), synced=ddp_overlap.synced_of(c),
-                          values=value_guards.of(c.traced.trace, c.traced.reads), aliases=aliases)
+        reached = captured.of_program(self.fn, c.acquired, c.constants, _counted)  # globals: the names reaching them
+        entry = CacheEntry(c, rep, key, dims if c.guards is not None else (), static_ints, eager_fallback=failed,
+                           grad_mask=tuple(t.requires_grad for t in c.constants), synced=ddp_overlap.synced_of(c),
+                           values=value_guards.of(c.traced.trace, c.traced.reads), aliases=aliases,
+                           captured=reached if reached is not None and reached.checks else None)
+        for note in reached.notes if reached is not None else ():
+            _said(entry, wire.diagnostic(note))
+        return entry
 
     def cache_info(self) -> dict[str, Any]:
         """hits and misses of the signature cache; compiles (a miss a dynamic program serves

@@ -4,7 +4,8 @@
 `arguments` (what the program takes), `objects` (objects in a result that are no pytree node),
 `views` (in-place updates through views, functionalised), `overlap` (inputs whose elements
 share memory: expanded ones), `aliasing` (inputs that share memory with one another: `x`
-and `x[0]`), `notes` (what the compiler tells
+and `x[0]`), `captured` (tensors reached outside the arguments: globals, closure cells;
+their updates and the names jit guards), `notes` (what the compiler tells
 the user, and its Severity), `dynamic` (the call again on
 symbolic sizes), `intra_op` (small ops on one intra-op thread).
 

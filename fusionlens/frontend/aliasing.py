@@ -289,11 +289,14 @@ class Aliased:
         users = [(c, originals[id(c)]) for c in tracer.alive if id(c) in originals and id(c) in tracer.inputs_by_id]
         tensors = [tracer.constants[n] for n in names] + [o for _, o in users]
         written = {len(names) + j for j, (c, _) in enumerate(users) if id(c) in updated}
+        written |= {i for i, n in enumerate(names) if id(tracer.constants[n]) in updated}  # a global it updated
         for g in groups(tensors):
-            if g[0] < len(names) and written.intersection(g):
-                copy = users[min(written.intersection(g)) - len(names)][0]
-                return (f"the input {tracer.inputs_by_id[id(copy)].name} is updated in place and shares memory with "
-                        f"{names[g[0]]}, a tensor the function reads as a global", tracer.updated_at.get(id(copy)))
+            if g[0] < len(names) and g[-1] >= len(names) and written.intersection(g):
+                first = min(written.intersection(g))
+                t = tracer.constants[names[first]] if first < len(names) else users[first - len(names)][0]
+                user = tracer.inputs_by_id[id(users[g[-1] - len(names)][0])].name
+                return (f"{tracer.inputs_by_id[id(t)].name} is updated in place, and the input {user} shares memory "
+                        f"with {names[g[0]]}, a tensor the function reads as a global", tracer.updated_at.get(id(t)))
         return None
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import torch
 
@@ -24,8 +24,11 @@ _OWNER: contextvars.ContextVar[object | None] = contextvars.ContextVar("fusionle
 
 
 @contextlib.contextmanager
-def module_paths() -> Iterator[None]:
-    """Set `provenance.MODULE` to the running module's path while the body runs."""
+def module_paths(entered: Callable[[torch.nn.Module], None] | None = None,
+                 left: Callable[[], None] | None = None) -> Iterator[None]:
+    """Set `provenance.MODULE` to the running module's path while the body runs; `entered(module)`
+    before each module's forward, `left()` once the body ends (captured.py: a global module the
+    call runs is traced on copies of its buffers, its own put back after)."""
     stack: list[tuple[torch.nn.Module, str, contextvars.Token[str]]] = []
     below: dict[int, dict[int, str]] = {}  # id(module) -> id(descendant) -> its path below it
 
@@ -39,6 +42,8 @@ def module_paths() -> Iterator[None]:
     def enter(module: torch.nn.Module, _args) -> None:
         if _OWNER.get() is not me:
             return
+        if entered is not None:
+            entered(module)
         if not stack:
             path = ""
         else:
@@ -63,4 +68,6 @@ def module_paths() -> Iterator[None]:
         while stack:  # a forward that raised before its hook ran
             provenance.MODULE.reset(stack.pop()[2])
         _OWNER.reset(owner)
+        if left is not None:
+            left()
 

@@ -19,7 +19,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils import _pytree as pytree
 
-from fusionlens.frontend import aliasing, intra_op, modules, objects, overlap, recorder as recorder_api, \
+from fusionlens.frontend import aliasing, captured, intra_op, objects, overlap, recorder as recorder_api, \
     value_guards, views
 from fusionlens.frontend.notes import Note, Severity
 from fusionlens.ir import provenance, torch_compat
@@ -57,6 +57,7 @@ class _Recorder(TorchFunctionMode):
             return func(*args, **kwargs)
         seen = self.tracer.dynamic.count
         self.tracer.views.before(self.tracer, func, args, kwargs)
+        self.tracer.captured.before(func, args, kwargs)  # a global it writes: copied first
         with intra_op.one_thread(self.tracer.replay is None and intra_op.small(pytree.tree_leaves((args, kwargs)))):
             out = value_guards.call(self.tracer, func, args, kwargs)  # a fake tensor's value: the real trace's
         if getattr(func, "__name__", "") == "__setitem__":  # mutates args[0], returns None
@@ -100,6 +101,7 @@ class Tracer(recorder_api.Recording):
         self.hooks: Sequence[recorder_api.TraceHook] = ()  # the wrappings' (trace's `hooks`)
         self.reads: list = []  # value_guards.Read: branches on tensor values; replay: a fake trace's values
         self.replay: list | None = None
+        self.captured = captured.Captured(self)  # tensors reached outside the arguments (globals)
 
     def where(self) -> provenance.Provenance | None:
         """The provenance of the op being recorded now."""
@@ -437,7 +439,7 @@ def _trace(tracer: Tracer, fn, args, kwargs, originals: dict, clone) -> TraceRes
     try:
         # in the caller's grad mode, as eager runs it: user code that asks torch.is_grad_enabled()
         # or x.requires_grad sees what eager sees, and what autograd would not track is known
-        with _Recorder(tracer), tracer.dynamic, _hooked(tracer), modules.module_paths():
+        with _Recorder(tracer), tracer.dynamic, _hooked(tracer), tracer.captured.module_paths(fn, originals):
             out = fn(*args, **kwargs)
     except TraceError:
         raise
@@ -471,7 +473,7 @@ def _trace(tracer: Tracer, fn, args, kwargs, originals: dict, clone) -> TraceRes
     for v in tracer.inputs:
         if v not in user_inputs:
             signature.append(describe_input(v.name, tracer.constants[v.name]))
-    writeback, mutated = _mutations(tracer, versions, originals)
+    writeback, mutated = _mutations(tracer, versions | tracer.captured.changed(), originals)
     inside = sorted(set(mutated) - {v.name for v, _ in writeback})  # updated by a library call, as it runs
     if tracer.shape_checked_names and inside and tracer.eager_only is None:
         tracer.eager_only = (f"{inside[0]} is updated in place inside a torch call, and a shape the program checks "
@@ -519,6 +521,7 @@ def _mutations(tracer: Tracer, versions: dict, originals: dict) -> tuple:
         tracer.eager_only = (f"the call updates the parameter {params[0][0].name} in place: calls with this "
                              "signature run eagerly")
         tracer.notes.append(Note(Severity.WARNING, tracer.eager_only, None, DiagnosticCode.INPLACE_PARAMETER))
+    tracer.captured.finish(writeback, mutated)  # a global it updated: put back, written by the program
     for v, final in writeback:
         tracer.notes.append(Note(Severity.INFORMATION, f"{v.name} is updated in place: the compiled program writes "
                                  f"{final.name} back into it, as eager does", where[v.name], DiagnosticCode.WRITEBACK))

@@ -5,7 +5,8 @@
   convolution, SDPA) and softmax, and the generic rule for any other op that runs whole.
 - `composite_rules.py`: rules that emit torch-level backward symbols (gelu, silu, relu,
   tanh, sigmoid, layer_norm, training-mode batch_norm): torch's backward kernel when run
-  whole, prims when fused; layer_norm's forward keeps its statistics for its backward.
+  whole, prims when fused; layer_norm's and training-mode batch_norm's forwards keep their
+  statistics for their backwards.
 - `transform.py`: the joint forward-backward trace and its split into a forward trace that
   returns what the backward saves and a backward trace (`differentiate`).
 - `simplify.py`: peepholes on the backward ops (the pads of a split's gradient as one cat).

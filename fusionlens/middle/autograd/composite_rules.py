@@ -11,9 +11,11 @@ A training forward runs F.layer_norm as `layer_norm_with_stats` (torch_rules.EXP
 eager's native_layer_norm, which also returns the mean and rstd, 8 bytes a row; the backward
 reads them, as eager's autograd does, instead of reading x once more to recompute them.
 
-Training-mode batch_norm runs whole in the forward (torch's kernel updates the running
-statistics in place, once, as eager does); its backward never calls it again, and
-recomputes the batch statistics from the saved input instead. Evaluation-mode batch_norm
+A training forward runs F.batch_norm(training=True) as `batch_norm_with_update` (running
+statistics: aten's native_batch_norm whole, which updates them in place once a call, as eager
+does) or `batch_norm_with_stats` (none: its prims where fused); both also return save_mean and
+save_invstd ((C,) each), which the backward reads instead of a second pass over x for them
+(torch's native_batch_norm again, or a var_mean). Evaluation-mode batch_norm
 (a frozen backbone, a model in eval mode fine-tuned) runs whole too, so its forward is
 eager's to the bit; its backward reads the running statistics.
 """
@@ -144,49 +146,45 @@ _unary_rule("torch.sigmoid", _tensor_sig, lambda b, g, a: sigmoid_backward(g, b.
 
 def _norm_backward(g, x, weight, dims, stats):
     """(dx, g in the computing dtype, xhat) of out = (x - mean) * rstd * weight + bias over
-    `dims`; `stats` is the forward's (mean, rstd), kept over `dims` (size 1 there), or the eps
-    to recompute them from x with; weight broadcast-ready (or None)."""
+    `dims`, from the forward's saved `stats` (mean, rstd): kept over `dims` (LayerNorm's
+    [rows, 1]) or over the other dims only (batch_norm's (C,)); weight broadcast-ready (or None)."""
     compute = _compute(x.dtype)
     xc, gc = _cast(x, compute), _cast(g, compute)
     kept = tuple(d for d in range(x.ndim) if d not in dims)
     spread = lambda v: P.broadcast_in_dim(v, x.shape, kept)  # noqa: E731
     n = float(math.prod(x.shape[d] for d in dims))
-    if isinstance(stats, tuple):  # saved: [rows, 1] values broadcast along their size-1 dims
-        mean, rstd = (P.broadcast_in_dim(_cast(s, compute), x.shape, tuple(range(x.ndim))) for s in stats)
-        xhat = P.mul(P.sub(xc, mean), rstd)
-        rstd_full = rstd
-    else:
-        var, mean = P.var_mean(xc, dims, 0)
-        rstd = P.rsqrt(P.add(var, stats))
-        rstd_full = spread(rstd)
-        xhat = P.mul(P.sub(xc, spread(mean)), rstd_full)
+    mean, rstd = (P.broadcast_in_dim(_cast(s, compute), x.shape, tuple(range(x.ndim)) if s.ndim == x.ndim else kept)
+                  for s in stats)
+    xhat = P.mul(P.sub(xc, mean), rstd)
     gxhat = P.mul(gc, weight(compute)) if weight is not None else gc
     sum_g = P.sum(gxhat, dims)
     sum_gx = P.sum(P.mul(gxhat, xhat), dims)
     # dx = rstd * (gxhat - mean(gxhat) - xhat * mean(gxhat * xhat))
     inner = P.sub(P.sub(gxhat, spread(P.div(sum_g, n))), P.mul(xhat, spread(P.div(sum_gx, n))))
-    return _cast(P.mul(inner, rstd_full), x.dtype), gc, xhat
+    return _cast(P.mul(inner, rstd), x.dtype), gc, xhat
 
 
-# The whole-op backwards recompute the batch statistics with torch's own normalisation kernel
-# (no running statistics to update), called as eager's forward is, so the statistics have
-# eager's dtype (float32 for a bfloat16 input with float32 weights): 3-10x faster than var_mean.
-def _batch_norm_backward_impl(grad, x, weight, has_bias, eps):
-    _, mean, invstd = torch.ops.aten.native_batch_norm(x, weight, None, None, None, True, 0.0, eps)
+# Training-mode batch_norm saves its batch statistics, as aten's native_batch_norm does: the
+# backward reads the forward's save_mean and save_invstd ((C,) each) instead of reading x once
+# more to recompute them (a var_mean, or torch's normalisation kernel again).
+def _batch_norm_backward_impl(grad, x, weight, mean, invstd, bias_dtype, stats_dtype):
     gx, gw, gb = torch.ops.aten.native_batch_norm_backward(
-        grad, x, weight, None, None, mean, invstd, True, eps, [True, weight is not None, has_bias])
-    return tuple(t for t in (gx, gw, gb) if t is not None)
+        grad, x, weight, None, None, mean.to(stats_dtype), invstd.to(stats_dtype), True, 0.0,
+        [True, weight is not None, bias_dtype is not None])
+    return (gx,) + ((gw.to(weight.dtype),) if weight is not None else ()) + (
+        (gb.to(bias_dtype),) if bias_dtype is not None else ())
 
 
-def _batch_norm_backward(grad, x, weight, has_bias, eps):
+def _batch_norm_backward(grad, x, weight, mean, invstd, bias_dtype, stats_dtype):
+    """From the saved (C,) statistics: no reduction over x alone (stats_dtype is the kernel's)."""
     dims = (0,) + tuple(range(2, x.ndim))
     w = (lambda dt: P.broadcast_in_dim(_cast(weight, dt), x.shape, (1,))) if weight is not None else None
-    dx, gc, xhat = _norm_backward(grad, x, w, dims, eps)
+    dx, gc, xhat = _norm_backward(grad, x, w, dims, (mean, invstd))
     out = [dx]
     if weight is not None:
         out.append(_cast(P.sum(P.mul(gc, xhat), dims), weight.dtype))
-    if has_bias:
-        out.append(_cast(P.sum(gc, dims), x.dtype))
+    if bias_dtype is not None:
+        out.append(_cast(P.sum(gc, dims), bias_dtype))
     return tuple(out)
 
 
@@ -225,44 +223,147 @@ def _batch_norm_sig(input, running_mean, running_var, weight=None, bias=None, tr
                     eps=1e-5): ...
 
 
-def _batch_norm(b, cots):
-    a = _bind(_batch_norm_sig, b)
-    x, weight, bias = a["input"], a["weight"], a["bias"]
-    if not isinstance(x, Value) or x.ndim < 2:
-        raise NoRule("an input of fewer than 2 dims")
-    weight = weight if isinstance(weight, Value) else None
-    has_bias = isinstance(bias, Value)
-    if a["training"]:
-        grads = batch_norm_backward(cots[0], x, weight, has_bias, a["eps"])
-    elif isinstance(a["running_mean"], Value) and isinstance(a["running_var"], Value):
-        grads = batch_norm_eval_backward(cots[0], x, weight, a["running_mean"], a["running_var"], has_bias, a["eps"])
-    else:
-        raise NoRule("evaluation mode without running statistics")
+def _batch_norm_pairs(x, weight, bias, grads):
     grads = grads if isinstance(grads, tuple) else (grads,)
     pairs, i = [(x, grads[0])], 1
     if weight is not None:
         pairs.append((weight, grads[i]))
         i += 1
-    if has_bias:
+    if bias is not None:
         pairs.append((bias, _cast(grads[i], bias.dtype)))
     return pairs
 
 
+def _batch_norm(b, cots):
+    """Evaluation mode's gradients (training mode runs as batch_norm_with_stats or
+    batch_norm_with_update in a training forward: _batch_norm_explicit)."""
+    a = _bind(_batch_norm_sig, b)
+    x, weight, bias = a["input"], a["weight"], a["bias"]
+    if not isinstance(x, Value) or x.ndim < 2:
+        raise NoRule("an input of fewer than 2 dims")
+    if a["training"]:  # unreachable for a tensor input: the explicit forward takes it
+        raise NoRule("training mode runs as batch_norm_with_stats in a training forward")
+    if not (isinstance(a["running_mean"], Value) and isinstance(a["running_var"], Value)):
+        raise NoRule("evaluation mode without running statistics")
+    weight = weight if isinstance(weight, Value) else None
+    bias = bias if isinstance(bias, Value) else None
+    grads = batch_norm_eval_backward(cots[0], x, weight, a["running_mean"], a["running_var"], bias is not None,
+                                     a["eps"])
+    return _batch_norm_pairs(x, weight, bias, grads)
+
+
 _register("torch.nn.functional.batch_norm", _batch_norm)
+
+
+# In a training forward F.batch_norm(training=True) runs as an op that also returns its
+# save_mean and save_invstd ((C,), the computing dtype), as aten's native_batch_norm:
+# batch_norm_with_update where it has running statistics (torch's kernel whole: it updates
+# them in place, once a call, as eager's does; momentum and the unbiased variance are its),
+# batch_norm_with_stats where it has none (its prims where a fusion executor takes it).
+def _batch_norm_with_update_impl(x, weight, bias, running_mean, running_var, momentum, eps):
+    out, mean, invstd = torch.ops.aten.native_batch_norm(x, weight, bias, running_mean, running_var, True,
+                                                         momentum, eps)
+    compute = _compute(x.dtype)  # exact: a CPU's low-precision statistics widened
+    return out, mean.to(compute), invstd.to(compute)
+
+
+def _batch_norm_with_stats_impl(x, weight, bias, eps):
+    return _batch_norm_with_update_impl(x, weight, bias, None, None, 0.0, eps)
+
+
+batch_norm_with_update = Symbol("batch_norm_with_update", _batch_norm_with_update_impl,
+                                tags=(OpTag.LIBRARY_CALL, OpTag.PROGRAM_GLOBAL))
+batch_norm_with_stats = Symbol("batch_norm_with_stats", _batch_norm_with_stats_impl,
+                               decomposition=N.batch_norm_with_stats, tags=(OpTag.LIBRARY_CALL, OpTag.PROGRAM_GLOBAL))
+
+
+def _batch_norm_explicit(b):
+    """F.batch_norm in a training forward: the op that returns its statistics, its output the op's."""
+    try:
+        a = _bind(_batch_norm_sig, b)
+    except NoRule:
+        return None
+    x, weight, bias, mean, var = (a[k] for k in ("input", "weight", "bias", "running_mean", "running_var"))
+    if not a["training"] or not isinstance(x, Value) or x.ndim < 2 or not isinstance(a["momentum"], (int, float)):
+        return None
+    if any(t is not None and not isinstance(t, Value) for t in (weight, bias, mean, var)):
+        return None
+    if (mean is None) != (var is None):
+        return None  # torch's own call (and its error)
+    if mean is None:
+        return batch_norm_with_stats(x, weight, bias, a["eps"])[0]
+    return batch_norm_with_update(x, weight, bias, mean, var, float(a["momentum"]), a["eps"])[0]
+
+
+def _batch_norm_train(b, cots):
+    """The gradients of batch_norm_with_stats / _with_update from the saved statistics (their
+    own outputs get no cotangent: nothing but the backward reads them)."""
+    x, weight, bias = b.args[:3]
+    params = [t for t in b.args[1:-1] if isinstance(t, Value)]  # weight, bias, running statistics
+    _, mean, invstd = b.outputs
+    if cots[0] is None:
+        return []
+    grads = batch_norm_backward(cots[0], x, weight, mean, invstd, bias.dtype if bias is not None else None,
+                                _kernel_stats_dtype(x, *params))
+    return _batch_norm_pairs(x, weight, bias, grads)
+
+
+RULES[batch_norm_with_update] = _batch_norm_train
+RULES[batch_norm_with_stats] = _batch_norm_train
+
+
+def _native_batch_norm_args(b):
+    """(x, weight, bias, running_mean, running_var, training, eps) of aten's native forms:
+    native_batch_norm, _native_batch_norm_legit (with or without running statistics) and
+    _batch_norm_with_update (training, always)."""
+    if b.kwargs:
+        raise NoRule("keyword arguments")
+    a = b.args
+    if b.sym.name == "torch.ops.aten._batch_norm_with_update":
+        return (*a[:5], True, a[6])
+    if len(a) == 6:  # _native_batch_norm_legit(input, weight, bias, training, momentum, eps)
+        return (*a[:3], None, None, a[3], a[5])
+    return (*a[:6], a[7])
+
+
+def _native_batch_norm(b, cots):
+    """aten's native forms called directly return the statistics their backward reads; the
+    generic rule would run them again in the backward, a second update of the running statistics."""
+    x, weight, bias, mean_r, var_r, training, eps = _native_batch_norm_args(b)
+    if not isinstance(x, Value) or x.ndim < 2 or any(t is not None and not isinstance(t, Value)
+                                                     for t in (weight, bias, mean_r, var_r)):
+        raise NoRule("a non-tensor argument")
+    if cots[0] is None:
+        return []
+    if training:
+        params = [t for t in (weight, bias, mean_r, var_r) if t is not None]
+        grads = batch_norm_backward(cots[0], x, weight, b.outputs[1], b.outputs[2],
+                                    bias.dtype if bias is not None else None, _kernel_stats_dtype(x, *params))
+    elif mean_r is not None and var_r is not None:
+        grads = batch_norm_eval_backward(cots[0], x, weight, mean_r, var_r, bias is not None, eps)
+    else:
+        raise NoRule("evaluation mode without running statistics")  # torch raises
+    return _batch_norm_pairs(x, weight, bias, grads)
+
+
+_register("torch.native_batch_norm", _native_batch_norm)
+_register("torch._native_batch_norm_legit", _native_batch_norm)
+_register("torch.ops.aten._batch_norm_with_update", _native_batch_norm)
+EXPLICIT[registered("torch.nn.functional.batch_norm")] = _batch_norm_explicit
 
 
 # LayerNorm saves its statistics, as eager's native_layer_norm does: in a training forward
 # F.layer_norm runs as layer_norm_with_stats (torch_rules.EXPLICIT), whose mean and rstd
 # ([rows, 1] each, float32 for low-precision inputs: 8 bytes a row) the backward reads. A
 # backward recomputing them would read x once more, a third pass over long rows.
-def _kernel_stats_dtype(x, weight, bias):
-    """The dtype of the statistics eager's native_layer_norm gives, which its backward kernel
-    takes: on a CPU a low-precision input's own unless every parameter is float32 (a "mixed"
-    call); float32 (the accumulating type) on a GPU."""
+def _kernel_stats_dtype(x, *params):
+    """The dtype of the statistics eager's native_layer_norm (native_batch_norm) gives, which its
+    backward kernel takes: on a CPU a low-precision input's own unless every parameter (running
+    statistics included) is float32 (a "mixed" call); float32 (the accumulating type) on a GPU."""
     if x.device.type != "cpu" or x.dtype not in (torch.float16, torch.bfloat16):
         return _compute(x.dtype)
-    params = [t for t in (weight, bias) if t is not None]
-    return torch.float32 if params and all(t.dtype == torch.float32 for t in params) else x.dtype
+    given = [t for t in params if t is not None]
+    return torch.float32 if given and all(t.dtype == torch.float32 for t in given) else x.dtype
 
 
 def _layer_norm_with_stats_impl(x, normalized_shape, weight, bias, eps):

@@ -230,7 +230,7 @@ def _split(trace, forward, backward, results, differentiable, cotangents, grad_i
                   (tuple(results), tuple(outs)), Stage.JOINT, trace.signature, dict(trace.extra_globals),
                   list(trace.writeback))
     # what each half's printed program names as a global: a training forward's
-    # layer_norm_with_stats, a backward rule's symbols
+    # layer_norm_with_stats or batch_norm_with_update, a backward rule's symbols
     own = lambda ops: {b.sym.name: b.sym.impl for b in passes.iter_all(ops) if OpTag.PROGRAM_GLOBAL in b.sym.tags}  # noqa: E731
     fwd = passes.dce(Trace(f"{trace.name}_forward", list(trace.inputs), forward, tuple(results) + tuple(saved),
                            Stage.FORWARD, trace.signature, {**trace.extra_globals, **own(forward)},

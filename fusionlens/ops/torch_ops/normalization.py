@@ -148,12 +148,22 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
         raise NoDecomposition("training mode updates the running statistics in place")
     if not training and (running_mean is None or running_var is None):
         raise NoDecomposition("evaluation mode without running statistics")  # torch raises
-    x = cast(input, _compute_dtype(input))
     if training:  # no running statistics to update: normalise by the batch's
-        var, mean = _batch_stats(x, (0, *range(2, x.ndim)))
-    else:
-        var, mean = _per_channel(running_var, x), _per_channel(running_mean, x)
+        return batch_norm_with_stats(input, weight, bias, eps)[0]
+    x = cast(input, _compute_dtype(input))
+    var, mean = _per_channel(running_var, x), _per_channel(running_mean, x)
     return cast(_affine(_normalise(x, var, mean, eps), weight, bias), input.dtype)
+
+
+def batch_norm_with_stats(input, weight=None, bias=None, eps=1e-5):
+    """(training-mode batch_norm, save_mean, save_invstd) with no running statistics: the
+    batch's mean and 1 / sqrt(biased variance + eps) per channel, (C,) in the computing dtype
+    (float32 for low-precision inputs), as aten's native_batch_norm saves them for its backward."""
+    x = cast(input, _compute_dtype(input))
+    var, m = prims.var_mean(x, (0, *range(2, x.ndim)), 0)  # biased, as torch normalises with
+    invstd = rsqrt(add(var, eps))
+    out = mul(sub(x, _per_channel(m, x)), _per_channel(invstd, x))
+    return cast(_affine(out, weight, bias), input.dtype), m, invstd
 
 
 @register(F.instance_norm)
@@ -236,17 +246,14 @@ def _native_batch_norm(input, weight, bias, running_mean, running_var, training,
         raise NoDecomposition("training mode updates the running statistics in place")
     if not training and (running_mean is None or running_var is None):
         raise NoDecomposition("evaluation mode without running statistics")  # torch raises
-    x = cast(input, _compute_dtype(input))
     if not training:
+        x = cast(input, _compute_dtype(input))
         out = _normalise(x, _per_channel(running_var, x), _per_channel(running_mean, x), eps)
         empty = prims.full((0,), 0.0, dtype=input.dtype, device=input.device)
         return cast(_affine(out, weight, bias), input.dtype), empty, prims.full(
             (0,), 0.0, dtype=input.dtype, device=input.device)
-    dims = (0, *range(2, x.ndim))
-    var, m = prims.var_mean(x, dims, 0)
-    rstd = rsqrt(add(var, eps))
-    out = mul(sub(x, _per_channel(m, x)), _per_channel(rstd, x))
-    return cast(_affine(out, weight, bias), input.dtype), _saved(m, input.dtype), _saved(rstd, input.dtype)
+    out, m, rstd = batch_norm_with_stats(input, weight, bias, eps)
+    return out, _saved(m, input.dtype), _saved(rstd, input.dtype)
 
 
 @register(torch.native_batch_norm)

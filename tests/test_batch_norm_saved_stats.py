@@ -16,6 +16,9 @@ with no var_mean), never a second pass over x for them (composite_rules). Checke
 - the traces: the forward saves the (C,) statistics and nothing full-size of its own, the
   backward has no var_mean and no reduction that reads x without dy, and running it calls
   torch's native_batch_norm_backward and no native_batch_norm;
+- aten's forms called directly (native_batch_norm, _native_batch_norm_legit,
+  _batch_norm_with_update): their running statistics updated once a call, not again in the
+  backward; a dynamic=True jit: one program for every batch size;
 - a torchvision ResNet BasicBlock with a downsampling shortcut: training steps (SGD) with
   gradients, parameters and running statistics as eager's.
 """
@@ -172,6 +175,21 @@ def test_compile_checks_against_eager_and_reports_the_saved_statistics(request, 
     activations = [s for s in report.training.saved if s.kind == "activation"]
     assert sorted(tuple(s.shape) for s in activations) == [(C,), (C,)], activations
     assert all(s.dtype == "float32" for s in activations), activations
+
+
+@pytest.mark.parametrize("executors", [TORCH, TRITON], ids=["torch", "triton"])
+def test_dynamic_batch_sizes_share_a_program(request, executors):
+    """With symbolic sizes the backward divides by the symbolic element count (a float() of it
+    was a guard on the batch size: a compile a batch size), running statistics still eager's."""
+    if executors == TRITON:
+        request.getfixturevalue("triton_run")
+    torch.manual_seed(6)
+    model = Case("2d", (4, C, 3, 3)).module()
+    jfn = compiler.jit(model, dynamic=True, executors=list(executors))
+    sizes = iter((3, 5, 7, 6))
+    _steps(model, jfn, lambda: torch.randn(next(sizes), C, 3, 3), executors, steps=4)
+    # Triton's first program may keep the first size; the second serves every other
+    assert jfn.cache_info()["compiles"] <= (1 if executors == TORCH else 2), jfn.cache_info()
 
 
 # --- the traces: what is saved, and what the backward reads ---------------------------------

@@ -152,7 +152,7 @@ def _norm_backward(g, x, weight, dims, stats):
     xc, gc = _cast(x, compute), _cast(g, compute)
     kept = tuple(d for d in range(x.ndim) if d not in dims)
     spread = lambda v: P.broadcast_in_dim(v, x.shape, kept)  # noqa: E731
-    n = float(math.prod(x.shape[d] for d in dims))
+    n = math.prod(x.shape[d] for d in dims)  # not float(): a symbolic size would be guarded
     mean, rstd = (P.broadcast_in_dim(_cast(s, compute), x.shape, tuple(range(x.ndim)) if s.ndim == x.ndim else kept)
                   for s in stats)
     xhat = P.mul(P.sub(xc, mean), rstd)

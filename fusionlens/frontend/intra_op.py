@@ -27,14 +27,15 @@ _PLAIN = (torch.Tensor, torch.nn.Parameter)  # not a subclass: a fake tensor, a 
 
 
 def small(tensors: Iterable) -> bool:
-    """Whether there is a tensor among `tensors` and each is a plain (strided, real) one of at
+    """Whether there is a tensor among `tensors` and each is a plain (strided) CPU one of at
     most SMALL elements. A fake or meta tensor is never small: it runs no kernel, and its
-    numel may be a symbol (a comparison would be a guard)."""
+    numel may be a symbol (a comparison would be a guard); a GPU tensor's kernels use no
+    intra-op thread."""
     seen = False
     for t in tensors:
         if not isinstance(t, torch.Tensor):
             continue
-        if type(t) not in _PLAIN or t.is_meta or t.layout is not torch.strided or t.numel() > SMALL:
+        if type(t) not in _PLAIN or t.device.type != "cpu" or t.layout is not torch.strided or t.numel() > SMALL:
             return False
         seen = True
     return seen

@@ -26,6 +26,21 @@ SMALL = 32_768  # at::internal::GRAIN_SIZE: the elements below which torch's Ten
 _PLAIN = (torch.Tensor, torch.nn.Parameter)  # not a subclass: a fake tensor, a DTensor, a user's
 
 
+# op families whose CPU kernels may compute differently with another thread count (MKL's and
+# pocketfft's transforms, LAPACK): never switched, so their results stay eager's bits
+_THREAD_VARIANT = ("fft", "linalg", "stft")
+
+
+def thread_invariant(name: str) -> bool:
+    """Whether an op (its symbol's name, or a torch callable's module and name) computes the
+    same bits on one thread as on several: all but the families of _THREAD_VARIANT."""
+    return not any(family in name for family in _THREAD_VARIANT)
+
+
+def callable_name(func) -> str:
+    return f"{getattr(func, '__module__', None) or ''}.{getattr(func, '__name__', '')}"
+
+
 def small(tensors: Iterable) -> bool:
     """Whether there is a tensor among `tensors` and each is a plain (strided) CPU one of at
     most SMALL elements. A fake or meta tensor is never small: it runs no kernel, and its

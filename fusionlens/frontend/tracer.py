@@ -58,7 +58,8 @@ class _Recorder(TorchFunctionMode):
         seen = self.tracer.dynamic.count
         self.tracer.views.before(self.tracer, func, args, kwargs)
         self.tracer.captured.before(func, args, kwargs)  # a global it writes: copied first
-        with intra_op.one_thread(self.tracer.replay is None and intra_op.small(pytree.tree_leaves((args, kwargs)))):
+        with intra_op.one_thread(self.tracer.replay is None and intra_op.thread_invariant(intra_op.callable_name(func))
+                                 and intra_op.small(pytree.tree_leaves((args, kwargs)))):
             out = value_guards.call(self.tracer, func, args, kwargs)  # a fake tensor's value: the real trace's
         if getattr(func, "__name__", "") == "__setitem__":  # mutates args[0], returns None
             self.tracer.record(func, args, kwargs, args[0])

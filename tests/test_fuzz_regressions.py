@@ -615,5 +615,294 @@ def test_the_fuzzers_programs_of_the_5000_6499_campaign_pass(mode, seed):
     assert verdict.status == PASS, verdict.summary()
 
 
+# --- 13. the campaign over seeds 6500..21499 (2026-12-05, after the day's norm and aliasing work) ---
+
+def _fuzz_program_7173(x1):
+    t0 = torch.log1p(torch.abs(x1))
+    t0.copy_(x1)
+    return (t0, )
+
+
+def test_copy_of_an_input_into_a_made_value_trains_as_eager():
+    # fuzz backward 7173: t0.copy_(x1) of the same shape and dtype is x1 itself, handed out, so
+    # it runs as one torch call (eager's tensor); its backward ran aten.copy again under
+    # autograd, which has no derivative: "derivative for aten::copy is not implemented"
+    jfn = compiler.jit(_fuzz_program_7173, executors=["torch"], options=CompileOptions(verify=True))
+    for _ in range(3):
+        x = torch.randn(2, 3, device=DEVICE, requires_grad=True)
+        x_eager = x.detach().clone().requires_grad_()
+        (got,), (want,) = jfn(x), _fuzz_program_7173(x_eager)
+        torch.testing.assert_close(got, want)
+        cotangent = torch.randn(2, 3, device=DEVICE)
+        (got * cotangent).sum().backward()
+        (want * cotangent).sum().backward()
+        torch.testing.assert_close(x.grad, x_eager.grad)
+    assert not jfn.last.eager_fallback
+
+
+@pytest.mark.parametrize("shape", [(0, 1), (0, 3, 4)])
+def test_batch_norm_of_an_empty_batch_trains_as_eager(shape):
+    # fuzz backward 7443: training-mode F.batch_norm ran as native_batch_norm, which refuses an
+    # empty input ("input tensor must have at least one element") where F.batch_norm returns it
+    # as is and updates no running statistics
+    eager, module = torch.nn.BatchNorm1d(shape[1]).to(DEVICE), torch.nn.BatchNorm1d(shape[1]).to(DEVICE)
+    torch.nn.init.normal_(eager.weight)
+    module.load_state_dict(eager.state_dict())
+    jfn = compiler.jit(module, executors=["torch"])
+    stateless = compiler.jit(lambda x: F.batch_norm(x, None, None, training=True), executors=["torch"])
+    for _ in range(3):
+        x, x_eager = (torch.randn(shape, device=DEVICE, requires_grad=True) for _ in range(2))
+        got, want = jfn(x), eager(x_eager)
+        torch.testing.assert_close(got, want)
+        (got.sum() + stateless(x).sum()).backward()
+        want.sum().backward()
+        torch.testing.assert_close(module.weight.grad, eager.weight.grad)
+        torch.testing.assert_close(module.bias.grad, eager.bias.grad)
+        torch.testing.assert_close(x.grad, torch.zeros(shape, device=DEVICE))
+    for name in ("running_mean", "running_var", "num_batches_tracked"):
+        torch.testing.assert_close(getattr(module, name), getattr(eager, name))
+
+
+@pytest.mark.parametrize("op", [torch.log_softmax, torch.softmax], ids=["log_softmax", "softmax"])
+def test_softmax_of_a_bool_or_integer_tensor_is_torch_s(op, executors):
+    # fuzz triton 6708: eager's kernel refuses a bool or integer tensor, but returns an empty one
+    # as is; the decomposition subtracted bools (a RuntimeError of its own) where eager ran
+    jfn = compiler.jit(lambda x: op(x, -2), executors=executors)
+    for x in (torch.zeros(0, 1, dtype=torch.bool, device=DEVICE), torch.zeros(0, 2, dtype=torch.int64, device=DEVICE)):
+        got, want = jfn(x), op(x, -2)
+        assert got.dtype == want.dtype and got.shape == want.shape
+    with pytest.raises(RuntimeError, match="not implemented for 'Bool'"):
+        op(torch.ones(2, 2, dtype=torch.bool, device=DEVICE), -2)
+    with pytest.raises(RuntimeError):  # the compiled program raises as eager does, at the user's line
+        compiler.jit(lambda x: op(x, -2), executors=executors)(torch.ones(2, 2, dtype=torch.bool, device=DEVICE))
+
+
+def _fuzz_program_6660(x2):
+    t1 = x2.max(-3).values
+    t3 = t1.sum(-2, keepdim=True)
+    return (t3, )
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 2), (1, 1, 5), (3, 1, 4), (2, 1, 1)])
+def test_a_keepdim_sum_over_a_size_1_dim_of_a_reduced_value_passes_verify(shape, triton):
+    # fuzz triton 6660: the sum over t1's dim of size 1 is a broadcast of the max's result into
+    # [1, 2], a shape of another rank than the region's domain [1, 1, 2]; verify compared its
+    # dims with the domain's kept dims as if it went back to the domain (VerifyError)
+    jfn = _judged(_fuzz_program_6660, lambda call: (torch.randn(shape, device=DEVICE),), triton)
+    assert not jfn.last.eager_fallback
+
+
+def _fuzz_program_10359(x0, x2):
+    t1 = torch.hypot(x0, x2)
+    x2.add_(x2)
+    return (t1, )
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.float32])
+def test_an_input_updated_after_the_backward_saved_it_keeps_its_old_value_for_the_backward(dtype):
+    # fuzz backward 10359: hypot runs whole, so its backward (the generic rule) recomputes it from
+    # the saved x0 and x2; x2 needs no gradient and the forward program wrote x2 + x2 into it, the
+    # tensor saved: the gradient of x0 read the new x2 (silently where x2 was all zeros at the check)
+    jfn = compiler.jit(_fuzz_program_10359, executors=["torch"])
+    for _ in range(3):
+        x0 = torch.randn(2, 3, device=DEVICE, requires_grad=True)
+        x2 = (torch.randint(-4, 5, (2, 3)) if dtype is torch.int64 else torch.randn(2, 3)).to(DEVICE, dtype)
+        x0_eager, x2_eager = x0.detach().clone().requires_grad_(), x2.clone()
+        (got,), (want,) = jfn(x0, x2), _fuzz_program_10359(x0_eager, x2_eager)
+        torch.testing.assert_close(got, want)
+        torch.testing.assert_close(x2, x2_eager)
+        cotangent = torch.randn(2, 3, device=DEVICE)
+        (got * cotangent).sum().backward()
+        (want * cotangent).sum().backward()
+        torch.testing.assert_close(x0.grad, x0_eager.grad)
+    assert not jfn.last.eager_fallback
+
+
+def _fuzz_program_7524(x0):
+    t0 = x0.mean(-1)
+    t1 = t0 <= x0
+    return (t1, )
+
+
+def _fuzz_program_8674(x1):
+    t0 = torch.var(x1, -1, correction=0)
+    t1 = x1 / (torch.abs(t0) + 1)
+    return (t1, )
+
+
+@pytest.mark.parametrize("program", [_fuzz_program_7524, _fuzz_program_8674], ids=["7524", "8674"])
+@pytest.mark.parametrize("n", [2, 4])
+def test_a_row_statistic_broadcast_along_the_rows_of_a_square_input_is_two_regions(program, n, triton):
+    # fuzz triton 7524, 8674, 9384: t0 (one value per row) broadcast as torch broadcasts it, along
+    # the last dim, puts row i's statistic in column i; the partitioner put that broadcast in the
+    # reduction's region, where each row reads its own result (verify: VerifyError; without it,
+    # the Triton executor declined the region and torch ran every op)
+    jfn = compiler.jit(program, executors=triton, options=CompileOptions(verify=True))
+    for _ in range(3):
+        x = torch.randn(n, n, device=DEVICE)
+        torch.testing.assert_close(jfn(x), program(x))  # var's float32 rounding: assert_close's tolerance
+    assert not jfn.last.eager_fallback
+    regions = [r for p in jfn.last.report.programs for r in p.regions]
+    assert [r.executor for r in regions] == ["triton", "triton"], regions
+
+
+def test_batch_norm_of_an_empty_1d_input_is_torch_s(executors):
+    # fuzz triton 7534: F.batch_norm of a [0] input (no channel dim): eager returns it as is; the
+    # decomposition placed a channel statistic along dim 1 of a 1-d value (VerifyError)
+    program = lambda x: F.batch_norm(x, None, None, training=True)  # noqa: E731
+    jfn = compiler.jit(program, executors=executors, options=CompileOptions(verify=True))
+    for _ in range(2):
+        x = torch.randn(0, device=DEVICE)
+        assert jfn(x).shape == program(x).shape == (0,)
+
+
+def test_a_dynamic_signature_that_runs_eagerly_says_why_each_size_compiles_again():
+    # fuzz dynamic 6549 (the campaign's one recompile without a reason): a program that runs
+    # eagerly by design (copy_ into a reshape of a non-contiguous input) has no symbolic program
+    # to serve other sizes, so each size traces again; the report now says so
+    def program(x):
+        t = x.flatten()
+        t.copy_(t.sum())
+        return (t, )
+
+    jfn = compiler.jit(program, dynamic=True)
+    for n in (4, 5, 7):
+        x = torch.randn(n, 6, device=DEVICE)[:, ::2]
+        x_eager = x.clone()
+        torch.testing.assert_close(jfn(x), program(x_eager))
+        assert jfn.last.eager_fallback
+    said = [d.message for d in jfn.last.report.diagnostics if d.message.startswith("compiled again")]
+    assert len(said) == 1 and "runs eagerly (in-place copy_ of the result of a reshape" in said[0], said
+    assert jfn.cache_info()["compiles"] == 3
+
+
+def _fuzz_program_14246(x1):
+    t0 = x1.bool()
+    x1.addcmul_(t0, t0, value=0.5)
+    return (t0, )
+
+
+def test_addcmul_into_an_integer_tensor_casts_value_to_its_type(executors):
+    # fuzz triton 14246: eager casts value to the integer type (0.5 is 0: x1 stays); the
+    # decomposition multiplied by 0.5 in float32 and truncated x1 + 0.5 back (-3 became -2)
+    jfn = compiler.jit(_fuzz_program_14246, executors=executors)
+    for value in ([-3, 0, 2, 5], [4, -1, 0, -7]):
+        x1, x1_eager = torch.tensor([value], device=DEVICE), torch.tensor([value], device=DEVICE)
+        (got,), (want,) = jfn(x1), _fuzz_program_14246(x1_eager)
+        torch.testing.assert_close(got, want)
+        torch.testing.assert_close(x1, x1_eager, rtol=0, atol=0)
+    assert not jfn.last.eager_fallback
+    scaled = compiler.jit(lambda x, a: x.addcmul_(a, a, value=-1.5), executors=executors)  # -1.5 is -1
+    x, a = torch.tensor([3, 0, -2], device=DEVICE), torch.tensor([2, 1, 3], device=DEVICE)
+    torch.testing.assert_close(scaled(x.clone(), a), x.clone().addcmul_(a, a, value=-1.5), rtol=0, atol=0)
+
+
+def _fuzz_program_13607(x1):
+    t0 = torch.linalg.vector_norm(x1, 1, dim=0)
+    t0.abs_()
+    t2 = F.layer_norm(x1, x1.shape[-1:], t0)
+    return (t2, )
+
+
+@pytest.mark.parametrize("shape", [(1, 2), (1, 5)])
+def test_a_layer_norm_weighted_by_a_sum_over_its_one_row_is_not_a_two_axis_region(shape, triton):
+    # fuzz triton 13607: over one row, the column sum t0 keeps the domain's shape [1, n], so its
+    # broadcast back into the rows (layer_norm's weight) looked like a column output, and the
+    # regroup made one two-axis region that reads its own column values (VerifyError)
+    jfn = compiler.jit(_fuzz_program_13607, executors=triton, options=CompileOptions(verify=True))
+    for _ in range(3):
+        x = torch.randn(shape, device=DEVICE)
+        torch.testing.assert_close(jfn(x), _fuzz_program_13607(x))
+    assert not jfn.last.eager_fallback
+
+
+def _fuzz_program_17906(x0):
+    t0 = x0 * x0 + x0
+    t1 = torch.where(t0 > 0.5)[0]
+    return (t1, )
+
+
+def test_a_check_whose_data_dependent_shape_differs_from_eager_runs_eagerly(triton):
+    # fuzz triton 17906: the kernel keeps x0 * x0 in float32 where eager rounds it to bfloat16, so
+    # on these inputs 14 elements pass `t0 > 0.5` where eager counted 13; the check's run raised
+    # ShapeChanged out of the first call, where a check that fails runs the signature eagerly
+    x0 = torch.randn((8, 4), generator=torch.Generator().manual_seed(1996306210)).bfloat16().to(DEVICE)
+    jfn = compiler.jit(_fuzz_program_17906, executors=triton)
+    torch.testing.assert_close(jfn(x0), _fuzz_program_17906(x0))
+    if not CUDA:  # the interpreter's counts, as the fuzzer saw them
+        assert jfn.last.eager_fallback
+        error = next(d for d in jfn.last.report.diagnostics if d.severity == "error")
+        assert error.code == DiagnosticCode.MISMATCH and "depends on the data" in error.message
+
+
+def _fuzz_program_17764(x1):
+    t0 = x1.roll(1, -2)
+    t1 = t0[0]
+    x1.relu_()
+    return (t1, )
+
+
+def _clone_row_then_update(x1):
+    t1 = x1.clone()[0]
+    x1.relu_()
+    return (t1, )
+
+
+@pytest.mark.parametrize("program", [_fuzz_program_17764, _clone_row_then_update], ids=["roll-17764", "clone"])
+def test_a_view_of_a_copy_that_is_its_input_here_keeps_the_old_values(program, executors):
+    # fuzz triton 17764: roll over a size-1 dim (or clone) is its input in the trace, so t1 became
+    # a view of x1 that the write-back of x1.relu_() changed; eager's t1 is a view of the copy
+    # (section 10 kept such an op whole only where its own result was handed out)
+    jfn = compiler.jit(program, executors=executors)
+    for _ in range(3):
+        x1 = torch.randn(1, 4, device=DEVICE)
+        x1_eager = x1.clone()
+        torch.testing.assert_close(jfn(x1), program(x1_eager))
+        torch.testing.assert_close(x1, x1_eager)
+    assert not jfn.last.eager_fallback
+
+
+def _fuzz_program_18542(x0):
+    t0 = x0.contiguous()
+    x0.clamp_(min=0)
+    t1 = t0.squeeze(-1)
+    return (t1, )
+
+
+def test_a_view_of_contiguous_of_a_strided_input_keeps_the_old_values(executors):
+    # fuzz default 18542: squeeze(-1) of a [2, 2] value is its input, kept whole because it is
+    # handed out, but the contiguous() under it was dropped, so the result was a view of x0 that
+    # x0.clamp_ changed (a silent wrong result from the second call: the first returns the check's
+    # run); eager's contiguous() of a strided x0 is a copy
+    jfn = compiler.jit(_fuzz_program_18542, executors=executors)
+    layouts = [lambda t: t[..., ::2], lambda t: t[:, :2].t(), lambda t: t[:, :2].contiguous()]  # the last:
+    for layout in layouts + layouts:  # contiguous() is x0 itself, as in eager
+        values = torch.randn(2, 4, device=DEVICE)
+        x0, x0_eager = layout(values.clone()), layout(values.clone())  # alike, strides too (clone would not be)
+        (got,), (want,) = jfn(x0), _fuzz_program_18542(x0_eager)
+        torch.testing.assert_close(got, want)
+        torch.testing.assert_close(x0, x0_eager)
+
+
+CAMPAIGN_6500 = [("backward", 7173), ("backward", 7443), ("triton", 6708), ("triton", 6660),
+                 ("backward", 10359), ("triton", 7524), ("triton", 8674), ("triton", 7534), ("backward", 9657),
+                 ("triton", 14246), ("triton", 13607), ("triton", 17764),
+                 ("default", 18542)]
+
+
+@pytest.mark.parametrize("mode,seed", CAMPAIGN_6500)
+def test_the_fuzzers_programs_of_the_6500_campaign_pass(mode, seed):
+    """The fuzzer's own programs of these seeds (outside the CI tier), as it judges them; a skip
+    is eager raising on a later call (triton 14246's third), every call before it right."""
+    from tests.fuzz.generate import generate
+    from tests.fuzz.judge import FAIL
+    from tests.fuzz.modes import MODES
+    from tests.fuzz.runner import run
+
+    if mode == "triton":
+        pytest.importorskip("triton")
+    verdict = run(generate(seed, MODES[mode]), MODES[mode])
+    assert verdict.status != FAIL and verdict.call in (-1, 2), verdict.summary()
+
 if __name__ == "__main__":
     sys.exit(pytest.main([os.path.abspath(__file__), "-q"]))

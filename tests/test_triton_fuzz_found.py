@@ -77,5 +77,6 @@ def test_round_keeps_the_sign_of_zero_and_is_exact_near_halves():
                                 lambda x: torch.softmax(x, 0) & x], ids=["softmax", "log_softmax", "softmax_and"])
 def test_softmax_of_an_empty_bool_tensor_is_an_empty_bool_tensor(fn):
     # eager's answer (a non-empty bool softmax raises in eager); the prims run one by one would
-    # subtract two bool tensors, which torch refuses
-    _same(fn, torch.zeros(0, 3, dtype=torch.bool, device=DEVICE))
+    # subtract two bool tensors, which torch refuses. Softmax of an integer or bool tensor is
+    # torch's own call since the fuzzer's triton 6708 (log_softmax of one raised): no kernel
+    _same(fn, torch.zeros(0, 3, dtype=torch.bool, device=DEVICE), kernels=None)

@@ -11,6 +11,7 @@ from torch.utils import _pytree as pytree
 
 from fusionlens.frontend import aliasing, intra_op, objects
 from fusionlens.middle.autograd import torch_rules
+from fusionlens.ops.torch_ops.fallbacks import ShapeChanged
 from fusionlens.ir.program_calls import write_back
 from fusionlens.ir import torch_compat
 from fusionlens.ir.trace import OpTag
@@ -109,8 +110,13 @@ def checked_run(c, inputs: list[torch.Tensor], target, call: tuple | None = None
     names = [v.name for v in c.acquired.inputs]
     mutated = c.traced.mutated
     run_on = aliasing.copies(inputs, [n in mutated for n in names])  # (inputs sharing memory: alike)
-    with intra_op.one_thread(small_program(c, run_on)):  # as the trace's eager run of its ops was
-        result = c.fn(*run_on)
+    try:
+        with intra_op.one_thread(small_program(c, run_on)):  # as the trace's eager run of its ops was
+            result = c.fn(*run_on)
+    except ShapeChanged as e:  # on the trace's own inputs: the program's data differ from eager's
+        # (a 16-bit chain kept in float32 counted other elements, fuzz triton 17906)
+        return [Diagnostic("error", f"the compiled program does not match eager PyTorch on the example inputs: "
+                           f"{e}", target.file, target.line, code=DiagnosticCode.MISMATCH)], None
     actual = objects.resolve(result, c.traced.passed)  # the objects the call was passed, in its result
     problem = mismatch(actual, c.traced.eager_output)
     random = is_random(c.acquired)

@@ -315,6 +315,11 @@ class JitFunction:
                 if said:
                     return _Why(f"the sizes changed and the program for {_shapes(entry)} is static: {said[0].message}",
                                 None, R.DiagnosticCode.DYNAMIC_SHAPES)
+                if entry.eager_fallback:  # no symbolic program to serve other sizes (fuzz dynamic 6549)
+                    reason = entry.compiled.eager_only or "the check rejected its program"
+                    return _Why(f"the sizes changed and the signature for {_shapes(entry)} runs eagerly ({reason}): "
+                                "each size is traced again to see whether it can compile", None,
+                                R.DiagnosticCode.DYNAMIC_SHAPES)
         return None
 
     def _dynamic(self, key, args, kwargs) -> tuple[DynamicDims, frozenset[int]]:

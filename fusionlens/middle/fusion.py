@@ -131,7 +131,22 @@ class Cluster:
         for v in b.inputs():
             if v.name in self.produced and self.space(v.shape) is None:
                 return Refusal(BoundaryCode.SHAPE_REFUSED, "iteration shape differs")
+        if _is_broadcast(b) and self._misplaced(b):
+            return Refusal(BoundaryCode.SHAPE_REFUSED, "it broadcasts a reduced value along other dims than the "
+                                                       "kept ones (each row would read another row's result)")
         return None
+
+    def _misplaced(self, b: BoundSymbol) -> bool:
+        """A reduced value of this region broadcast back to the domain along dims that are not
+        its kept dims: `x.mean(-1) <= x` of a square x puts row i's mean in column i (fuzz triton
+        7524). A size-1 dim broadcasts anywhere; another rank than the domain's is no placement."""
+        x, shape, dims = b.args[0], tuple(b.args[1]), tuple(b.args[2])
+        if not self.rdims or x.name not in self.produced or len(shape) != len(self.domain):
+            return False
+        kept = tuple(i for i in range(len(self.domain)) if i not in self.rdims)
+        expected = kept if x.ndim == len(kept) else tuple(range(len(shape))) if x.ndim == len(shape) else None
+        varies = [i for i, s in enumerate(x.shape) if not (type(s) is int and s == 1)]
+        return any(expected is None or dims[i] != expected[i] for i in varies)
 
     def _refuse_scatter(self, b: BoundSymbol) -> Refusal | None:
         base, window = b.args[0], [v for v in b.inputs() if v is not b.args[0]]

@@ -33,12 +33,40 @@ def decompose(trace: Trace) -> Trace:
     An op whose decomposition returns one of its inputs (contiguous, eval dropout) is an
     alias: it is dropped and its uses read the input, unless the program hands its result out
     and the input may share memory with the caller's tensors: then it runs as its torch call,
-    aliasing as eager's does. Ops that cannot be decomposed keep `note` saying why: they fall
-    back to running as one torch call.
+    aliasing as eager's does; a value the program hands out a view of counts as handed out
+    (`x.clone()[0]`: eager's is a view of the copy, which a later `x.relu_()` leaves alone).
+    Ops that cannot be decomposed keep `note` saying why: they fall back to running as one
+    torch call.
     """
+    handed = {v.name for v in trace.results()}
+    done = _decompose(trace, handed)
+    made = {o.name for b in done.bound_symbols for o in b.outputs}
+    dropped = {o.name for b in trace.bound_symbols for o in b.outputs} - made  # the aliases
+    if not dropped:  # most programs: one pass
+        return done
+    viewed = _viewed(trace, done, handed)
+    return _decompose(trace, viewed) if viewed & dropped - handed else done
+
+
+_KEPT_ALIAS = "is its input here, and the program hands it out"  # an alias run whole (a view in eager)
+
+
+def _viewed(trace: Trace, done: Trace, handed: set[str]) -> set[str]:
+    """`handed` and what a handed-out value is a view of: through ops that decomposed into
+    shape prims only, the aliases `done` dropped or ran whole (fuzz triton 17764:
+    x1.roll(1, -2)[0], the roll over a size-1 dim; default 18542: x0.contiguous().squeeze(-1))."""
+    view = {o.name: bool(b.subsymbols) and all(OpTag.SHAPE in s.sym.tags for s in flatten([b]))
+            or _KEPT_ALIAS in (b.note or "") for b in done.bound_symbols for o in b.outputs}
+    viewed = set(handed)
+    for b in reversed(trace.bound_symbols):
+        if b.outputs and any(o.name in viewed for o in b.outputs) and all(view.get(o.name, True) for o in b.outputs):
+            viewed.update(v.name for v in b.inputs())
+    return viewed
+
+
+def _decompose(trace: Trace, handed: set[str]) -> Trace:
     names = NameGen("t", max_index(trace) + 1, {v.name for v in trace.inputs})
     alias: dict = {}
-    handed = {v.name for v in trace.results()}
     exposed = handed | {v.name for v in trace.inputs}  # what may share memory with those (_expose)
     out: list[BoundSymbol] = []
     checked = 0  # out[:checked] are in `exposed`
@@ -77,7 +105,7 @@ def decompose(trace: Trace) -> Trace:
                 # handed out, the alias would be a tensor the caller has (or sees updated) too:
                 # the torch call makes eager's, the input itself, a view or a copy (round of an
                 # integer tensor is a new one); dropout not training is the input itself in eager
-                out.append(_with_note(b, f"{b.sym.name} is its input here, and the program hands it out: "
+                out.append(_with_note(b, f"{b.sym.name} {_KEPT_ALIAS}: "
                                          "it runs as one torch call, which makes eager's tensor"))
                 continue
             alias.update({o.name: n for n, o in zip(flat, b.outputs)})

@@ -195,6 +195,10 @@ class Regroup:
         state = self.state
         if g.scattered or any(b.sym.tags & {OpTag.REDUCTION} and b.sym is not P.sum for b in g.ops):
             return False
+        if all(type(g.domain[d]) is int and g.domain[d] == 1 for d in g.rdims):
+            # one row: the column "sums" keep the domain's shape, so a column value brought back
+            # to the rows looks like one (fuzz triton 13607: a layer_norm's weight from them)
+            return False
         a_reads = {v.name for v in external_inputs(a.ops)}
         g_reads = {v.name for v in external_inputs(g.ops)}
         if not (a_reads & g_reads or a_reads & g.produced or g_reads & a.produced):

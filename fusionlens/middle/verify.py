@@ -529,8 +529,8 @@ def _check_broadcast(b: BoundSymbol, computed: set[str], domain: tuple[int, ...]
         raise VerifyError(label, f"broadcast_dims {list(dims)} do not map {x.name} {_shape(x)} into {list(shape)}", b)
     if _key(b.outputs[0].shape) != _key(shape):
         raise VerifyError(label, f"it broadcasts to {list(shape)} but makes {_shape(b.outputs[0])}", b)
-    if not rdims or x.name not in computed:
-        return
+    if not rdims or x.name not in computed or len(shape) != len(domain):
+        return  # placed in a shape of another rank (a keepdim sum over a size-1 dim, fuzz triton 6660)
     kept = tuple(i for i in range(len(domain)) if i not in rdims)
     expected: tuple[int, ...] | None = None
     if x.ndim == len(kept):  # the reduced shape

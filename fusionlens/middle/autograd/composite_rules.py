@@ -286,6 +286,8 @@ def _batch_norm_explicit(b):
     x, weight, bias, mean, var = (a[k] for k in ("input", "weight", "bias", "running_mean", "running_var"))
     if not a["training"] or not isinstance(x, Value) or x.ndim < 2 or not isinstance(a["momentum"], (int, float)):
         return None
+    if any(type(s) is int and s == 0 for s in x.shape):
+        return None  # empty: F.batch_norm returns it as is (native_batch_norm raises), no update
     if any(t is not None and not isinstance(t, Value) for t in (weight, bias, mean, var)):
         return None
     if (mean is None) != (var is None):

@@ -15,6 +15,8 @@ import contextlib
 import torch
 from torch.autograd.function import once_differentiable
 
+from fusionlens.ir.program_calls import write_back
+
 
 def training_program(forward: Callable, backward: Callable, n_inputs: int, n_results: int,
                      differentiable: list, grad_inputs: list, build: Callable, written: list | None = None) -> Callable:
@@ -53,13 +55,15 @@ def training_program(forward: Callable, backward: Callable, n_inputs: int, n_res
             return build(*CompiledFunction.apply(*inputs))
         # An input updated in place is written after the Function ran, never inside it: the
         # forward may save it for the backward, which needs the value before the update. A
-        # non-leaf goes in as a clone (its gradient flows through the clone to its history).
+        # non-leaf goes in as a clone (its gradient flows through the clone to its history), and
+        # so does one that needs no gradient (the backward reads it: the copy keeps its value).
         originals = [inputs[i] for i in written]
-        inputs = tuple(x.clone() if i in written and not x.is_leaf else x for i, x in enumerate(inputs))
+        inputs = tuple(x.clone() if i in written and not (x.is_leaf and x.requires_grad) else x
+                       for i, x in enumerate(inputs))
         outs = CompiledFunction.apply(*inputs)
         n = len(outs) - len(written)
         for x, new in zip(originals, outs[n:]):
             with torch.no_grad() if x.is_leaf else contextlib.nullcontext():  # a leaf: updated under no_grad
-                x.copy_(new)  # a non-leaf: its new value and history are the update's, as in eager
+                write_back(x, new)  # a non-leaf: its new value and history are the update's, as in eager
         return build(*outs[:n])
     return run

@@ -370,6 +370,17 @@ def _hardswish(b, cots, input, inplace):
     return _pairs((input, _cast(out, input.dtype)))
 
 
+@rule("torch.ops.aten.copy.default")
+def _copy(b, cots):
+    """`x.copy_(src)` kept whole (its result, src itself, is handed out: passes.decompose):
+    torch has no derivative for aten.copy, so the generic rule cannot run it. x's old values
+    are overwritten (no gradient); src's is the cotangent in its dtype, summed over broadcast."""
+    src, g = b.args[1], cots[0]
+    if not _value(src) or g is None or not src.dtype.is_floating_point:
+        return []
+    return _pairs((src, reduce_to(_cast(g, src.dtype), src.shape)))
+
+
 # --- scaled dot-product attention: the scores recomputed in the backward, as flash attention
 
 def _sdpa_signature(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,

@@ -195,6 +195,16 @@ def differentiate(trace: Trace, requires_grad: list) -> Differentiated:
     backward, recomputed = remat.recompute(forward, backward, saved, {v.name for v in trace.inputs})
     if recomputed:
         saved = _saved(backward, outs, cot_names)
+    # an input that needs no gradient, updated in place and read by the backward (a generic
+    # rule's recompute of hypot(x0, x2) before x2.add_(x2), fuzz backward 10359): the backward
+    # needs its value before the update, so the runtime hands the forward a copy and writes the
+    # caller's tensor after, as it does for those that require grad
+    saved_names = {v.name for v in saved}
+    kept_old = [(i, src) for dst, src in trace.writeback if dst.name in saved_names
+                and not requires_grad[(i := trace.inputs.index(dst))] and src.name not in needs]
+    written += kept_old
+    results += [src for _, src in kept_old]
+    differentiable += [False] * len(kept_old)
     if written:  # written after the Function runs (runtime.training_program), not by the forward program
         updated = {trace.inputs[i].name for i, _ in written}
         trace = trace.with_(trace.stage, trace.bound_symbols)

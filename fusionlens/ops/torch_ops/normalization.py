@@ -23,6 +23,9 @@ def _softmax_dim(input, dim):
 
 def _softmax_dtype(input, dtype):
     x = cast(input, dtype) if dtype is not None else input
+    if not (x.dtype.is_floating_point or x.dtype.is_complex):
+        # torch's kernel: it refuses integers and bools, but an empty one is returned as is
+        raise NoDecomposition(f"softmax of a {x.dtype} tensor")
     compute = torch.float32 if x.dtype in _LOW_PRECISION else x.dtype
     return x, compute
 
@@ -141,6 +144,8 @@ def _batch_stats(x, dims):
 @register(F.batch_norm)
 def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1,
                eps=1e-5):
+    if input.ndim < 2:  # no channel dim: eager returns an empty one as is, and raises for others
+        raise NoDecomposition("an input of fewer than 2 dims")
     if training and (running_mean is not None or running_var is not None):
         # Training mode also updates running_mean and running_var in place. Until mutations
         # are written back (functionalisation), the call runs whole in torch, so its result

@@ -313,6 +313,8 @@ def addcmul(input, tensor1, tensor2, *, value=1):
     # eager's product is in the type of all three: float16 factors of a float32 input multiply
     # in float32, not rounded to float16 first (fuzz triton 5111)
     dtype = result_dtype(input, tensor1, tensor2)
+    if isinstance(value, float) and not (dtype.is_floating_point or dtype.is_complex):
+        value = int(value)  # eager casts value to the integer type: 0.5 is 0 (fuzz triton 14246)
     return add(input, mul(mul(cast(tensor1, dtype), cast(tensor2, dtype)), value))
 
 

@@ -55,12 +55,29 @@ def _viewed(trace: Trace, done: Trace, handed: set[str]) -> set[str]:
     """`handed` and what a handed-out value is a view of: through ops that decomposed into
     shape prims only, the aliases `done` dropped or ran whole (fuzz triton 17764:
     x1.roll(1, -2)[0], the roll over a size-1 dim; default 18542: x0.contiguous().squeeze(-1))."""
-    view = {o.name: bool(b.subsymbols) and all(OpTag.SHAPE in s.sym.tags for s in flatten([b]))
-            or _KEPT_ALIAS in (b.note or "") for b in done.bound_symbols for o in b.outputs}
+    # an op's output name -> which of its inputs (by position) it moves the data of; None: not a
+    # view. Shape prims only, and of the op's inputs those they read (a fill broadcasts its
+    # value, not its tensor); positions, as `done` reads the inputs of aliases it dropped
+    view: dict[str, tuple[int, set[int] | None]] = {}
+    for b in done.bound_symbols:
+        flat, ins = flatten([b]), [v.name for v in b.inputs()]
+        moved: set[int] | None = None
+        if _KEPT_ALIAS in (b.note or ""):
+            moved = set(range(len(ins)))
+        elif b.subsymbols and all(OpTag.SHAPE in s.sym.tags for s in flat):
+            read = {v.name for s in flat for v in s.inputs()}
+            moved = {i for i, n in enumerate(ins) if n in read}
+        view.update({o.name: (len(ins), moved) for o in b.outputs})
     viewed = set(handed)
     for b in reversed(trace.bound_symbols):
-        if b.outputs and any(o.name in viewed for o in b.outputs) and all(view.get(o.name, True) for o in b.outputs):
-            viewed.update(v.name for v in b.inputs())
+        if not b.outputs or not any(o.name in viewed for o in b.outputs):
+            continue
+        ins = [v.name for v in b.inputs()]
+        everything = (len(ins), set(range(len(ins))))  # a dropped alias: its input is its output
+        kinds = [view.get(o.name, everything) for o in b.outputs]
+        if all(moved is not None for _, moved in kinds):
+            for n, moved in kinds:
+                viewed.update(ins if n != len(ins) else [ins[i] for i in moved or ()])
     return viewed
 
 

@@ -88,6 +88,13 @@ def _check(case, dt):
     for o, v in zip(out, group.outputs):
         assert o.is_contiguous() and tuple(o.shape) == v.shape and o.dtype == v.dtype
     problem = checking.mismatch(list(out), _expected(case, args))
+    if problem is not None and dt in (torch.float16, torch.bfloat16):
+        # eager rounds each op's result to 16 bits, a kernel once: where the two stray apart by
+        # cancellation, the float64 result rounded once judges (odd_noncontig bf16: exp(a) *
+        # sigmoid(b) - a, 0.0234 from eager's at one element in 1,961)
+        wide = [a.double() if isinstance(a, torch.Tensor) and a.is_floating_point() else a for a in args]
+        exact = [x.to(o.dtype) for x, o in zip(_expected(case, wide), out)]
+        problem = checking.mismatch(list(out), exact) and problem
     assert problem is None, f"{case.name} {dt}: {problem}\n{gen.source}"
     return gen, group, inputs, out
 

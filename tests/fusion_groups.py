@@ -17,7 +17,8 @@ from fusionlens.frontend import tracer as frontend
 from fusionlens.middle import passes
 from fusionlens.middle.contract import FusionGroup, source_comments
 from fusionlens.executors import symbolic
-from fusionlens.ir.trace import external_inputs, values_in
+from fusionlens.ir.trace import OpTag, external_inputs, values_in
+from fusionlens.ir.vocabulary import ValueRole
 
 
 def group_from_fn(fn, *args, gid: str = "R0") -> tuple:
@@ -109,11 +110,29 @@ def partitioned_group_from_fn(fn, *args, gid: str = "R0", executor=None) -> tupl
 def layer_norm_backward(x, w, dy):
     """A LayerNorm's backward that recomputes its statistics from x (a training step's reads the
     forward's saved mean and rstd instead: composite_rules.layer_norm_with_stats): dx by rows, dw
-    and db by columns (a two-axis group once partitioned: partitioned_group_from_fn)."""
+    and db by columns (a two-axis group once partitioned: partitioned_group_from_fn); rows of any
+    number of leading dims, the columns summed over all of them."""
     xf, dyf = x.float(), dy.float()
     var, mean = torch.var_mean(xf, -1, correction=0, keepdim=True)
     rstd = torch.rsqrt(var + 1e-5)
     xhat = (xf - mean) * rstd
     wdy = dyf * w.float()
     dx = (wdy - xhat * (xhat * wdy).mean(-1, keepdim=True) - wdy.mean(-1, keepdim=True)) * rstd
-    return dx.to(x.dtype), (dyf * xhat).sum(0).to(w.dtype), dyf.sum(0).to(w.dtype)
+    rows = tuple(range(x.ndim - 1))
+    return dx.to(x.dtype), (dyf * xhat).sum(rows).to(w.dtype), dyf.sum(rows).to(w.dtype)
+
+
+def reductions_not_reading_a_cotangent(backward) -> list[str]:
+    """The reductions of a backward trace that read nothing made from its cotangents (its inputs
+    that are not saved values): a statistic recomputed from the forward's values, where a
+    backward that reads saved statistics has none."""
+    ops = passes.flatten(backward.bound_symbols)
+    from_dy = {v.name for v in backward.inputs if v.role is not ValueRole.SAVED}
+    lonely = []
+    for b in ops:
+        reads_dy = any(v.name in from_dy for v in b.inputs())
+        if OpTag.REDUCTION in b.sym.tags and not reads_dy:
+            lonely.append(f"{b.sym.name} of {b.inputs()[0].name}")
+        if reads_dy:
+            from_dy.update(o.name for o in b.outputs)
+    return lonely

@@ -107,21 +107,8 @@ def _columns(t):
     return t.sum(tuple(range(t.ndim - 1)))
 
 
-def layer_norm_backward_nd(x, w, dy):
-    """fusion_groups.layer_norm_backward with rows of any number of leading dims."""
-    if x.ndim == 2:
-        return layer_norm_backward(x, w, dy)
-    xf, dyf = x.float(), dy.float()
-    var, mean = torch.var_mean(xf, -1, correction=0, keepdim=True)
-    rstd = torch.rsqrt(var + 1e-5)
-    xhat = (xf - mean) * rstd
-    wdy = dyf * w.float()
-    dx = (wdy - xhat * (xhat * wdy).mean(-1, keepdim=True) - wdy.mean(-1, keepdim=True)) * rstd
-    return dx.to(x.dtype), _columns(dyf * xhat).to(w.dtype), _columns(dyf).to(w.dtype)
-
-
 def layer_norm_backward_no_bias(x, w, dy):
-    dx, dw, _ = layer_norm_backward_nd(x, w, dy)
+    dx, dw, _ = layer_norm_backward(x, w, dy)
     return dx, dw
 
 
@@ -135,7 +122,7 @@ def rms_norm_backward(x, w, dy):
     return dx.to(x.dtype), _columns(dyf * xhat).to(w.dtype)
 
 
-BACKWARDS = {"layer_norm": (layer_norm_backward_nd, 3), "layer_norm no bias": (layer_norm_backward_no_bias, 2),
+BACKWARDS = {"layer_norm": (layer_norm_backward, 3), "layer_norm no bias": (layer_norm_backward_no_bias, 2),
              "rms_norm": (rms_norm_backward, 2)}
 
 
@@ -298,13 +285,10 @@ def _backward_regions(jfn):
     return [r for r in _last_entry(jfn).compiled.program("backward").plan.regions if r.executor == "nvfuser"]
 
 
-@pytest.mark.parametrize("name", list(MODULES))
-@pytest.mark.parametrize("dtype", DTYPES)
-def test_norm_training_through_jit_is_one_nvfuser_region(name, dtype):
-    """A norm trained through jit with executors=("nvfuser", "torch"): its output and every
-    gradient as eager's on fresh inputs, and its backward one nvFuser region: a two-axis one where
-    there are parameters (dx and their gradients in one definition), a row one where there are none."""
-    n = 24
+def _trained_through_jit(name: str, dtype, rows: tuple[int, ...], n: int):
+    """(jfn, the module's parameters by name): MODULES[name] over rows of n trained through jit
+    with executors=("nvfuser", "torch") twice (the second call: fresh inputs through the cached
+    program), output and every gradient as eager's each time."""
     module = _module(name, n, dtype)
     params = dict(module.named_parameters())
 
@@ -313,12 +297,22 @@ def test_norm_training_through_jit_is_one_nvfuser_region(name, dtype):
 
     with registered(reference_backend()):
         jfn = fusionlens.jit(fn, executors=["nvfuser", "torch"])
-        for _ in range(2):  # the second call: fresh inputs through the cached program
-            x = (torch.randn(3, 37, n) * 2 + 1).to(dtype).requires_grad_()
+        for _ in range(2):
+            x = (torch.randn(*rows, n) * 2 + 1).to(dtype).requires_grad_()
             ps = [p.detach().clone().requires_grad_() for p in params.values()]
-            dy = torch.randn(3, 37, n).to(dtype)
-            problem = _step_matches_eager(jfn, fn, [x, *ps], dy)
+            problem = _step_matches_eager(jfn, fn, [x, *ps], torch.randn(*rows, n).to(dtype))
             assert problem is None, problem
+    return jfn, params
+
+
+@pytest.mark.parametrize("name", list(MODULES))
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_norm_training_through_jit_is_one_nvfuser_region(name, dtype):
+    """A norm trained through jit with executors=("nvfuser", "torch"): its output and every
+    gradient as eager's on fresh inputs, and its backward one nvFuser region: a two-axis one where
+    there are parameters (dx and their gradients in one definition), a row one where there are none."""
+    n = 24
+    jfn, params = _trained_through_jit(name, dtype, (3, 37), n)
     regions = _backward_regions(jfn)
     assert len(regions) == 1, [(r.id, [b.sym.name for b in r.bsyms]) for r in regions]
     (norm,) = regions
@@ -337,19 +331,7 @@ def test_norm_training_over_a_batch_of_one_is_one_nvfuser_region(name, dtype, sh
     the backward one two-axis nvFuser region whose definition squeezes the size-1 dims out (the
     inner-outer check passes on it as built), where before it was two definitions."""
     n = 6
-    module = _module(name, n, dtype)
-    params = dict(module.named_parameters())
-
-    def fn(x, *ps):
-        return torch.func.functional_call(module, dict(zip(params, ps)), (x,))
-
-    with registered(reference_backend()):
-        jfn = fusionlens.jit(fn, executors=["nvfuser", "torch"])
-        for _ in range(2):
-            x = (torch.randn(*shape, n) * 2 + 1).to(dtype).requires_grad_()
-            ps = [p.detach().clone().requires_grad_() for p in params.values()]
-            problem = _step_matches_eager(jfn, fn, [x, *ps], torch.randn(*shape, n).to(dtype))
-            assert problem is None, problem
+    jfn, params = _trained_through_jit(name, dtype, shape, n)
     regions = _backward_regions(jfn)
     assert len(regions) == 1, [(r.id, [b.sym.name for b in r.bsyms]) for r in regions]
     (norm,) = regions

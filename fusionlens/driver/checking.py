@@ -149,10 +149,7 @@ def small_program(c, inputs: list[torch.Tensor]) -> bool:
     are symbols: never."""
     if c.guards is not None or not intra_op.small(inputs):
         return False
-    ops = c.forward.plan.trace.bound_symbols
-    if not all(intra_op.thread_invariant(b.sym.name) for b in ops):
-        return False
-    return all(not v.symbolic and v.numel() <= intra_op.SMALL for b in ops for v in b.outputs)
+    return intra_op.small_ops(c.forward.plan.trace.bound_symbols)
 
 
 def _judged_in_float64(c, inputs: list[torch.Tensor], actual, call: tuple) -> str | None:

@@ -288,9 +288,9 @@ def on_one_thread(program: Program, device: torch.device) -> bool:
     trace = program.plan.trace
     if device.type != "cpu":
         return False
-    values = [*trace.inputs, *(v for b in trace.bound_symbols for v in b.outputs)]
-    if any(v.symbolic or v.numel() > intra_op.SMALL for v in values) or \
-            not all(intra_op.thread_invariant(b.sym.name) for b in trace.bound_symbols):
+    if any(v.symbolic or v.numel() > intra_op.SMALL for v in trace.inputs):
+        return False
+    if not intra_op.small_ops(trace.bound_symbols):
         return False
     return any(not (leaf.sym.tags & _RUN_ON_ONE_THREAD) for b in trace.bound_symbols for leaf in _prims(b))
 

@@ -41,6 +41,14 @@ def callable_name(func) -> str:
     return f"{getattr(func, '__module__', None) or ''}.{getattr(func, '__name__', '')}"
 
 
+def small_ops(ops: Iterable) -> bool:
+    """Whether every value the bound symbols `ops` make is static and at most SMALL elements and
+    none of them is of a thread-variant family: a program of them may run on one thread."""
+    ops = list(ops)
+    return all(thread_invariant(b.sym.name) for b in ops) and \
+        all(not v.symbolic and v.numel() <= SMALL for b in ops for v in b.outputs)
+
+
 def small(tensors: Iterable) -> bool:
     """Whether there is a tensor among `tensors` and each is a plain (strided) CPU one of at
     most SMALL elements. A fake or meta tensor is never small: it runs no kernel, and its

@@ -36,6 +36,7 @@ import torch
 
 from fusionlens.frontend import overlap
 from fusionlens.frontend.arguments import parameter_names, user_tensors
+from fusionlens.ir.torch_compat import same_values
 from fusionlens.ir.trace import BoundSymbol, Symbol, SymbolKind, Value
 from fusionlens.ir.vocabulary import ValueRole
 from fusionlens.ops import torch_ops
@@ -269,7 +270,8 @@ class Aliased:
         torch call), or whose copies could not share memory, runs the signature eagerly; so does
         a write where an input shares memory with a tensor the call read as a global (`captured`)."""
         for g in self.groups:
-            changed = [c for c, v, o in zip(g.copies, g.versions, g.originals) if c._version != v or not _same(c, o)]
+            changed = [c for c, v, o in zip(g.copies, g.versions, g.originals)
+                       if c._version != v or not same_values(c, o)]
             if changed and (g.rerun or g.value is None):
                 self.rerun = self.rerun or g.rerun
                 views.give_up(f"an input that shares memory with another is updated ({g.why or 'inside a torch call'})",
@@ -298,13 +300,6 @@ class Aliased:
                 return (f"{tracer.inputs_by_id[id(t)].name} is updated in place, and the input {user} shares memory "
                         f"with {names[g[0]]}, a tensor the function reads as a global", tracer.updated_at.get(id(t)))
         return None
-
-
-def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
-    a, b = a.detach(), b.detach()
-    if a.dtype.is_floating_point or a.dtype.is_complex:
-        return torch.allclose(a, b, rtol=0, atol=0, equal_nan=True)
-    return torch.equal(a, b)
 
 
 def _why(members: list[torch.Tensor], params: set[int]) -> tuple[str, bool]:

@@ -42,6 +42,7 @@ from torch.utils import _pytree as pytree
 from fusionlens.frontend import modules
 from fusionlens.frontend.arguments import sanitize
 from fusionlens.frontend.notes import Note, Severity
+from fusionlens.ir.torch_compat import same_values
 from fusionlens.ir.vocabulary import ValueRole
 from fusionlens.report.schema import DiagnosticCode
 
@@ -231,12 +232,10 @@ def _copy(t: torch.Tensor) -> torch.Tensor:
 
 
 def _equal(a: torch.Tensor, b: torch.Tensor) -> bool:
-    if a.shape != b.shape or a.dtype != b.dtype:
-        return False
     if a.layout is not torch.strided:
-        return True  # (a sparse global updated by a torch call: not seen)
+        return a.shape == b.shape and a.dtype == b.dtype  # (a sparse global updated by a torch call: not seen)
     with _real():
-        return bool(torch.equal(a, b)) or bool(((a == b) | (a != a) & (b != b)).all())
+        return same_values(a, b)
 
 
 def _codes(code: types.CodeType) -> list[types.CodeType]:

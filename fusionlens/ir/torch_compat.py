@@ -92,6 +92,16 @@ def plainly_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
         return False
 
 
+def same_values(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether `a` and `b` hold the same values, NaN where NaN (a change of value, not of bits:
+    -0.0 is 0.0): how a tensor updated inside a torch call, its version counter untouched, is
+    told from its copy."""
+    a, b = a.detach(), b.detach()
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    return plainly_equal(a, b) or bool(((a == b) | (a != a) & (b != b)).all())
+
+
 def __getattr__(name: str) -> Any:
     if name not in _WHERE:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -63,13 +63,35 @@ def trace_inputs(res, args) -> list:
     return user + [res.constants[v.name] for v in res.trace.inputs if v.role != "input"]
 
 
-def assert_matches(actual, expected, what, s):
+def assert_matches(actual, expected, what, s, args=None):
     if s.random:
         a, e = pytree.tree_leaves(actual), pytree.tree_leaves(expected)
         assert [(x.shape, x.dtype) for x in a] == [(x.shape, x.dtype) for x in e], what
         return
     problem = checking.mismatch(actual, expected)
+    if problem is not None and args is not None:
+        problem = _judged_in_float64(actual, s, args) and problem
     assert problem is None, f"{what}: {problem}"
+
+
+def _judged_in_float64(actual, s, args):
+    """A 16-bit result checked against the float64 result rounded once: eager's 16-bit kernels
+    may accumulate or round where a decomposition (float32 accumulation) does not, and where the
+    two stray apart by cancellation eager is not the better answer (nll_loss_weights_nd bf16, a
+    weighted sum: 0.057 from eager's). None where it matches, else the mismatch."""
+    leaves = [x for x in pytree.tree_leaves(args) if isinstance(x, torch.Tensor)]
+    if not any(x.dtype in (torch.float16, torch.bfloat16) for x in leaves):
+        return "not a 16-bit case"
+    wide = pytree.tree_map(lambda x: x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x,
+                           clone_args(args))
+    with torch.no_grad():
+        exact, spec = pytree.tree_flatten(s.fn(*wide))
+    got = pytree.tree_leaves(actual)
+    if len(got) != len(exact):
+        return "another structure"
+    rounded = [e.to(g.dtype) if isinstance(e, torch.Tensor) and isinstance(g, torch.Tensor) else e
+               for e, g in zip(exact, got)]
+    return checking.mismatch(actual, pytree.tree_unflatten(rounded, spec))
 
 
 def _is_alias(b) -> bool:
@@ -98,7 +120,7 @@ def test_op_matches_eager(s, dtype, _random_seed):
 
 def check_decomposed(s, args, expected):
     res = frontend.trace(s.fn, clone_args(args))
-    assert_matches(res.eager_output, expected, "the traced call itself", s)
+    assert_matches(res.eager_output, expected, "the traced call itself", s)  # eager's own kernels: no judge
     acquired = res.trace
     decomposed = passes.decompose(acquired)
 
@@ -117,7 +139,7 @@ def check_decomposed(s, args, expected):
     for stage in (acquired, decomposed, flat):
         fn = stage.python_callable()
         inputs = clone_args(trace_inputs(res, args))
-        assert_matches(fn(*inputs), expected, f"the {stage.stage} trace run on its own\n{stage.python()}", s)
+        assert_matches(fn(*inputs), expected, f"the {stage.stage} trace run on its own\n{stage.python()}", s, args)
 
 
 def check_compiled(s, dtype, args, expected):
@@ -127,7 +149,7 @@ def check_compiled(s, dtype, args, expected):
         report = compiler.compile(s.fn, *clone_args(args), executors=EXECUTORS)
         assert report.status == "ok" and not _errors(report, s), _errors(report, s)
     jfn = compiler.jit(s.fn, executors=EXECUTORS)
-    assert_matches(jfn(*clone_args(args)), expected, "compiler.jit output", s)
+    assert_matches(jfn(*clone_args(args)), expected, "compiler.jit output", s, args)
     assert not _errors(compiler.last_report(jfn), s)
     assert not jfn.last.eager_fallback or s.random, "jit fell back to eager: " + "; ".join(
         d.message for d in compiler.last_report(jfn).diagnostics)

@@ -229,3 +229,9 @@ def _check(c: pipeline.Compiled, call: tuple[Any, tuple[Any, ...], dict[str, Any
             "rank, so that all of them communicate alike", defined.file, defined.line,
             code=R.DiagnosticCode.EAGER_FALLBACK)], None
     return checked, failed, [], (result,) if check else None
+
+
+# The driver's import leaves thousands of objects in the young generations; the collection that
+# walks them would otherwise fall in whatever allocates next, usually the first compile (~1 ms of
+# a small function's first call): it is the import's, so it runs here.
+gc.collect(1)

@@ -39,7 +39,7 @@ from fusionlens.distributed.staging import CompileTransform, Rewritten
 from fusionlens.frontend import dynamic, intra_op, tracer as frontend
 from fusionlens import executors as executor_registry
 from fusionlens.middle import fusion, passes
-from fusionlens.executors import lowering
+from fusionlens.executors import lowering, torch_executor  # noqa: F401 - every compile's last executor: loaded with the driver, not by the first compile
 from fusionlens.driver import cuda_graphs
 from fusionlens.middle.autograd import runtime as autograd_runtime, transform as autograd
 from fusionlens.executors.base import FusionExecutor

@@ -174,7 +174,7 @@ def test_deferred_reads_as_the_dict_it_makes():
     assert d["a"] == "x" and d.get("b") == "y" and list(d) == ["a", "b"] and len(d) == 2 and made == [1, 1]
     for read in (lambda d: dict(d), lambda d: {**d}, lambda d: list(d.items()), lambda d: "a" in d,
                  lambda d: pickle.loads(pickle.dumps(d)), copy.deepcopy, copy.copy, repr, bool, sorted,
-                 lambda d: d | {}, lambda d: d.copy()):
+                 lambda d: d | {}, lambda d: d.copy(), json.dumps, lambda d: json.dumps(d, indent=1)):
         fresh, want = R.Deferred(make=make), read(dict(plain))
         assert read(fresh) == want, read
     assert R.Deferred(make=make) != {"a": "x"} and not R.Deferred(make=dict)

@@ -40,6 +40,14 @@ _REGION_PREFIX = {"forward": "R", "backward": "B"}
 _PREVIEW_PREFIX = {"forward": "P", "backward": "PB"}
 
 
+class _Unmade:
+    def __repr__(self) -> str:
+        return "<entries not made yet>"
+
+
+_UNMADE = _Unmade()
+
+
 class Deferred(dict):
     """A report's dict whose entries are made when it is first read (a jit call's report: its
     traces printed, the package versions looked up, only if someone reads them). However it is
@@ -48,10 +56,13 @@ class Deferred(dict):
     def __init__(self, *args, make: Callable[[], dict] | None = None, **kwargs):
         super().__init__(*args, **kwargs)
         self._make = make
+        if make is not None:  # never empty unmade: json's C encoder writes an empty dict's "{}"
+            dict.__setitem__(self, _UNMADE, None)  # from its storage, without asking items()
 
     def filled(self) -> Deferred:
         make = self._make
         if make is not None:  # two threads may both make it: the same entries
+            dict.pop(self, _UNMADE, None)
             dict.update(self, make())
             self._make = None
         return self

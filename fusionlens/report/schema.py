@@ -40,12 +40,7 @@ _REGION_PREFIX = {"forward": "R", "backward": "B"}
 _PREVIEW_PREFIX = {"forward": "P", "backward": "PB"}
 
 
-class _Unmade:
-    def __repr__(self) -> str:
-        return "<entries not made yet>"
-
-
-_UNMADE = _Unmade()
+_UNMADE = object()  # the one key of a Deferred not made yet (no read sees it: each makes the entries first)
 
 
 class Deferred(dict):

@@ -163,6 +163,9 @@ sample("torch.nn.functional.batch_norm", "batch_norm_batch_stats", lambda x, w, 
 sample("torch.nn.functional.batch_norm", "batch_norm_train_running_stats",
        lambda x, m, v: F.batch_norm(x, m, v, training=True, momentum=0.2), t(4, 3, 5), t(3), pos(3),
        decomposes=False, why_not="running statistics in place")
+_BATCH_NORM_CMA = torch.nn.BatchNorm1d(3, momentum=None).train()  # momentum=None: a cumulative average
+sample("batch_norm_cumulative", "batch_norm_cumulative_module_train", lambda x: _BATCH_NORM_CMA(x), t(4, 3, 5),
+       dtypes=ONLY_F32, decomposes=False, why_not="running statistics in place")
 sample("torch.nn.functional.instance_norm", "instance_norm", lambda x, w, b: F.instance_norm(x)
        + F.instance_norm(x, weight=w, bias=b, eps=1e-3), t(2, 3, 4, 5), t(3), t(3))
 sample("torch.nn.functional.instance_norm", "instance_norm_running", lambda x, m, v, w: F.instance_norm(

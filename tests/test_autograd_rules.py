@@ -578,6 +578,8 @@ def _bn_eval(x, w, b):
 
 
 _STATS = [torch.zeros(4, dtype=F64), torch.ones(4, dtype=F64)]  # updated by every call; gradients do not read them
+# momentum=None: the factor read from num_batches_tracked as the program runs (frontend/value_guards.py)
+_BN_CUMULATIVE = torch.nn.BatchNorm1d(4, momentum=None, affine=False, dtype=F64).train()
 
 
 def _ce_targets(n, c, ignored=()):
@@ -601,6 +603,8 @@ SWEEP_CASES = [
          lambda: (r(3, 4, 2), r(4), r(4)), (lib("batch_norm_with_update"),)),
     Case("batch_norm-train-no-stats", lambda x, w, b: F.batch_norm(x, None, None, w, b, training=True),
          lambda: (r(3, 4, 2), r(4), r(4)), (lib("batch_norm_with_stats"),)),
+    Case("batch_norm-train-cumulative", lambda x: _BN_CUMULATIVE(x), lambda: (r(3, 4, 2),),
+         (lib("batch_norm_cumulative_with_update"),)),
     # aten's native forms called directly: their returned statistics read, the op not run again
     Case("native_batch_norm-train", lambda x, w, b: torch.native_batch_norm(x, w, b, *_STATS, True, 0.1, 1e-5)[0],
          lambda: (r(3, 4, 2), r(4), r(4)), (lib("torch.native_batch_norm"),)),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+import re
 import types
 
 import pytest
@@ -388,3 +389,106 @@ def test_triton_writes_the_global_once_a_call(triton):
     twin = _twin(_add_to_global, G=mine)
     _calls(jfn, twin, n=3, state=lambda: G, twin_state=lambda: mine)
     assert jfn.cache_info()["compiles"] == 1
+
+
+# --- the names captured tensors print under: their Source, sanitised and unique ---------------------
+
+class _Holder:
+    def __init__(self):
+        self.cache = torch.zeros(3)
+
+    def step(self, self_cache):  # an argument named as the attribute would print: made unique
+        self.cache.add_(1)
+        return self_cache * self.cache
+
+
+def _everything(x):
+    return x * G + CACHE["k"][0] + Table.bias + BN.weight + LINEAR[0].bias
+
+
+def _runs_as_printed(fn, args) -> None:
+    """Each stage's printed program of the acquired trace runs on its own (the user's tensors,
+    then the constants by name, as tests/test_ops.py's check_decomposed runs them) and gives
+    eager's result; the caller's state is put back after each run."""
+    from fusionlens.frontend import tracer as frontend
+    from fusionlens.middle import passes
+    res = frontend.trace(fn, copy.deepcopy(args))
+    expected = res.eager_output
+    for stage in (res.trace, passes.decompose(res.trace)):
+        inputs = list(args) + [res.constants[v.name] for v in res.trace.inputs if v.role != "input"]
+        saved = [t.clone() for t in inputs]
+        _same(stage.python_callable()(*inputs), expected)
+        with torch.no_grad():
+            for t, s in zip(inputs, saved):
+                t.copy_(s)
+
+
+def _inputs(trace: str) -> list[str]:
+    head = next(line for line in trace.splitlines() if line.startswith("def "))
+    return [n.strip() for n in head[head.index("(") + 1:head.index(")")].split(",")]
+
+
+def test_captured_tensors_print_under_the_name_the_function_reads():
+    with torch.no_grad():
+        report = compiler.compile(_everything, torch.randn(3), executors=["torch"])
+    acquired = report.programs[0].traces["acquired"]
+    assert _inputs(acquired) == ["x", "G", "CACHE_k", "Table_bias", "BN_weight", "LINEAR_0_bias"], acquired
+    notes = [d.message for d in report.diagnostics if d.code == DiagnosticCode.CAPTURED_CONSTANT]
+    assert "captured tensor constant CACHE_k (f32[4, 3] cpu, read as CACHE['k'])" in " ".join(notes), notes
+    assert not any(" c0 " in n or "c0," in n for n in notes)
+    _runs_as_printed(_everything, (torch.randn(3),))
+
+
+def test_a_closure_and_an_attribute_of_the_bound_object_by_name_made_unique():
+    step, _, _ = _counter()
+    jfn = compiler.jit(step, executors=["torch"])
+    jfn(torch.randn(3))
+    assert "total" in _inputs(compiler.last_report(jfn).programs[0].traces["acquired"])
+    holder, twin = _Holder(), _Holder()
+    jm = compiler.jit(holder.step, executors=["torch"])
+    for _ in range(3):
+        x = torch.randn(3)
+        _same(jm(x), twin.step(x))
+        _same(holder.cache, twin.cache)
+    names = _inputs(compiler.last_report(jm).programs[0].traces["acquired"])
+    assert names == ["self_cache", "self_cache_1"], names  # the argument keeps its own name
+
+
+def test_a_global_models_buffers_print_under_its_name():
+    with torch.no_grad():
+        report = compiler.compile(_through_global_model, torch.randn(5, 3), executors=["torch"])
+    names = _inputs(report.programs[0].traces["acquired"])
+    assert {"b_BN_running_mean", "b_BN_running_var", "b_BN_num_batches_tracked", "BN_weight",
+            "BN_bias"} <= set(names), names
+
+
+def test_a_captured_name_never_shadows_a_value_or_a_program_global():
+    """A global named as the trace names its values (t0) or as a name the program imports
+    (torch is the module, so a tensor named `prims` here): each gets a unique name, and the
+    printed program computes eager's result."""
+    scope = {"torch": torch, "t0": torch.full((3,), 2.0), "prims": torch.arange(3.0)}
+    exec("def f(x):\n    y = x * 2\n    return y * t0 + prims", scope)
+    fn = scope["f"]
+    with torch.no_grad():
+        report = compiler.compile(fn, torch.randn(3), executors=["torch"])
+    acquired = report.programs[0].traces["acquired"]
+    names = _inputs(acquired)
+    assert names == ["x", "t0_1", "prims_1"], acquired  # t0 is the value computed before it was met
+    _runs_as_printed(fn, (torch.randn(3),))
+
+
+def test_the_editors_hover_shows_the_captured_names():
+    """The language server's hover of the line (its trace from this line) reads the report."""
+    pytest.importorskip("pygls")
+    from lsp_server.annotations import Result, build_annotations, norm_path
+    from lsp_server.views import hover_markdown
+    with torch.no_grad():
+        report = compiler.compile(_everything, torch.randn(3), executors=["torch"])
+    path = norm_path(__file__)
+    ann = build_annotations(Result("everything", path, None, "ok", "", report, {}, 1), path)
+    line = _line_of(_everything, "return x * G") - 1  # 0-based, as the editor's
+    text = hover_markdown(ann.lines[line], [], lambda r, rid: ann.region_lines.get(rid, []), line)
+    assert "**trace from this line:**" in text
+    for name in ("G", "CACHE_k", "Table_bias", "BN_weight", "LINEAR_0_bias"):
+        assert re.search(rf"\b{name}\b", text), (name, text)
+    assert not re.search(r"\bc\d\b", text), text

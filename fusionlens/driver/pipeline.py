@@ -383,4 +383,5 @@ def _differentiate(optimised: Trace,
 def training_program(forward_fn, backward_fn, d: autograd.Differentiated, n_inputs: int, output) -> Any:
     """The forward and backward programs joined in a torch.autograd.Function."""
     return autograd_runtime.training_program(forward_fn, backward_fn, n_inputs, d.n_results,
-                                             d.differentiable, d.grad_inputs, output_builder(output), d.written)
+                                             d.differentiable, d.grad_inputs, output_builder(output), d.written,
+                                             d.returned)

@@ -31,6 +31,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import dis
+import keyword
 import types
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -78,6 +79,23 @@ class Captured:
         self.fn: Any = None  # what is traced
         self.bound: list[tuple[Source, torch.Tensor]] = []  # tensors near the function's names before the call
         self.originals: dict[int, torch.Tensor] = {}  # id(copy traced on) -> the caller's tensor (hooks)
+        self.walk: Walk | None = None  # how the function reaches its captured tensors: what names them
+
+    def _walk(self) -> Walk:
+        if self.walk is None:
+            self.walk = Walk(self.fn)
+        return self.walk
+
+    def label(self, t: torch.Tensor) -> tuple[str, str]:
+        """(what the program calls captured tensor `t`, where the function reads it): the shortest
+        Source by which the traced function reaches it, as a name (`W`, `self_cache`, `CACHE_k`);
+        `c0`, `c1`, ... where none is found (a tensor library code holds)."""
+        with _real():  # (the walk calls no torch function; nothing it does is recorded)
+            source = self._walk().source(t)
+        if source is not None:
+            return identifier(source.text), f"read as {source.text}"
+        n = sum(1 for v in self.tracer.inputs if v.role is ValueRole.CONST)
+        return f"c{n}", "found by no name the function reads"
 
     # --- while tracing ------------------------------------------------------------------------
 
@@ -122,7 +140,10 @@ class Captured:
                     made = {id(o): c for c in tracer.alive if (o := originals.get(id(c))) is not None}
                 c = made[id(b)] if id(b) in made else _copy(b)
                 originals[id(c)] = b
-                label = f"b_{sanitize(type(module).__name__).lower()}_{sanitize(f'{prefix}.{key}'.lstrip('.'))}"
+                with _real():  # the name the function reaches it by: b_bn_running_mean
+                    source = self._walk().source(b)
+                label = f"b_{identifier(source.text)}" if source is not None else \
+                    f"b_{sanitize(type(module).__name__).lower()}_{sanitize(f'{prefix}.{key}'.lstrip('.'))}"
                 tracer.known[id(c)] = (ValueRole.BUFFER, label)
                 self.versions[id(c)] = c._version
                 self.swapped.append((m, key, b))
@@ -133,6 +154,7 @@ class Captured:
         for m, key, b in reversed(self.swapped):
             m._buffers[key] = b
         self.swapped.clear()
+        self.walk = None  # (it holds what it has yet to look at)
 
     # --- after tracing ------------------------------------------------------------------------
 
@@ -437,35 +459,60 @@ def _roots(func: types.FunctionType, names: set[str]) -> list[tuple[Any, Source]
     return out
 
 
-def _search(fn, targets: dict[int, str]) -> dict[int, Source]:
+class Walk:
     """Breadth first from the function's globals, closure cells and bound object, through
-    attributes, items, class attributes and the functions they call: the first (shortest)
-    Source of each target tensor."""
-    func, bound = _function(fn)
-    names: set[str] = set()
-    queue: collections.deque[tuple[Any, Source, int]] = collections.deque()
-    if bound is not None:
-        queue.append((bound, Source(("self", bound), (), "self"), 0))
-    if func is not None:
-        queue.extend((obj, source, 0) for obj, source in _roots(func, names))
-    found: dict[int, Source] = {}
-    visited: set[int] = set()
-    while queue and len(found) < len(targets) and len(visited) < MAX_VISITS:
-        obj, source, depth = queue.popleft()
-        if id(obj) in visited:
-            continue
-        visited.add(id(obj))
-        if isinstance(obj, torch.Tensor):
-            if id(obj) in targets and id(obj) not in found:
-                found[id(obj)] = source
-            continue
-        if depth >= MAX_DEPTH:
-            continue
-        if isinstance(obj, types.FunctionType):  # a helper it calls: its own globals and cells
-            queue.extend((o, s, depth + 1) for o, s in _roots(obj, names))
-            continue
-        queue.extend((child, _step(source, how, key), depth + 1) for how, key, child in _children(obj, names))
-    return found
+    attributes, items, class attributes and the functions they call, resumable: the first
+    (shortest) Source of each tensor met so far (`found`), walking on only as far as asked."""
+
+    def __init__(self, fn):
+        func, bound = _function(fn)
+        self.names: set[str] = set()
+        self.queue: collections.deque[tuple[Any, Source, int]] = collections.deque()
+        if bound is not None:
+            self.queue.append((bound, Source(("self", bound), (), "self"), 0))
+        if func is not None:
+            self.queue.extend((obj, source, 0) for obj, source in _roots(func, self.names))
+        self.found: dict[int, Source] = {}
+        self.visited: set[int] = set()
+
+    def until(self, wanted: set[int]) -> None:
+        """Walk on until the tensors of these ids are found, or no object is left (or
+        MAX_VISITS were looked at)."""
+        queue, visited, names = self.queue, self.visited, self.names
+        wanted = wanted - self.found.keys()
+        while queue and wanted and len(visited) < MAX_VISITS:
+            obj, source, depth = queue.popleft()
+            if id(obj) in visited:
+                continue
+            visited.add(id(obj))
+            if isinstance(obj, torch.Tensor):
+                self.found.setdefault(id(obj), source)
+                wanted.discard(id(obj))
+                continue
+            if depth >= MAX_DEPTH:
+                continue
+            if isinstance(obj, types.FunctionType):  # a helper it calls: its own globals and cells
+                queue.extend((o, s, depth + 1) for o, s in _roots(obj, names))
+                continue
+            queue.extend((child, _step(source, how, key), depth + 1) for how, key, child in _children(obj, names))
+
+    def source(self, t: torch.Tensor) -> Source | None:
+        self.until({id(t)})
+        return self.found.get(id(t))
+
+
+def _search(fn, targets: dict[int, str]) -> dict[int, Source]:
+    """The first (shortest) Source of each target tensor (Walk)."""
+    walk = Walk(fn)
+    walk.until(set(targets))
+    return {i: walk.found[i] for i in targets if i in walk.found}
+
+
+def identifier(text: str) -> str:
+    """A Source's text as a name the printed program can bind: `self.cache` -> `self_cache`,
+    `CACHE['k']` -> `CACHE_k` (made unique by the tracer)."""
+    name = "_".join(part for part in sanitize(text).split("_") if part)
+    return sanitize(name + "_" if keyword.iskeyword(name) else name) if name else "c"
 
 
 def _shallow(fn) -> list[tuple[Source, torch.Tensor]]:

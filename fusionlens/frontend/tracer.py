@@ -64,6 +64,8 @@ class _Recorder(TorchFunctionMode):
         if getattr(func, "__name__", "") == "__setitem__":  # mutates args[0], returns None
             self.tracer.record(func, args, kwargs, args[0])
         elif any(isinstance(leaf, torch.Tensor) for leaf in pytree.tree_leaves(out)):
+            if self.tracer.factors:  # a BatchNorm's factor read from its buffer (value_guards.factor_call)
+                func, args, kwargs = value_guards.factor_call(self.tracer, func, args, kwargs)
             self.tracer.record(func, args, kwargs, out, dynamic=self.tracer.dynamic.count != seen)
         else:
             if getattr(func, "__name__", "") in value_guards.READS:  # a branch on a value: a guard
@@ -101,6 +103,7 @@ class Tracer(recorder_api.Recording):
         self.recording = True  # False: the call runs eagerly (a wrapping FusionLens cannot compile)
         self.hooks: Sequence[recorder_api.TraceHook] = ()  # the wrappings' (trace's `hooks`)
         self.reads: list = []  # value_guards.Read: branches on tensor values; replay: a fake trace's values
+        self.factors: list = []  # value_guards._Factor: reads a BatchNorm's F.batch_norm call may take
         self.replay: list | None = None
         self.captured = captured.Captured(self)  # tensors reached outside the arguments (globals)
 
@@ -111,8 +114,8 @@ class Tracer(recorder_api.Recording):
     # --- values ---------------------------------------------------------------------------
 
     def _unique(self, base: str) -> str:
-        name, i = base, 1
-        while name in self.taken:
+        name, i = base, 1  # (an input bound mid-trace, a global named t0, must not take a value's name)
+        while name in self.taken or (name[:1] == "t" and name[1:].isdigit() and int(name[1:]) < self.names.count):
             name, i = f"{base}_{i}", i + 1
         self.taken.add(name)
         self.names.taken.add(name)
@@ -135,13 +138,13 @@ class Tracer(recorder_api.Recording):
         if v is not None:
             return v
         role, name = self.known.get(id(x), (ValueRole.CONST, "c"))
-        if role is ValueRole.CONST:
-            name = f"c{sum(1 for i in self.inputs if i.role is ValueRole.CONST)}"
-            kind = Value('', x.shape, x.dtype, x.device).type_str()
-            self.notes.append(Note(Severity.INFORMATION,
-                                   f"captured tensor constant {name} ({kind}): "
-                                   "it is an input of the compiled program, not specialised",
+        if role is ValueRole.CONST:  # named as the function reaches it (captured.label): W, self_cache
+            name, read = self.captured.label(x)
+            v = self.bind_input(x, name, role)
+            self.notes.append(Note(Severity.INFORMATION, f"captured tensor constant {v.name} ({v.type_str()}, "
+                                   f"{read}): it is an input of the compiled program, not specialised",
                                    self.where(), DiagnosticCode.CAPTURED_CONSTANT))
+            return v
         return self.bind_input(x, name, role)
 
     def argument(self, x):

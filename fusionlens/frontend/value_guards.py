@@ -10,15 +10,27 @@ checked once per set of sizes in a dynamic one: no host sync after the first.
 
 A dynamic trace runs on fake tensors, which have no values: it replays what the real trace
 read, in order (`call`), so both take the same branch.
+
+One read is no branch: nn.BatchNorm's cumulative moving average (momentum=None) computes
+`1.0 / float(self.num_batches_tracked)` in Python, a value that changes every training step, and
+passes it to F.batch_norm as its momentum. As a guard it would compile every step (torch.compile
+leaves it unspecialised); so that read (`Read.factor`) is no guard, and the F.batch_norm call of
+the same forward is recorded as `batch_norm_cumulative`, which reads num_batches_tracked as a
+tensor input and computes the factor as the program runs (`factor_call`).
 """
 
 from __future__ import annotations
 
+import inspect
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from types import FrameType
 from typing import Any
 
 import torch
+import torch.nn.functional as F
+from torch.nn.modules import batchnorm
 from torch.utils import _pytree as pytree
 
 from fusionlens.frontend.notes import Note, Severity
@@ -27,6 +39,7 @@ from fusionlens.ir.interpret import run_ops
 from fusionlens.ir.sizes import symbol_values
 from fusionlens.ir.torch_compat import is_fake, on_fakes
 from fusionlens.ir.trace import OpTag, Trace, Value, values_in
+from fusionlens.ops.torch_ops import normalization
 from fusionlens.report.schema import DiagnosticCode
 
 # Tensor -> Python value: what a branch reads (equal and allclose read two tensors)
@@ -41,6 +54,7 @@ class Read:
     kwargs: dict[str, Any]
     seen: Any  # what it returned when traced
     where: provenance.Provenance | None
+    factor: bool = False  # a batch norm's cumulative factor, computed in the program: no guard
 
     @property
     def name(self) -> str:
@@ -85,11 +99,67 @@ def note(tracer, func, args, kwargs, out) -> None:
     read = Read(func, tuple(vargs), dict(vkwargs), out, where)
     tracer.reads.append(read)
     # a warning: the program is specialised to the value (and reading it syncs with the device)
-    tracer.notes.append(Note(Severity.WARNING, "value guard: Python control flow branched on a tensor's value "
-                             f"({read.text()}) here; a jit checks it before each call, and a call where it "
-                             "differs compiles the other branch "
-                             "(a single compile, as `fusionlens compile`, is specialised to it)",
-                             where, DiagnosticCode.VALUE_GUARD))
+    guard = Note(Severity.WARNING, "value guard: Python control flow branched on a tensor's value "
+                 f"({read.text()}) here; a jit checks it before each call, and a call where it "
+                 "differs compiles the other branch (a single compile, as `fusionlens compile`, is specialised to it)",
+                 where, DiagnosticCode.VALUE_GUARD)
+    tracer.notes.append(guard)
+    frame = _library_caller()
+    if frame is not None and _FACTOR_READS.get(frame.f_code) == read.name and isinstance(args[0], torch.Tensor):
+        # a guard until F.batch_norm takes it as its momentum in this frame (factor_call)
+        tracer.factors.append(_Factor(frame, args[0], read, guard))
+
+
+# --- nn.BatchNorm's cumulative moving average: a read that is no branch ----------------------
+
+# the forwards that read num_batches_tracked for the factor, and how
+_FACTOR_READS = {batchnorm._BatchNorm.forward.__code__: "__float__",
+                 batchnorm.SyncBatchNorm.forward.__code__: "item"}
+_LIBRARY = ("fusionlens.", "torch.overrides", "torch.nn.functional")  # frames between a call and its caller
+
+
+@dataclass
+class _Factor:
+    frame: FrameType  # the BatchNorm forward that read it
+    tensor: torch.Tensor  # num_batches_tracked, as the forward holds it
+    read: Read
+    guard: Note  # the value-guard note, dropped where the read is no guard
+
+
+def _library_caller() -> FrameType | None:
+    """The frame of the code that made the torch call being recorded (F.batch_norm's caller)."""
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None and frame.f_globals.get("__name__", "").startswith(_LIBRARY):
+        frame = frame.f_back
+    return frame
+
+
+def factor_call(tracer, func, args, kwargs) -> tuple[Callable, tuple, dict]:
+    """The call to record for `func(*args, **kwargs)`: F.batch_norm from the BatchNorm forward
+    that read its factor from num_batches_tracked becomes batch_norm_cumulative, which reads the
+    buffer, and that read is no guard; any other call (or one whose momentum is not the factor
+    read) is itself, the read a guard."""
+    if func is not F.batch_norm:
+        return func, args, kwargs
+    frame = _library_caller()
+    pending = next((f for f in tracer.factors if f.frame is frame), None)
+    if pending is None:
+        return func, args, kwargs
+    tracer.factors.remove(pending)
+    a = inspect.signature(F.batch_norm).bind(*args, **kwargs)
+    a.apply_defaults()
+    stats = (a.arguments["running_mean"], a.arguments["running_var"])
+    read = pending.read
+    if (a.arguments["training"] is not True or not all(isinstance(t, torch.Tensor) for t in stats)
+            or not isinstance(read.seen, (int, float)) or read.seen == 0
+            or a.arguments["momentum"] != 1.0 / read.seen or tracer.to_value(pending.tensor) is not read.args[0]):
+        return func, args, kwargs
+    read.factor = True
+    tracer.notes.remove(pending.guard)
+    sym = normalization.batch_norm_cumulative
+    tracer.extra_globals[sym.name] = sym.impl
+    return sym.impl, (a.arguments["input"], *stats, pending.tensor), {
+        "weight": a.arguments["weight"], "bias": a.arguments["bias"], "eps": a.arguments["eps"]}
 
 
 def _same(a, b) -> bool:
@@ -105,6 +175,7 @@ class ValueGuards:
     trace's inputs, in order: user tensors, then parameters and buffers)."""
 
     def __init__(self, trace: Trace, reads: Sequence[Read]):
+        reads = [r for r in reads if not r.factor]
         self.inputs = list(trace.inputs)
         wanted = {v.name for r in reads for v in values_in((r.args, r.kwargs))}
         ops = []
@@ -148,5 +219,5 @@ class ValueGuards:
 
 
 def of(trace: Trace, reads: Sequence[Read]) -> ValueGuards | None:
-    guards = ValueGuards(trace, reads) if reads else None
+    guards = ValueGuards(trace, reads) if any(not r.factor for r in reads) else None
     return guards if guards else None

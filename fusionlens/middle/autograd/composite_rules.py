@@ -13,7 +13,9 @@ reads them, as eager's autograd does, instead of reading x once more to recomput
 
 A training forward runs F.batch_norm(training=True) as `batch_norm_with_update` (running
 statistics: aten's native_batch_norm whole, which updates them in place once a call, as eager
-does) or `batch_norm_with_stats` (none: its prims where fused); both also return save_mean and
+does; nn.BatchNorm's momentum=None, `batch_norm_cumulative`, as `batch_norm_cumulative_with_update`,
+its factor read from num_batches_tracked as it runs) or `batch_norm_with_stats` (none: its prims
+where fused); all also return save_mean and
 save_invstd ((C,) each), which the backward reads instead of a second pass over x for them
 (torch's native_batch_norm again, or a var_mean). Evaluation-mode batch_norm
 (a frozen backbone, a model in eval mode fine-tuned) runs whole too, so its forward is
@@ -271,10 +273,35 @@ def _batch_norm_with_stats_impl(x, weight, bias, eps):
     return _batch_norm_with_update_impl(x, weight, bias, None, None, 0.0, eps)
 
 
+def _batch_norm_cumulative_with_update_impl(x, weight, bias, running_mean, running_var, num_batches_tracked, eps):
+    # momentum=None: the factor nn.BatchNorm's forward computes, from the buffer as it is now
+    return _batch_norm_with_update_impl(x, weight, bias, running_mean, running_var,
+                                        1.0 / float(num_batches_tracked), eps)
+
+
 batch_norm_with_update = Symbol("batch_norm_with_update", _batch_norm_with_update_impl,
                                 tags=(OpTag.LIBRARY_CALL, OpTag.PROGRAM_GLOBAL))
+batch_norm_cumulative_with_update = Symbol(
+    "batch_norm_cumulative_with_update", _batch_norm_cumulative_with_update_impl,
+    tags=(OpTag.LIBRARY_CALL, OpTag.PROGRAM_GLOBAL),  # a meta tensor has no value: the factor's is no matter
+    meta=lambda x, w, b, mean, var, _, eps: _batch_norm_with_update_impl(x, w, b, mean, var, 0.1, eps))
 batch_norm_with_stats = Symbol("batch_norm_with_stats", _batch_norm_with_stats_impl,
                                decomposition=N.batch_norm_with_stats, tags=(OpTag.LIBRARY_CALL, OpTag.PROGRAM_GLOBAL))
+
+
+def _explicit_operands(a):
+    """(x, weight, bias, running_mean, running_var) of a training-mode batch_norm the explicit
+    forward takes, or None (torch's own call: an empty input, a non-tensor operand)."""
+    x, weight, bias, mean, var = (a[k] for k in ("input", "weight", "bias", "running_mean", "running_var"))
+    if not isinstance(x, Value) or x.ndim < 2:
+        return None
+    if any(type(s) is int and s == 0 for s in x.shape):
+        return None  # empty: F.batch_norm returns it as is (native_batch_norm raises), no update
+    if any(t is not None and not isinstance(t, Value) for t in (weight, bias, mean, var)):
+        return None
+    if (mean is None) != (var is None):
+        return None  # torch's own call (and its error)
+    return x, weight, bias, mean, var
 
 
 def _batch_norm_explicit(b):
@@ -283,25 +310,33 @@ def _batch_norm_explicit(b):
         a = _bind(_batch_norm_sig, b)
     except NoRule:
         return None
-    x, weight, bias, mean, var = (a[k] for k in ("input", "weight", "bias", "running_mean", "running_var"))
-    if not a["training"] or not isinstance(x, Value) or x.ndim < 2 or not isinstance(a["momentum"], (int, float)):
+    operands = _explicit_operands(a) if a["training"] and isinstance(a["momentum"], (int, float)) else None
+    if operands is None:
         return None
-    if any(type(s) is int and s == 0 for s in x.shape):
-        return None  # empty: F.batch_norm returns it as is (native_batch_norm raises), no update
-    if any(t is not None and not isinstance(t, Value) for t in (weight, bias, mean, var)):
-        return None
-    if (mean is None) != (var is None):
-        return None  # torch's own call (and its error)
+    x, weight, bias, mean, var = operands
     if mean is None:
         return batch_norm_with_stats(x, weight, bias, a["eps"])[0]
     return batch_norm_with_update(x, weight, bias, mean, var, float(a["momentum"]), a["eps"])[0]
+
+
+def _batch_norm_cumulative_explicit(b):
+    """batch_norm_cumulative (nn.BatchNorm's momentum=None) in a training forward: as F.batch_norm's,
+    the factor read from num_batches_tracked when the program runs."""
+    try:
+        a = _bind(N.batch_norm_cumulative.decomposition, b)
+    except NoRule:
+        return None
+    operands = _explicit_operands({**a, "training": True})
+    if operands is None or operands[3] is None or not isinstance(a["num_batches_tracked"], Value):
+        return None
+    return batch_norm_cumulative_with_update(*operands, a["num_batches_tracked"], a["eps"])[0]
 
 
 def _batch_norm_train(b, cots):
     """The gradients of batch_norm_with_stats / _with_update from the saved statistics (their
     own outputs get no cotangent: nothing but the backward reads them)."""
     x, weight, bias = b.args[:3]
-    params = [t for t in b.args[1:-1] if isinstance(t, Value)]  # weight, bias, running statistics
+    params = [t for t in b.args[1:5] if isinstance(t, Value)]  # weight, bias, running statistics
     _, mean, invstd = b.outputs
     if cots[0] is None:
         return []
@@ -311,6 +346,7 @@ def _batch_norm_train(b, cots):
 
 
 RULES[batch_norm_with_update] = _batch_norm_train
+RULES[batch_norm_cumulative_with_update] = _batch_norm_train
 RULES[batch_norm_with_stats] = _batch_norm_train
 
 
@@ -352,6 +388,7 @@ _register("torch.native_batch_norm", _native_batch_norm)
 _register("torch._native_batch_norm_legit", _native_batch_norm)
 _register("torch.ops.aten._batch_norm_with_update", _native_batch_norm)
 EXPLICIT[registered("torch.nn.functional.batch_norm")] = _batch_norm_explicit
+EXPLICIT[N.batch_norm_cumulative] = _batch_norm_cumulative_explicit
 
 
 # LayerNorm saves its statistics, as eager's native_layer_norm does: in a training forward

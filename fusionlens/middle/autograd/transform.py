@@ -52,6 +52,8 @@ class Differentiated:
     # every input that requires grad (a differentiable dtype), those no gradient reaches too:
     # what checking and benchmarking differentiate for (eager must give those none)
     wrt: list[int] = field(default_factory=list)
+    # per result the call builds: the input it is (eager returns the caller's tensor), else None
+    returned: list[int | None] = field(default_factory=list)
 
 
 def _differentiable(v: Value) -> bool:
@@ -211,6 +213,11 @@ def differentiate(trace: Trace, requires_grad: list) -> Differentiated:
         trace.writeback = [(dst, src) for dst, src in trace.writeback if dst.name not in updated]
     d = _split(trace, forward, backward, results, differentiable, cotangents, grad_inputs, saved, outs)
     d.recomputed, d.written = recomputed, [i for i, _ in written]
+    # an input returned, or its final value where it is updated in place (by the forward program or
+    # after the Function): the caller's tensor
+    final = {src.name: trace.inputs.index(dst) for dst, src in trace.writeback}
+    final |= {src.name: i for i, src in written} | {v.name: i for i, v in enumerate(trace.inputs)}
+    d.returned = [final.get(v.name) for v in values_in(trace.output)]
     d.wrt = [i for i, v in enumerate(trace.inputs) if v.name in needs]
     return d
 

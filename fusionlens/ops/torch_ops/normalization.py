@@ -8,6 +8,7 @@ import math
 import torch
 import torch.nn.functional as F
 
+from fusionlens.ir.trace import OpTag
 from fusionlens.ops import prims
 from fusionlens.ops.torch_ops.common import _LOW_PRECISION, _keep, cast
 from fusionlens.ops.torch_ops.pointwise import add, clamp_min, div, eq, exp, log, mul, neg, pow, rsqrt, sub, where
@@ -158,6 +159,19 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
     x = cast(input, _compute_dtype(input))
     var, mean = _per_channel(running_var, x), _per_channel(running_mean, x)
     return cast(_affine(_normalise(x, var, mean, eps), weight, bias), input.dtype)
+
+
+def _batch_norm_cumulative(input, running_mean, running_var, num_batches_tracked, weight=None, bias=None, eps=1e-5):
+    # the factor as nn.BatchNorm's forward computes it (SyncBatchNorm's `1.0 / n.item()` is the same float)
+    return F.batch_norm(input, running_mean, running_var, weight, bias, True, 1.0 / float(num_batches_tracked), eps)
+
+
+@register(_batch_norm_cumulative, name="batch_norm_cumulative", tags=(OpTag.PROGRAM_GLOBAL,))
+def batch_norm_cumulative(input, running_mean, running_var, num_batches_tracked, weight=None, bias=None, eps=1e-5):
+    """nn.BatchNorm's training forward with momentum=None (a cumulative moving average): F.batch_norm
+    with the factor 1 / num_batches_tracked read from the buffer when the program runs, not a
+    constant of the trace (frontend/value_guards.py records the module's call as this op)."""
+    raise NoDecomposition("training mode updates the running statistics in place")
 
 
 def batch_norm_with_stats(input, weight=None, bias=None, eps=1e-5):

@@ -165,3 +165,31 @@ def test_a_modules_parameter_returned_is_the_parameter():
     y, weight = jm(x)
     (y.sum() + weight.sum()).backward()
     torch.testing.assert_close(model.weight.grad, torch.full((4,), 3.0))
+
+
+def _no_grad_view(x, w):
+    with torch.no_grad():
+        v = x[0]
+    return x * w, v, v * w
+
+
+def test_a_view_made_under_no_grad_runs_eagerly_and_says_why():
+    """Eager's `x[0]` under no_grad requires grad but has no grad_fn: no gradient reaches x
+    through it. The program's would carry one: its gradient check sees eager's outputs that
+    carry gradients are not the program's, and the signature runs eagerly with that error at
+    the function (it used to raise from autograd inside the check, where eager raises nothing)."""
+    x, w = torch.randn(3, 4, requires_grad=True), torch.randn(4, requires_grad=True)
+    jfn = compiler.jit(_no_grad_view)
+    for _ in range(CALLS):
+        grads = []
+        for out in (jfn(x, w), _no_grad_view(x, w)):
+            x.grad = w.grad = None
+            (out[0].sum() + (out[1] * 2).sum() + out[2].sum()).backward()
+            grads.append((x.grad.clone(), w.grad.clone(), out[1].grad_fn, out[2].requires_grad))
+        (gx, gw, fn, rg), (ex, ew, efn, erg) = grads
+        torch.testing.assert_close(gx, ex)
+        torch.testing.assert_close(gw, ew)
+        assert fn is None and efn is None and rg == erg
+    assert jfn.last.eager_fallback and jfn.cache_info()["compiles"] == 1
+    assert any("require grad are not the compiled program's" in d.message
+               for d in compiler.last_report(jfn).diagnostics)

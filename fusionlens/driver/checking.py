@@ -221,7 +221,16 @@ def grad_mismatch(actual, expected, through=()) -> str | None:
 def differentiable_outputs(result) -> list[tuple[int, torch.Tensor]]:
     """(position, tensor) of each tensor in a result that autograd can differentiate."""
     return [(i, t) for i, t in enumerate(pytree.tree_leaves(result))
-            if isinstance(t, torch.Tensor) and t.requires_grad]
+            if isinstance(t, torch.Tensor) and _carries_gradient(t)]
+
+
+def _carries_gradient(t: torch.Tensor) -> bool:
+    """Not a view made under no_grad: it requires grad but has no grad_fn, and no gradient goes
+    through it (one whose base changed since raises when asked)."""
+    try:
+        return t.requires_grad and (t._base is None or t.grad_fn is not None)
+    except RuntimeError:
+        return False
 
 
 def cotangents(outputs: list[tuple[int, torch.Tensor]], seed: int = 0) -> list[torch.Tensor]:

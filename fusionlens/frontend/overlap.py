@@ -107,3 +107,19 @@ def _copy(x: torch.Tensor) -> torch.Tensor:
     span = 1 + sum((n - 1) * st for n, st in zip(x.shape, x.stride()))
     memory = x.as_strided((span,), (1,)).clone()
     return memory.as_strided(x.shape, x.stride())
+
+
+def exact_copy(x: torch.Tensor) -> torch.Tensor:
+    """A copy with the caller's strides, exactly (torch's overlap checks read them: a slice
+    cloned dense made `x[None].addcmul_(x, x)` raise where eager's call did not); a tensor
+    whose elements share memory (an expanded one, stride 0) sharing it alike (`clone`:
+    eager's errors, and its contiguous() a copy); a subclass, a parameter that overlaps and
+    other layouts as clone makes them."""
+    if x.layout != torch.strided:
+        return x.clone()
+    if type(x) is torch.Tensor and overlaps(x):  # elements that share memory share it in the copy
+        return clone(x)
+    if type(x) not in (torch.Tensor, torch.nn.Parameter) or x.is_contiguous() or any(
+            st == 0 and n > 1 for n, st in zip(x.shape, x.stride())):
+        return x.clone(memory_format=torch.preserve_format)
+    return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device).copy_(x)  # autograd: as clone

@@ -405,10 +405,11 @@ def trace(fn, args=(), kwargs=None, name: str | None = None, clone=None, replay=
         tracer.eager_only, tracer.recording = why, False
         tracer.notes.append(Note(Severity.WARNING, why, tracer.call, DiagnosticCode.COLLECTIVE))
     # inputs that share memory with one another are traced on copies that share it alike (aliasing.py)
-    aliased = tracer.views.aliased = aliasing.Aliased(fn, args, kwargs, _clone if clone is None else None, tracer)
+    aliased = tracer.views.aliased = aliasing.Aliased(fn, args, kwargs, overlap.exact_copy if clone is None else None,
+                                                      tracer)
     with _buffer_copies(fn, aliased.copies) as originals:
         tracer.known = parameter_names(fn)
-        result = _trace(tracer, fn, args, kwargs, originals, aliased.clone(clone or _clone))
+        result = _trace(tracer, fn, args, kwargs, originals, aliased.clone(clone or overlap.exact_copy))
     result.reads, result.hooks, result.rerun = tracer.reads, hooks, aliased.rerun
     return result
 
@@ -516,7 +517,7 @@ def _mutations(tracer: Tracer, versions: dict, originals: dict) -> tuple:
         if final is not None and final is not v:
             writeback.append((v, final))
             where[v.name] = tracer.updated_at.get(id(t))
-        mutated[v.name] = _clone(t.detach())
+        mutated[v.name] = overlap.exact_copy(t.detach())
         params += [(v, t)] if v.role is ValueRole.PARAM else []
     if (why := tracer.views.eager_because(originals)) is not None and tracer.eager_only is None:
         tracer.eager_only, at = why
@@ -543,22 +544,6 @@ def _hooked(tracer: Tracer):
 
 def _differentiable(t: torch.Tensor) -> bool:
     return t.dtype.is_floating_point or t.dtype.is_complex
-
-
-def _clone(x: torch.Tensor) -> torch.Tensor:
-    """A copy with the caller's strides, exactly (torch's overlap checks read them: a slice
-    cloned dense made `x[None].addcmul_(x, x)` raise where eager's call did not); a tensor
-    whose elements share memory (an expanded one, stride 0) sharing it alike (overlap.clone:
-    eager's errors, and its contiguous() a copy); a subclass, a parameter that overlaps and
-    other layouts as clone makes them."""
-    if x.layout != torch.strided:
-        return x.clone()
-    if type(x) is torch.Tensor and overlap.overlaps(x):  # elements that share memory share it in the copy
-        return overlap.clone(x)
-    if type(x) not in (torch.Tensor, torch.nn.Parameter) or x.is_contiguous() or any(
-            st == 0 and n > 1 for n, st in zip(x.shape, x.stride())):
-        return x.clone(memory_format=torch.preserve_format)
-    return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device).copy_(x)  # autograd: as clone
 
 
 def _same_values(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -588,7 +573,7 @@ def _buffer_copies(fn, premade: dict):
         for m in module.modules():
             for key, b in list(m._buffers.items()):
                 if b is not None:
-                    c = copies.setdefault(id(b), premade[id(b)] if id(b) in premade else _clone(b))
+                    c = copies.setdefault(id(b), premade[id(b)] if id(b) in premade else overlap.exact_copy(b))
                     originals[id(c)] = b
                     swapped.append((m, key, b))
                     m._buffers[key] = c

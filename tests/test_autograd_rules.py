@@ -385,6 +385,8 @@ def lib(name):
 LINEAR, MATMUL = lib("torch.nn.functional.linear"), lib("torch.matmul")
 SOFTMAX, LOG_SOFTMAX = lib("torch.nn.functional.softmax"), lib("torch.nn.functional.log_softmax")
 SDPA = lib("torch.nn.functional.scaled_dot_product_attention")
+# where eager runs the fused CPU kernel: a training forward runs it, the backward its backward (attention_rules)
+FLASH, FLASH_BACKWARD = lib("sdpa_flash_cpu"), lib("sdpa_flash_cpu_backward")
 EMBEDDING = lib("torch.nn.functional.embedding")
 GELU, RELU = lib("torch.nn.functional.gelu"), lib("torch.nn.functional.relu")
 LAYER_NORM = lib("layer_norm_with_stats")  # F.layer_norm in a training forward: its statistics kept
@@ -503,17 +505,18 @@ TORCH_CASES = [
     Case("sdpa", F.scaled_dot_product_attention, lambda: (r(1, 2, 3, 4), r(1, 2, 5, 4), r(1, 2, 5, 3)), (SDPA,)),
     Case("sdpa-3d", F.scaled_dot_product_attention, lambda: (r(2, 3, 4), r(2, 3, 4), r(2, 3, 4)), (SDPA,)),
     Case("sdpa-bool-mask", lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m),
-         lambda: (r(1, 2, 3, 4), r(1, 2, 4, 4), r(1, 2, 4, 4), _causal_bool(3, 4) | _mask(3, 4)), (SDPA,)),
+         lambda: (r(1, 2, 3, 4), r(1, 2, 4, 4), r(1, 2, 4, 4), _causal_bool(3, 4) | _mask(3, 4)), (FLASH,),
+         (FLASH_BACKWARD,)),
     Case("sdpa-float-mask", lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m),
          lambda: (r(1, 2, 3, 4), r(1, 2, 4, 4), r(1, 2, 4, 4), r(1, 1, 3, 4)), (SDPA,)),
     Case("sdpa-frozen-float-mask", lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m),
          lambda: (r(2, 3, 4), r(2, 4, 4), r(2, 4, 4), torch.randn(3, 4, dtype=F64)), (SDPA,)),
     Case("sdpa-causal", lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
-         lambda: (r(1, 2, 4, 3), r(1, 2, 4, 3), r(1, 2, 4, 3)), (SDPA,)),
+         lambda: (r(1, 2, 4, 3), r(1, 2, 4, 3), r(1, 2, 4, 3)), (FLASH,), (FLASH_BACKWARD,)),
     Case("sdpa-causal-rectangular", lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
          lambda: (r(1, 3, 3), r(1, 5, 3), r(1, 5, 2)), (SDPA,)),
     Case("sdpa-scale", lambda q, k, v: F.scaled_dot_product_attention(q, k, v, scale=0.3),
-         lambda: (r(1, 2, 3, 4), r(1, 2, 3, 4), r(1, 2, 3, 4)), (SDPA,)),
+         lambda: (r(1, 2, 3, 4), r(1, 2, 3, 4), r(1, 2, 3, 4)), (FLASH,), (FLASH_BACKWARD,)),
     Case("addmm", torch.addmm, lambda: (r(5), r(3, 4), r(4, 5)), ("torch.addmm(",)),
     Case("addmm-scaled", lambda i, a, b: torch.addmm(i, a, b, beta=0.5, alpha=-2.0),
          lambda: (r(3, 1), r(3, 4), r(4, 5)), ("torch.addmm(",)),

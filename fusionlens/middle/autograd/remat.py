@@ -13,7 +13,9 @@ backward's read: `READ_FACTOR` x its bytes). Random ops are never cheap: their d
 replayed. Nor is a reduction: its output is small beside what it reads (a LayerNorm's mean and
 rstd, 8 bytes a row, against the row), so it is saved, never recomputed, as Inductor bans
 recomputing a node whose inputs are 4x its size; the rules do likewise (a norm's backward
-reads the forward's statistics: composite_rules). An FSDP2 unit resharded after
+reads the forward's statistics: composite_rules). A library call is never cheap either: SDPA's
+fused forward (`sdpa_flash_cpu`, attention_rules) is not run again in the backward, its output
+and logsumexp are saved, as eager's autograd saves them. An FSDP2 unit resharded after
 forward has its gathered parameters gathered again in the backward instead of saved
 (fusionlens.distributed.autograd_rules.fsdp_regather, registered with `extend`).
 """

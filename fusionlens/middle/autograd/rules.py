@@ -1,7 +1,8 @@
 """The one way to find an op's backward rule: `lookup(sym)`, by the symbol object.
 
 prim_rules holds the prims' rules, torch_rules and composite_rules those of registered
-torch-level symbols (registering one for a name no symbol has fails at import); a later
+torch-level symbols (registering one for a name no symbol has fails at import; attention_rules
+adds SDPA's to torch_rules' table); a later
 package adds the rules of its own symbols with `extend` (fusionlens.distributed.autograd_rules). A symbol
 with no rule here gets its decomposition differentiated, or the generic rule.
 """
@@ -9,7 +10,7 @@ with no rule here gets its decomposition differentiated, or the generic rule.
 from __future__ import annotations
 
 
-from fusionlens.middle.autograd import composite_rules, prim_rules, torch_rules
+from fusionlens.middle.autograd import attention_rules, composite_rules, prim_rules, torch_rules  # noqa: F401
 from fusionlens.middle.autograd.torch_rules import Rule
 from fusionlens.frontend import views
 from fusionlens.ir.trace import BoundSymbol, Symbol, Value

@@ -24,7 +24,7 @@ from fusionlens.middle.autograd import prim_rules
 from fusionlens.ir.trace import BoundSymbol, OpTag, Symbol, Value
 from fusionlens.ops import prims as P
 from fusionlens.ops.torch_ops import library_calls as L, normalization as N, reductions as R
-from fusionlens.ops.torch_ops.registry import registered, symbol_for
+from fusionlens.ops.torch_ops.registry import registered
 
 # A rule: (forward op, its outputs' cotangents) -> (input Value, cotangent) pairs
 Rule = Callable[[BoundSymbol, list], list]
@@ -381,7 +381,7 @@ def _copy(b, cots):
     return _pairs((src, reduce_to(_cast(g, src.dtype), src.shape)))
 
 
-# --- scaled dot-product attention: the scores recomputed in the backward, as flash attention
+# --- scaled dot-product attention: its rules are attention_rules.py's -----------------------
 
 def _sdpa_signature(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
                     enable_gqa=False): ...
@@ -390,81 +390,6 @@ def _sdpa_signature(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=
 def _right_aligned(x: Value, shape) -> Value:
     lead = len(shape) - x.ndim
     return P.broadcast_in_dim(x, tuple(shape), tuple(range(lead, len(shape))))
-
-
-def _batched(x: Value, batch: tuple) -> Value:
-    """`x` (..., n, d) broadcast over the batch dims `batch`."""
-    shape = tuple(batch) + tuple(x.shape[-2:])
-    return x if tuple(x.shape) == shape else _right_aligned(x, shape)
-
-
-def _gqa(x: Value, heads: int) -> Value:
-    """Key or value heads shared by groups of query heads (enable_gqa): kv head j serves query
-    heads j*G ... j*G+G-1, as torch's repeat_interleave along dim -3."""
-    kv = x.shape[-3]
-    if kv == heads:
-        return x
-    lead, (n, d) = tuple(x.shape[:-3]), tuple(x.shape[-2:])
-    kept = tuple(range(len(lead) + 1)) + (len(lead) + 2, len(lead) + 3)
-    spread = P.broadcast_in_dim(x, lead + (kv, heads // kv, n, d), kept)
-    return P.reshape(spread, lead + (heads, n, d))
-
-
-def _gqa_grad(g: Value, like: Value) -> Value:
-    """The gradient of `_gqa(like)` summed back over each group."""
-    kv, heads = like.shape[-3], g.shape[-3]
-    if kv == heads:
-        return g
-    lead = tuple(g.shape[:-3])
-    grouped = P.reshape(g, lead + (kv, heads // kv) + tuple(g.shape[-2:]))
-    return P.sum(grouped, (len(lead) + 1,))
-
-
-def _masked(scores: Value, attn_mask, is_causal: bool) -> Value:
-    """Attention scores with the causal mask (-inf above the diagonal, aligned top-left as
-    torch's) and `attn_mask` (boolean: -inf where False; float: added) applied."""
-    L_, S = scores.shape[-2], scores.shape[-1]
-    if is_causal:
-        iota = lambda n: P.iota(n, start=0, step=1, dtype=torch.int64, device=scores.device)  # noqa: E731
-        rows, cols = P.broadcast_in_dim(iota(L_), (L_, S), (0,)), P.broadcast_in_dim(iota(S), (L_, S), (1,))
-        scores = P.where(_right_aligned(P.ge(rows, cols), scores.shape), scores, -math.inf)
-    if attn_mask is not None:
-        mask = _right_aligned(attn_mask, scores.shape)
-        scores = P.where(mask, scores, -math.inf) if attn_mask.dtype == torch.bool \
-            else P.add(scores, _cast(mask, scores.dtype))
-    return scores
-
-
-@rule("torch.nn.functional.scaled_dot_product_attention", signature=_sdpa_signature)
-def _sdpa(b, cots, query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa):
-    if dropout_p:
-        raise NoRule("dropout (the training forward runs it explicitly: explicit_forward)")
-    if query.ndim < 2 or (enable_gqa and (query.ndim < 3 or query.shape[-3] % key.shape[-3])):
-        raise NoRule("fewer than 2 dims, or query heads not a multiple of key heads")
-    if attn_mask is not None and not _value(attn_mask):
-        raise NoRule("a non-tensor mask")
-    compute = _compute_dtype(query.dtype)
-    heads = query.shape[-3] if enable_gqa else None
-    k_, v_ = (_gqa(t, heads) if heads else t for t in (key, value))
-    batch = _broadcast(query.shape[:-2], k_.shape[:-2], v_.shape[:-2])
-    q, k, v = (_cast(_batched(t, batch), compute) for t in (query, k_, v_))
-    g = _cast(cots[0], compute)
-    scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
-    scores = _masked(P.mul(L.matmul(q, _t(k)), scale), attn_mask, is_causal)
-    p = N.softmax(scores, -1)
-    gv = L.matmul(_t(p), g)
-    gp = L.matmul(g, _t(v))
-    kept = tuple(range(scores.ndim - 1))
-    gs = P.mul(p, P.sub(gp, P.broadcast_in_dim(P.sum(P.mul(gp, p), (scores.ndim - 1,)), scores.shape, kept)))
-    gq = P.mul(L.matmul(gs, k), scale)
-    gk = P.mul(L.matmul(_t(gs), q), scale)
-    # back to each input's own shape and dtype: summed over broadcast batch dims and query groups
-    gq = _cast(reduce_to(gq, query.shape), query.dtype)
-    gk, gv = (_cast(_gqa_grad(reduce_to(gt, t_.shape), t), t.dtype) for gt, t_, t in ((gk, k_, key), (gv, v_, value)))
-    gmask = None
-    if attn_mask is not None and attn_mask.dtype.is_floating_point:
-        gmask = _cast(reduce_to(gs, attn_mask.shape), attn_mask.dtype)
-    return _pairs((query, gq), (key, gk), (value, gv), (attn_mask, gmask))
 
 
 # --- forward rewrites: what a whole op hides from its backward -----------------------------
@@ -494,39 +419,18 @@ def draws_dropout(b) -> bool:
 
 
 EXPLICIT: dict[Symbol, Callable] = {}  # registered symbol -> its explicit forward (see explicit_forward)
+# the explicit forwards that also read which values get a gradient: make(b, needs)
+READS_NEEDS: set[Callable] = set()
 
 
-def explicit_forward(b):
+def explicit_forward(b, needs: set[str] | frozenset[str] = frozenset()):
     """In a training forward, the torch-level ops to run instead of `b` (called inside a
-    trace) where its backward needs what the whole op keeps to itself, or None."""
+    trace) where its backward needs what the whole op keeps to itself, or None. `needs`: the
+    names of the values that get a gradient (SDPA's fused kernel gives its mask none)."""
     make = EXPLICIT.get(b.sym)
-    return make(b) if make is not None else None
-
-
-def _sdpa_explicit(b):
-    """SDPA with dropout draws its mask inside the kernel: run as torch's math path does
-    (scores, softmax, F.dropout, matmul), eager's draws are made in the open, saved, and
-    differentiated (on a CPU the results are eager's)."""
-    try:
-        a = inspect.signature(_sdpa_signature).bind(*b.args, **b.kwargs)
-    except TypeError:
+    if make is None:
         return None
-    a.apply_defaults()
-    query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa = a.arguments.values()
-    if not dropout_p or not all(_value(t) for t in (query, key, value)) or query.ndim < 2:
-        return None
-    if enable_gqa:
-        key, value = _gqa(key, query.shape[-3]), _gqa(value, query.shape[-3])
-    scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
-    if scale > 0:  # as torch's math path: q and k scaled by sqrt(scale) each
-        scores = L.matmul(P.mul(query, math.sqrt(scale)), _t(P.mul(key, math.sqrt(scale))))
-    else:
-        scores = P.mul(L.matmul(query, _t(key)), scale)
-    attention = symbol_for(torch.nn.functional.dropout)(N.softmax(_masked(scores, attn_mask, is_causal), -1), dropout_p)
-    return L.matmul(attention, value)
-
-
-EXPLICIT[L.sdpa] = _sdpa_explicit
+    return make(b, needs) if make in READS_NEEDS else make(b)
 
 
 # --- every other op that runs whole: torch's autograd on its call, in the backward -------

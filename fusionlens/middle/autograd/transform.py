@@ -76,7 +76,7 @@ def _expand(bsyms, needs: set, out: list, frozen: frozenset, names: NameGen) -> 
         if OpTag.NON_DIFFERENTIABLE in b.sym.tags:
             out.append(b)
             continue
-        explicit = _explicit(b, names)
+        explicit = _explicit(b, names, needs)
         if explicit is not None or (not _has_rule(b) and b.subsymbols):
             _expand(explicit if explicit is not None else b.subsymbols, needs, out, frozen, names)
             # as eager's: differentiable though its decomposition may not read the input
@@ -96,14 +96,14 @@ def _expand(bsyms, needs: set, out: list, frozen: frozenset, names: NameGen) -> 
         needs.update(o.name for o in b.outputs if _differentiable(o) and o.name not in frozen)
 
 
-def _explicit(b, names: NameGen) -> list | None:
+def _explicit(b, names: NameGen, needs: set) -> list | None:
     """torch_rules.explicit_forward's ops for `b`, recorded under its line, its results
     renamed to b's outputs (the ops after it read those names)."""
     if b.sym not in torch_rules.EXPLICIT:  # most ops: no trace context to set up
         return None
     ctx = TraceContext(names, b.provenance)
     with tracing(ctx):
-        result = torch_rules.explicit_forward(b)
+        result = torch_rules.explicit_forward(b, needs)
     if result is None:
         return None
     flat = values_in(result)

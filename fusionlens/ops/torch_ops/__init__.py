@@ -27,6 +27,8 @@ The package, one module a family of ops, each building only on those above it:
 - flops: the FLOPs formulas of library calls (each symbol is given its own at registration)
 - library_calls: matmul, linear, SDPA, conv1d/conv2d, grouped and sparse matmuls, ... (run
   whole); bilinear (an einsum)
+- attention: SDPA's fused CPU kernel and its backward as library calls of their own (a training
+  forward's; not registered for a torch callable), and whether eager's dispatcher picks them
 - convolution: conv3d, conv_transpose1d/2d/3d (run whole)
 - pooling: adaptive_avg_pool (a mean, or masked sums where windows are unequal), max_unpool
   (a scatter), max/avg/adaptive_max/fractional pooling (run whole)
@@ -45,7 +47,7 @@ from fusionlens.ops.torch_ops import pointwise, activations, conversions, shapes
 from fusionlens.ops.torch_ops import reductions, normalization, losses, distances, library_calls  # noqa: F401
 from fusionlens.ops.torch_ops import convolution, pooling, resampling  # noqa: F401
 from fusionlens.ops.torch_ops import indexing, layout, special, statistics, scans, linalg, spectral, creation  # noqa: F401
-from fusionlens.ops.torch_ops import rearrange  # noqa: F401
+from fusionlens.ops.torch_ops import rearrange, attention  # noqa: F401
 from fusionlens.ops.torch_ops.common import (broadcast_to_shape, cast, cast_result, elementwise, kept_dtype, opmath,
                                              reduction, result_dtype)
 from fusionlens.ops.torch_ops.fallbacks import RANDOM_FALLBACKS, fallback_tags

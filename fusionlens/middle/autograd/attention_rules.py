@@ -1,0 +1,161 @@
+"""Backward rules of F.scaled_dot_product_attention, and what a training forward runs it as.
+
+Where eager's dispatcher would run torch's fused CPU kernel (flash attention: `attention.
+flash_cpu_applies`, torch's own `_fused_sdp_choice` asked), a training forward runs SDPA as
+`sdpa_flash_cpu` (explicit_forward), which returns the output and each query row's logsumexp
+([B, H, L], float32 for 16-bit inputs); both are saved, and the backward is one call of the
+fused backward (`sdpa_flash_cpu_backward`: dq, dk, dv), as eager's autograd does: no
+[B, H, L, S] scores or probabilities are ever held, and the gradients are eager's bits.
+
+Elsewhere the backward is the math rule (`_sdpa`): the scores and probabilities recomputed from
+q and k, [B, H, L, S] each, float32 for 16-bit inputs. It serves what the CPU kernel does not
+take (fewer than 4 dims, broadcast batch or heads, unequal head dims, a float mask that requires
+grad: its gradient is the scores'), `sdpa_kernel(SDPBackend.MATH)`, and every device but the CPU:
+a GPU's flash, memory-efficient and cuDNN kernels are not chosen here (their choice reads the
+device's properties; no GPU to check them against). With dropout the forward runs as torch's
+math path does, its mask drawn in the open (`_sdpa_explicit`): the CPU kernel takes no dropout
+(eager's dispatcher sends it to the math path), and a GPU kernel's Philox draws are not
+replayed here.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+
+import torch
+
+from fusionlens.middle.autograd.torch_rules import (EXPLICIT, READS_NEEDS, RULES, NoRule, _broadcast, _cast,
+                                                    _compute_dtype, _pairs, _right_aligned, _sdpa_signature, _t,
+                                                    _value, reduce_to, rule)
+from fusionlens.ir.trace import Value
+from fusionlens.ops import prims as P
+from fusionlens.ops.torch_ops import attention as A, library_calls as L, normalization as N
+from fusionlens.ops.torch_ops.registry import symbol_for
+
+
+# --- the math rule: the scores recomputed in the backward ------------------------------------
+
+def _batched(x: Value, batch: tuple) -> Value:
+    """`x` (..., n, d) broadcast over the batch dims `batch`."""
+    shape = tuple(batch) + tuple(x.shape[-2:])
+    return x if tuple(x.shape) == shape else _right_aligned(x, shape)
+
+
+def _gqa(x: Value, heads: int) -> Value:
+    """Key or value heads shared by groups of query heads (enable_gqa): kv head j serves query
+    heads j*G ... j*G+G-1, as torch's repeat_interleave along dim -3."""
+    kv = x.shape[-3]
+    if kv == heads:
+        return x
+    lead, (n, d) = tuple(x.shape[:-3]), tuple(x.shape[-2:])
+    kept = tuple(range(len(lead) + 1)) + (len(lead) + 2, len(lead) + 3)
+    spread = P.broadcast_in_dim(x, lead + (kv, heads // kv, n, d), kept)
+    return P.reshape(spread, lead + (heads, n, d))
+
+
+def _gqa_grad(g: Value, like: Value) -> Value:
+    """The gradient of `_gqa(like)` summed back over each group."""
+    kv, heads = like.shape[-3], g.shape[-3]
+    if kv == heads:
+        return g
+    lead = tuple(g.shape[:-3])
+    grouped = P.reshape(g, lead + (kv, heads // kv) + tuple(g.shape[-2:]))
+    return P.sum(grouped, (len(lead) + 1,))
+
+
+def _masked(scores: Value, attn_mask, is_causal: bool) -> Value:
+    """Attention scores with the causal mask (-inf above the diagonal, aligned top-left as
+    torch's) and `attn_mask` (boolean: -inf where False; float: added) applied."""
+    L_, S = scores.shape[-2], scores.shape[-1]
+    if is_causal:
+        iota = lambda n: P.iota(n, start=0, step=1, dtype=torch.int64, device=scores.device)  # noqa: E731
+        rows, cols = P.broadcast_in_dim(iota(L_), (L_, S), (0,)), P.broadcast_in_dim(iota(S), (L_, S), (1,))
+        scores = P.where(_right_aligned(P.ge(rows, cols), scores.shape), scores, -math.inf)
+    if attn_mask is not None:
+        mask = _right_aligned(attn_mask, scores.shape)
+        scores = P.where(mask, scores, -math.inf) if attn_mask.dtype == torch.bool \
+            else P.add(scores, _cast(mask, scores.dtype))
+    return scores
+
+
+@rule("torch.nn.functional.scaled_dot_product_attention", signature=_sdpa_signature)
+def _sdpa(b, cots, query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa):
+    if dropout_p:
+        raise NoRule("dropout (the training forward runs it explicitly: _sdpa_explicit)")
+    if query.ndim < 2 or (enable_gqa and (query.ndim < 3 or query.shape[-3] % key.shape[-3])):
+        raise NoRule("fewer than 2 dims, or query heads not a multiple of key heads")
+    if attn_mask is not None and not _value(attn_mask):
+        raise NoRule("a non-tensor mask")
+    compute = _compute_dtype(query.dtype)
+    heads = query.shape[-3] if enable_gqa else None
+    k_, v_ = (_gqa(t, heads) if heads else t for t in (key, value))
+    batch = _broadcast(query.shape[:-2], k_.shape[:-2], v_.shape[:-2])
+    q, k, v = (_cast(_batched(t, batch), compute) for t in (query, k_, v_))
+    g = _cast(cots[0], compute)
+    scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
+    scores = _masked(P.mul(L.matmul(q, _t(k)), scale), attn_mask, is_causal)
+    p = N.softmax(scores, -1)
+    gv = L.matmul(_t(p), g)
+    gp = L.matmul(g, _t(v))
+    kept = tuple(range(scores.ndim - 1))
+    gs = P.mul(p, P.sub(gp, P.broadcast_in_dim(P.sum(P.mul(gp, p), (scores.ndim - 1,)), scores.shape, kept)))
+    gq = P.mul(L.matmul(gs, k), scale)
+    gk = P.mul(L.matmul(_t(gs), q), scale)
+    # back to each input's own shape and dtype: summed over broadcast batch dims and query groups
+    gq = _cast(reduce_to(gq, query.shape), query.dtype)
+    gk, gv = (_cast(_gqa_grad(reduce_to(gt, t_.shape), t), t.dtype) for gt, t_, t in ((gk, k_, key), (gv, v_, value)))
+    gmask = None
+    if attn_mask is not None and attn_mask.dtype.is_floating_point:
+        gmask = _cast(reduce_to(gs, attn_mask.shape), attn_mask.dtype)
+    return _pairs((query, gq), (key, gk), (value, gv), (attn_mask, gmask))
+
+
+# --- the fused kernel: its output and logsumexp saved, its backward one call ----------------
+
+def _flash_cpu(b, cots):
+    """dq, dk, dv from the saved output and logsumexp: one call of eager's fused backward (the
+    logsumexp's own output gets no cotangent: nothing but the backward reads it)."""
+    query, key, value, attn_mask, is_causal, scale = b.args
+    out, logsumexp = b.outputs
+    if cots[0] is None:
+        return []
+    grads = A.flash_cpu_backward(cots[0], query, key, value, out, logsumexp, attn_mask, is_causal, scale)
+    return _pairs(*zip((query, key, value), grads))
+
+
+RULES[A.flash_cpu] = _flash_cpu
+
+
+def _sdpa_explicit(b, needs):
+    """SDPA in a training forward: `sdpa_flash_cpu` where eager runs the fused CPU kernel (the
+    module's docstring); with dropout, torch's math path (scores, softmax, F.dropout, matmul),
+    eager's draws made in the open, saved, and differentiated (on a CPU the results are eager's);
+    else None (the op whole, its backward the math rule)."""
+    try:
+        a = inspect.signature(_sdpa_signature).bind(*b.args, **b.kwargs)
+    except TypeError:
+        return None
+    a.apply_defaults()
+    query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa = a.arguments.values()
+    if not all(_value(t) for t in (query, key, value)) or query.ndim < 2:
+        return None
+    if not dropout_p:
+        mask_needs_grad = _value(attn_mask) and attn_mask.name in needs
+        if A.flash_cpu_applies(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa,
+                               mask_needs_grad):
+            return A.flash_cpu(query, key, value, attn_mask, is_causal, scale)[0]
+        return None
+    if enable_gqa:
+        key, value = _gqa(key, query.shape[-3]), _gqa(value, query.shape[-3])
+    scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
+    if scale > 0:  # as torch's math path: q and k scaled by sqrt(scale) each
+        scores = L.matmul(P.mul(query, math.sqrt(scale)), _t(P.mul(key, math.sqrt(scale))))
+    else:
+        scores = P.mul(L.matmul(query, _t(key)), scale)
+    attention = symbol_for(torch.nn.functional.dropout)(N.softmax(_masked(scores, attn_mask, is_causal), -1), dropout_p)
+    return L.matmul(attention, value)
+
+
+EXPLICIT[L.sdpa] = _sdpa_explicit
+READS_NEEDS.add(_sdpa_explicit)

@@ -167,7 +167,10 @@ def test_every_registered_callable_has_samples():
     seen = set()
     for s in SAMPLES:
         seen.update(id(f) for f in op_samples.funcs_called(s))
-    missing = [fn for fn in torch_ops.REGISTRY if id(fn) not in seen]
+    # (a callable of FusionLens's own, which the frontend records in place of the user's call,
+    # e.g. batch_norm_cumulative's: its symbol's samples reach it through the user's call)
+    missing = [fn for fn in torch_ops.REGISTRY if id(fn) not in seen
+               and not (getattr(fn, "__module__", None) or "").startswith("fusionlens.")]
     # Some registered callables never reach a TorchFunctionMode themselves: operators
     # (`a + b` arrives as Tensor.add) and F.tanh/F.sigmoid (they call the Tensor method).
     # Those are covered when what they do reach is the same symbol, which has samples.

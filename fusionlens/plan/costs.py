@@ -205,6 +205,14 @@ def _fuse(ops, times, shards, i: int, j: int, last_use, results, layout: Layout)
         times[k] = OpTime(total * share / sum(own), t.flops, nbytes * share / sum(own), "memory")
 
 
+def in_flash_kernel(b, flash: dict) -> bool:
+    """Whether backward op `b` is one of the ops of an SDPA's line (`flash`'s keys) that a flash
+    backward kernel runs: it reads no parameter."""
+    p = b.provenance
+    return p is not None and (p.file, p.line) in flash and \
+        not any(isinstance(v, Value) and v.role is ValueRole.PARAM for v in b.inputs())
+
+
 def _flash_backward(ops, times, flash: dict, layout: Layout) -> None:
     """FusionLens differentiates SDPA into explicit ops (scores, softmax, matmuls); on a GPU the
     backward is a flash kernel: the ops of an SDPA's line that read no parameter become one,
@@ -212,10 +220,9 @@ def _flash_backward(ops, times, flash: dict, layout: Layout) -> None:
     peak = layout.system.bf16_tflops * 1e12 * ATTENTION_EFFICIENCY
     charged = set()
     for k, b in enumerate(ops):
-        p = b.provenance
-        line = (p.file, p.line) if p is not None else None
-        if line not in flash or any(isinstance(v, Value) and v.role is ValueRole.PARAM for v in b.inputs()):
+        if not in_flash_kernel(b, flash):
             continue
+        line = (b.provenance.file, b.provenance.line)
         if line in charged:
             times[k] = OpTime(0.0, 0.0, 0.0, "view")
         else:

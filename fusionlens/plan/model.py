@@ -66,7 +66,9 @@ def _time_ops(traced: Traced, sharding: Sharding, layout: Layout) -> Timed:
                 acc["flops"] += t.flops * share
                 if kind == "forward" and s.core:
                     acc["core"] += t.seconds * share
-            if kind == "backward":
+            if kind == "backward" and not costs.in_flash_kernel(b, flash):
+                # (an attention's backward ops are one flash kernel, costs._flash_backward: its scores are
+                # never whole in memory, so they are no temporary)
                 out.transient = max(out.transient, max((o.numel() * o.dtype.itemsize for o in b.outputs), default=0)
                                     / s.divide)
     return out

@@ -240,7 +240,8 @@ def _backward(traced: Traced, forward: list[OpShard], layout: Layout) -> list[Op
             else:
                 s.sharded = bool(other) and all(x.sharded for x in other)
                 s.core = bool(other) and all(x.core for x in other)
-        s.divide = _divide(s, _tensors(b), set(), layout)
+        # a factory reads no tensor (the zeros a gradient is scattered into): split as what it makes
+        s.divide = _divide(s, _tensors(b) or list(b.outputs), set(), layout)
         out.append(s)
     return out
 

@@ -358,3 +358,36 @@ def test_ddp_falls_back_to_one_all_reduce_where_its_transform_does_not_apply():
     [ar] = [c for c in rep.collectives if c.group == "dp"]
     assert ar.line is None and ar.bytes_per_rank == rep.params * 4
     assert any("DDP's buckets not placed" in n for n in rep.notes)
+
+
+class _AttentionAndHead(torch.nn.Module):
+    """One causal self-attention through F.scaled_dot_product_attention and an output layer
+    with its cross entropy: the two largest temporaries a backward could hold."""
+
+    def __init__(self, vocab: int, dim: int, heads: int):
+        super().__init__()
+        self.heads = heads
+        self.emb, self.qkv = torch.nn.Embedding(vocab, dim), torch.nn.Linear(dim, 3 * dim)
+        self.o, self.head = torch.nn.Linear(dim, dim), torch.nn.Linear(dim, vocab)
+
+    def forward(self, ids, labels):
+        x = self.emb(ids)
+        b, n, d = x.shape
+        q, k, v = self.qkv(x).view(b, n, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        a = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        logits = self.head(x + self.o(a.transpose(1, 2).reshape(b, n, d)))
+        return torch.nn.functional.cross_entropy(logits.flatten(0, 1).float(), labels.flatten())
+
+
+def test_the_largest_temporary_is_neither_the_attention_scores_nor_a_whole_vocabulary():
+    """The plan times an attention's backward as one flash kernel, so its [B, H, L, S] scores are
+    no temporary; the cross entropy's gradient (zeros scattered into) is split over the vocabulary
+    shards as its logits are: the largest temporary here is that gradient's shard."""
+    vocab, dim, heads, seq, tp = 4096, 512, 16, 2048, 2
+    with torch.device("meta"):
+        m = _AttentionAndHead(vocab, dim, heads).to(torch.bfloat16)
+        args = (torch.zeros(1, seq, dtype=torch.long), torch.zeros(1, seq, dtype=torch.long))
+    rep = api.plan_traced(trace.trace(m, args), "attention", cluster="1x8xH100", global_batch=8, tp=tp, sp=True)
+    scores = heads * seq * seq * 4 / tp  # float32 scores a GPU
+    logits_grad = seq * vocab * 4 / tp
+    assert rep.memory_gib.transient * 2**30 == pytest.approx(logits_grad) and logits_grad < scores / 4

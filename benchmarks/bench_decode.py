@@ -2,7 +2,7 @@
 
     python benchmarks/bench_decode.py [--tokens 32] [--repeats 3] [--layers 2] [--hidden 64]
                                       [--caches dynamic,static] [--systems eager,fusionlens,torch.compile,thunder]
-                                      [--threads 1]
+                                      [--threads 1] [--cache-len N]
 
 A tiny Llama built from a config (no download) generates `--tokens` tokens from a 16-token
 prompt with `model.generate(ids, do_sample=False)`, the model's forward compiled the way each
@@ -20,7 +20,11 @@ straight-line code) rather than the generic path; `--systems ...,fusionlens-gene
 FusionLens with that code off (every call keyed, looked up and written back by walking its
 arguments and the cache), for the difference in one run. `--threads` is torch's
 intra-op thread count (1 by default: on a shared, loaded machine more threads spin and
-make every system's steady rate noise). Every system's tokens are checked against eager's: a system whose tokens
+make every system's steady rate noise). `--cache-len N`: the StaticCache holds N positions (a
+`transformers.StaticCache(max_cache_len=N)` passed to generate(); by default generate() sizes it
+to the prompt and the new tokens): a decode step at a real model's cache length, where writing
+the cache into a copy of it costs what the cache is, not what the token is (issue 30). Every
+system's tokens are checked against eager's: a system whose tokens
 differ is marked WRONG. A system that fails gets its error in the table. Prints a table;
 never asserts.
 """
@@ -69,8 +73,10 @@ def _compile(system: str, model):
     return model
 
 
-def _generate(model, ids, tokens: int, cache: str):
+def _generate(model, ids, tokens: int, cache: str, cache_len: int | None = None):
     options = {} if cache == "dynamic" else {"cache_implementation": "static"}
+    if cache == "static" and cache_len:  # a fresh cache of that many positions for each generate()
+        options = {"past_key_values": transformers.StaticCache(config=model.config, max_cache_len=cache_len)}
     with torch.no_grad():
         return model.generate(ids, max_new_tokens=tokens, min_new_tokens=tokens, do_sample=False, **options)
 
@@ -87,13 +93,13 @@ def run(system: str, base, ids, want, args, cache: str) -> list:
     try:
         model = _compile(system, copy.deepcopy(base))
         start = time.perf_counter()
-        got = _generate(model, ids, args.tokens, cache)
+        got = _generate(model, ids, args.tokens, cache, args.cache_len)
         first = time.perf_counter() - start
         times = []
         served = _served(model, system)
         for _ in range(args.repeats):
             start = time.perf_counter()
-            _generate(model, ids, args.tokens, cache)
+            _generate(model, ids, args.tokens, cache, args.cache_len)
             times.append(time.perf_counter() - start)
         served = [a - b for a, b in zip(_served(model, system), served)]
     except Exception as e:  # noqa: BLE001 - a system that fails gets its error in the table
@@ -114,15 +120,17 @@ def main(argv=None) -> None:
     parser.add_argument("--caches", default="dynamic,static")
     parser.add_argument("--systems", default="eager,fusionlens,torch.compile,thunder")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--cache-len", type=int, default=None, help="positions a StaticCache holds")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     base = _model(args.layers, args.hidden)
     ids = torch.randint(0, 256, (1, 16), generator=torch.Generator().manual_seed(0))
     rows = []
     for cache in args.caches.split(","):
-        want = _generate(copy.deepcopy(base), ids, args.tokens, cache)
+        want = _generate(copy.deepcopy(base), ids, args.tokens, cache, args.cache_len)
         rows += [run(s, base, ids, want, args, cache) for s in args.systems.split(",")]
-    print(f"generate(): tiny Llama, {args.layers} layers, hidden {args.hidden}, {args.tokens} new tokens, "
+    held = f", StaticCache of {args.cache_len} positions" if args.cache_len else ""
+    print(f"generate(): tiny Llama, {args.layers} layers, hidden {args.hidden}, {args.tokens} new tokens{held}, "
           f"torch {torch.__version__}, {torch.get_num_threads()} threads")
     table(rows, ["system", "cache", "first", "steady", "compiles", "fast", "check"])
 

@@ -31,6 +31,7 @@ def test_inputs_updated_in_place_are_written_back_and_returned_as_themselves():
         assert out[0] is x and out[2] is y  # the updated input itself, as eager returns it
     source = compiler.last_report(jfn).forward.traces["execution"]
     assert "write_back(x, " in source and "write_back(z, " in source and "write_back(y, " not in source
+    assert "setitem_(z, " in source  # z's element written into z itself (reinplace.py): its write-back copies nothing
     assert jfn.cache_info()["misses"] == 1
 
 

@@ -11,6 +11,7 @@ import torch
 import compiler
 from fusionlens.driver import checking
 from fusionlens.ops import prims
+from fusionlens.middle import reinplace
 from zoo_imports import transformers
 from nvfuser_testing import runner  # noqa: F401 - a fixture: the nvFuser reference (and nvFuser on a GPU)
 
@@ -76,9 +77,13 @@ CASES = [slice_iadd, flat_step_zero, transposed_select, step_setitem, narrow_cop
          index_copy, positions_setitem, unfold_mul]
 
 
+# an update of an input is stored into the input itself (middle/reinplace.py): the in-place prims
+SCATTER_NAMES = (prims.strided_scatter.name, prims.scatter.name, reinplace.STRIDED_SCATTER_.name,
+                 reinplace.SCATTER_.name)
+
+
 def _scatters(report) -> int:
-    return sum(op in (prims.strided_scatter.name, prims.scatter.name) for r in report.forward.regions
-               for op in r.ops if r.executor != "torch")
+    return sum(op in SCATTER_NAMES for r in report.forward.regions for op in r.ops if r.executor != "torch")
 
 
 def _check_no_fallback(jfn):
@@ -182,9 +187,9 @@ def test_a_static_cache_decode_step_writes_the_cache_in_a_fused_region(triton):
     for a, b in zip(objects.state_tensors(caches[1]), objects.state_tensors(caches[0]), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
     report = compiler.last_report(jfn)
-    fused = [r for r in report.forward.regions if r.executor == "triton" and prims.scatter.name in r.ops]
-    # the keys' and the values' writes, in RoPE's region (they share the positions' index)
-    assert sum(r.ops.count(prims.scatter.name) for r in fused) == 2, [(r.executor, r.ops) for r in fused]
+    fused = [r for r in report.forward.regions if r.executor == "triton" and reinplace.SCATTER_.name in r.ops]
+    # the keys' and the values' writes, in RoPE's region (they share the positions' index), into the cache itself
+    assert sum(r.ops.count(reinplace.SCATTER_.name) for r in fused) == 2, [(r.executor, r.ops) for r in fused]
     assert any(prims.add.name in r.ops for r in fused)
     assert not [f for f in report.fallbacks if "index_copy" in f.op]
 

@@ -10,6 +10,7 @@
     forward                               its forward half (results, then saved values) and
     backward                              its backward half: a program of its own
     fusion       fusion.prepare           fusible ops flattened into prims, broadcasts sunk
+                 + reinplace.reinplace    an input's update written into it where safe, not copied back
     execution    lowering.lower           region kernels and torch calls (Trace -> Plan)
 
 A compile makes one `Program` per kind (report.PROGRAM_KINDS): the forward, and for training
@@ -38,7 +39,7 @@ from fusionlens.distributed import collectives
 from fusionlens.distributed.staging import CompileTransform, Rewritten
 from fusionlens.frontend import dynamic, intra_op, tracer as frontend
 from fusionlens import executors as executor_registry
-from fusionlens.middle import fusion, passes
+from fusionlens.middle import fusion, passes, reinplace
 from fusionlens.executors import lowering, torch_executor  # noqa: F401 - every compile's last executor: loaded with the driver, not by the first compile
 from fusionlens.driver import cuda_graphs
 from fusionlens.middle.autograd import runtime as autograd_runtime, transform as autograd
@@ -348,7 +349,9 @@ def _symbolic(fn, args, kwargs, name, dims: dynamic.DynamicDims, ints: frozenset
 def _lower(stage: _StageLog, trace: Trace, chosen, device, prefix: str, preview_prefix: str) -> Program:
     """A program from the trace fusion starts at: fused, lowered, compiled to a function; and
     the same lowering in source-only mode for each executor that can only preview."""
-    flat = stage(fusion.prepare(trace, chosen.fusers), fusers=chosen.fusers)
+    # an input's update written into it, not into a copy copied back, where safe (middle/reinplace.py)
+    flat = stage(reinplace.reinplace(fusion.prepare(trace, chosen.fusers), chosen.fusers,
+                                     training=trace.stage is Stage.FORWARD), fusers=chosen.fusers)
     options = stage.options
     plan = lowering.lower(flat, chosen.fusers, device, prefix, profile=options.profile, verify=options.verifying)
     stage(plan.trace, plan)
@@ -362,7 +365,8 @@ def _lower(stage: _StageLog, trace: Trace, chosen, device, prefix: str, preview_
 
 def _preview_plan(trace: Trace, ex, device, prefix: str, options: CompileOptions) -> lowering.Plan:
     """`ex`'s regions of `trace` and their code, by lowering in its source-only mode."""
-    return lowering.lower(fusion.prepare(trace, [ex]), [ex], device, prefix, source_only=True,
+    flat = reinplace.reinplace(fusion.prepare(trace, [ex]), [ex], training=trace.stage is Stage.FORWARD)
+    return lowering.lower(flat, [ex], device, prefix, source_only=True,
                           verify=options.verifying)
 
 

@@ -12,7 +12,10 @@ import torch
 def write_back(dst: torch.Tensor, src: torch.Tensor) -> None:
     """`dst.copy_(src)`, and where dst's elements share memory (an expanded input, stride 0),
     as eager's in-place op left it: each memory location written once, from the first of the
-    elements that alias it (copy_ refuses a destination that overlaps itself)."""
+    elements that alias it (copy_ refuses a destination that overlaps itself). Nothing to copy
+    where src is dst: an update written into the input itself (fusionlens/middle/reinplace.py)."""
+    if src is dst:
+        return
     try:
         dst.copy_(src)
     except RuntimeError:

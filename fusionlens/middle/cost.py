@@ -3,7 +3,8 @@
 bytes: every input read once and every output written once (numel x itemsize), the least
 traffic any kernel for it has; a region of views only (reshape, transpose, split: shape
 prims) moves nothing. A scatter's region (a view update's write-back) writes a new base, its
-base read and its result written whole, as the executors run it (a copy, then the window).
+base read and its result written whole, as the executors run it (a copy, then the window); an
+in-place one (middle/reinplace.py) writes its window into the base, which it does not read.
 flops: per prim, per element of its output (elementwise, weighted for transcendental
 functions) or of its input (reductions); a library call by the formula its symbol was
 registered with (ops/torch_ops/flops.py: matmul 2MNK, convolution, attention).
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from fusionlens.middle import passes
+from fusionlens.middle.reinplace import IN_PLACE, window_of
 from fusionlens.ir.trace import OpTag, Symbol, SymbolKind, Value
 from fusionlens.ir.sizes import hint
 from fusionlens.ops import prims as P
@@ -45,8 +47,23 @@ def region_cost(bsyms, inputs, outputs) -> Cost:
     """The Cost of a region that runs `bsyms`, reading `inputs` and writing `outputs` (Values)."""
     leaves = passes.flatten(bsyms)
     views_only = bool(leaves) and all(b.sym.kind is SymbolKind.PRIM and OpTag.SHAPE in b.sym.tags for b in leaves)
-    return Cost(0 if views_only else tensor_bytes(list(inputs) + list(outputs)),
-                int(hint(sum(flops(b) for b in leaves))), math_of(leaves))
+    moved = 0 if views_only else tensor_bytes(list(inputs) + list(outputs)) - _in_place_saving(bsyms)
+    return Cost(moved, int(hint(sum(flops(b) for b in leaves))), math_of(leaves))
+
+
+def _in_place_saving(bsyms) -> int:
+    """The bytes tensor_bytes counts for each in-place scatter beyond its window: its base, as
+    an input (where no other op reads it) and as its result, each whole."""
+    saved = 0
+    for b in bsyms:
+        window = window_of(b) if b.sym in IN_PLACE else None
+        if window is None:
+            continue
+        base, result = b.args[0], b.outputs[0]
+        read = any(v.name == base.name for c in bsyms if c is not b for v in c.inputs())
+        saved += tensor_bytes([result]) - window.numel() * result.dtype.itemsize
+        saved += 0 if read else tensor_bytes([base])
+    return saved
 
 
 def tensor_bytes(values) -> int:

@@ -31,6 +31,7 @@ from typing import Protocol
 import torch
 
 from fusionlens.middle.contract import FusionGroup
+from fusionlens.middle.reinplace import IN_PLACE_SCATTERS
 from fusionlens.ir.trace import PROFILE_RANGE, BoundSymbol, OpTag, SymbolKind, Trace, Value, format_call, values_in
 from fusionlens.ops import prims as P
 from fusionlens.ir.provenance import Provenance
@@ -372,7 +373,7 @@ def check_group_ops(group: FusionGroup, label: str) -> None:
     """Elementwise prims, broadcast_in_dim and the reductions a kernel writes, nothing else."""
     for b in group.bsyms:
         kernel_op = OpTag.ELEMENTWISE in b.sym.tags or b.sym is P.broadcast_in_dim or b.sym in _GROUP_REDUCTIONS \
-            or b.sym in P.SCATTERS
+            or b.sym in P.SCATTERS or b.sym in IN_PLACE_SCATTERS
         ok = b.sym.kind is SymbolKind.PRIM and kernel_op
         if not ok or b.subsymbols:
             raise VerifyError(label, f"{b.sym.name} may not be in a fusion group (elementwise prims, "
@@ -445,7 +446,7 @@ def check_group_shapes(group: FusionGroup, label: str) -> None:
     reduces = False
     for b in group.bsyms:
         is_view = b.sym is P.broadcast_in_dim and b.args[0].name in views
-        if b.sym in P.SCATTERS:
+        if b.sym in P.SCATTERS or b.sym in IN_PLACE_SCATTERS:
             _check_scatter(b, group, allowed, spaces, label)
             continue
         if cdims and (b.sym in _GROUP_REDUCTIONS and tuple(sorted(b.args[1])) == cdims

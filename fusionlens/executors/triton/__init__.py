@@ -74,6 +74,7 @@ __all__ = ["EXECUTOR", "Generated", "KernelSpec", "TritonExecutor", "build_sourc
 
 class TritonExecutor(FusionExecutor):
     name = "triton"
+    stores_in_place = True  # an in-place scatter (middle/reinplace.py) stores its window into the base itself
 
     def available(self, device) -> tuple[bool, str]:
         return support.available(device)

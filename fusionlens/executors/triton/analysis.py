@@ -14,6 +14,7 @@ from fusionlens.middle.contract import Decline, FusionGroup
 from fusionlens.executors import symbolic
 from fusionlens.ir.trace import BoundSymbol, Value
 from fusionlens.ops import prims
+from fusionlens.middle.reinplace import IN_PLACE_SCATTERS
 
 from . import tuning
 from .support import FLOATS, REDUCTIONS, _dtype_problem, can_take
@@ -52,8 +53,9 @@ def _ident(name: str) -> str:
 
 
 def _scatters(group: FusionGroup) -> dict[str, BoundSymbol]:
-    """Output name -> the scatter making it: a store of its window into a copy of its base."""
-    out = {b.outputs[0].name: b for b in group.bsyms if b.sym in prims.SCATTERS}
+    """Output name -> the scatter making it: a store of its window into a copy of its base (into
+    the base itself for an in-place one: module.py's launcher)."""
+    out = {b.outputs[0].name: b for b in group.bsyms if b.sym in prims.SCATTERS or b.sym in IN_PLACE_SCATTERS}
     if out and group.reduction_dims:
         raise Decline("a scatter in a reduction region is not generated for Triton")
     return out

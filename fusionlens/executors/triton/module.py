@@ -16,6 +16,7 @@ from typing import Any
 from fusionlens.middle.contract import FusionGroup
 from fusionlens.executors import symbolic
 from fusionlens.ir.trace import contiguous_strides
+from fusionlens.middle.reinplace import IN_PLACE_SCATTERS, STRIDED_SCATTER_
 
 from . import tuning
 from .analysis import _Analysis, _ident
@@ -168,10 +169,16 @@ def _launcher(w, an: _Analysis, kname: str, lname: str) -> list[str]:
         far = ", ".join(symbols.source(x) for x in worst)  # the largest offset the kernel may form
         out.append(f"    index_64 = {far if len(worst) == 1 else f'max({far})'} >= {INDEX_LIMIT}")
         consts += ", INDEX_64=index_64"
+    in_place = []  # (out{k}, its base) of in-place scatters
     for k, o in enumerate(an.outputs):
         if o.name in an.scatters:  # a new base: the kernel stores the window into a copy (pointwise.py)
             base = _ident(an.scatters[o.name].args[0].name)
-            out.append(f"    out{k} = {base}.clone(memory_format=torch.contiguous_format)  # {o.name}")
+            copy = f"{base}.clone(memory_format=torch.contiguous_format)"
+            if an.scatters[o.name].sym in IN_PLACE_SCATTERS:
+                out += _in_place_lines(an, k, o, base, copy)
+                in_place.append((f"out{k}", base))
+                continue
+            out.append(f"    out{k} = {copy}  # {o.name}")
             continue
         if w.symbolic:
             shape = symbols.source(symbolic.dims(o.shape))
@@ -189,9 +196,44 @@ def _launcher(w, an: _Analysis, kname: str, lname: str) -> list[str]:
         consts2 = ", ".join(f"{c}={v}" for c, v in w.constexprs2.items())
         out.append(f"    {kname.removesuffix('_kernel')}_combine[{w.grid2}]({call_args}, {consts2}, "
                    f"num_warps={w.warps2})")
+    for var, base in in_place:  # stored into a copy after all: copied in (the caller's tensor is the result)
+        out += [f"    if {var} is not {base}:", f"        {var} = {base}.copy_({var})"]
     ret = ", ".join(f"out{k}" for k in range(len(an.outputs)))
     out.append(f"    return ({ret},)" if len(an.outputs) == 1 else f"    return ({ret})")
     return out
+
+
+def _in_place_lines(an: _Analysis, k: int, o, base: str, copy: str) -> list[str]:
+    """out{k} of an in-place scatter: the base itself, so the kernel stores only the window
+    into its addresses, where that cannot race: the base is contiguous (the kernel addresses it
+    by row-major numbers), no other op of the region reads it, and no other input shares its
+    memory (a view of it made before the region: checked at each call) unless that input is
+    the window itself, read element for element by the lane that stores it (`out[:, :n] += y`).
+    Else a copy, copied in."""
+    scatter = an.scatters[o.name]
+    name = scatter.args[0].name
+    if any(v.name == name for b in an.group.bsyms for v in (b.inputs() if b is not scatter else b.inputs()[1:])):
+        return [f"    out{k} = {copy}  # {o.name}: the region reads {base} too"]
+    shared = [_shares(v, base, scatter) for v in an.inputs if v.name != name]
+    lines = [f"    out{k} = {base}  # {o.name}: the window stored into {base} itself (in place)"]
+    if not shared:
+        return lines + [f"    if not {base}.is_contiguous():", f"        out{k} = {copy}"]
+    tests = [f"            {c} or" for c in shared[:-1]] + [f"            {shared[-1]}):"]
+    return lines + [f"    if not {base}.is_contiguous() or ("] + tests + [f"        out{k} = {copy}"]
+
+
+def _shares(v, base: str, scatter) -> str:
+    """The launcher's test that input `v` shares the base's memory other than as the very window
+    a strided scatter stores (same dtype, first element, strides and shape as the domain's)."""
+    x = _ident(v.name)
+    test = f"{x}.untyped_storage().data_ptr() == {base}.untyped_storage().data_ptr()"
+    src = scatter.args[1] if scatter.sym is STRIDED_SCATTER_ else None
+    if src is None or tuple(v.shape) != tuple(src.shape):
+        return test
+    offset, strides = scatter.args[2], tuple(scatter.args[3])
+    window = f"{x}.dtype == {base}.dtype and {x}.stride() == {strides!r} and " \
+             f"{x}.data_ptr() == {base}.data_ptr() + {offset} * {base}.element_size()"
+    return f"{test} and not ({window})"
 
 
 def _empty(shape, dtype, dev: str) -> str:

@@ -9,6 +9,7 @@ import math
 
 from fusionlens.ir.trace import Value, contiguous_strides
 from fusionlens.ops import prims
+from fusionlens.middle.reinplace import SCATTER_, STRIDED_SCATTER_
 
 from . import tuning
 from .emitter import _Emitter, _Scope, _type_str
@@ -44,7 +45,7 @@ class PointwiseWriter(_Writer):
             if b is None:
                 outs.append((k, o, em.val(o, an.canonical(o))))
                 continue
-            src = b.args[2] if b.sym is prims.scatter else b.args[1]
+            src = b.args[2] if b.sym in (prims.scatter, SCATTER_) else b.args[1]
             outs.append((k, o, em.val(src, an.canonical(src))))
             stores[k] = self._window(em, b)
             em.accesses.append(stores[k][0])
@@ -71,7 +72,7 @@ class PointwiseWriter(_Writer):
         """(per domain dim, the stride of the scatter's window in its base's row-major numbers;
         the offset added to it, as the kernel spells it; the mask beyond the domain's)."""
         base = b.args[0]
-        if b.sym is prims.strided_scatter:
+        if b.sym in (prims.strided_scatter, STRIDED_SCATTER_):
             return tuple(b.args[3]), str(b.args[2]) if b.args[2] else "", ""
         index, dim = b.args[1], b.args[3]  # scatter: dim `dim` goes to where index says
         rm = contiguous_strides(base.shape)
@@ -82,12 +83,15 @@ class PointwiseWriter(_Writer):
         return ds, (f"{i} * {rm[dim]}" if rm[dim] != 1 else i), inside
 
     def _store_window(self, em: _Emitter, k: int, o: Value, v: str, ds: tuple, extra: str, inside: str) -> list[str]:
-        """The store of a scatter's window into out{k}, a row-major copy of its base (the launcher's)."""
+        """The store of a scatter's window into out{k}, a row-major copy of its base, or for an
+        in-place scatter the base itself where the launcher may write it (module.py)."""
         off, _ = em.offset(ds) if em.runs is not None else ("0", None)
         terms = [t for t in (off, extra) if t and t != "0"]
         if off == "0" or em.runs is None:  # no domain term: still a block of pointers, as the mask is a block
             terms.append("offs * 0")
         where = " + ".join(terms)
         mask = f"(mask & {inside}) != 0" if inside else "mask"  # != 0: an int1 mask whatever the index's type
+        b = self.an.scatters[o.name]
+        into = "into it (in place)" if b.sym in (SCATTER_, STRIDED_SCATTER_) else "into its copy"
         return [f"    tl.store(out{k}_ptr + {where}, {_store_cast(v, o)}, mask={mask})  # {o.name}: "
-                f"{_type_str(o)}, the window of {self.an.scatters[o.name].args[0].name} stored into its copy"]
+                f"{_type_str(o)}, the window of {b.args[0].name} stored {into}"]

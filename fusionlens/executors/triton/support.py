@@ -18,6 +18,7 @@ import torch
 
 from fusionlens.ir.trace import SymbolKind, Value, values_in
 from fusionlens.ops import prims
+from fusionlens.middle.reinplace import IN_PLACE_SCATTERS, STRIDED_SCATTER_
 
 from . import polynomial, tuning
 
@@ -133,7 +134,7 @@ def can_take(bsym) -> str | None:
         return f"{sym.name} is not generated for Triton"
     if sym is prims.broadcast_in_dim:
         return None
-    if sym in prims.SCATTERS:
+    if sym in prims.SCATTERS or sym in IN_PLACE_SCATTERS:
         return _scatter_problem(bsym)
     if sym in REDUCTIONS:
         src = bsym.args[0]
@@ -148,7 +149,7 @@ def can_take(bsym) -> str | None:
 def _scatter_problem(bsym) -> str | None:
     """A scatter is a store into the base's addresses: its window must be known when the kernel
     is written (a dynamic program's symbolic offsets are not generated yet)."""
-    if bsym.sym is prims.strided_scatter:
+    if bsym.sym is prims.strided_scatter or bsym.sym is STRIDED_SCATTER_:
         offset, strides = bsym.args[2], bsym.args[3]
         if type(offset) is not int or not all(type(s) is int for s in strides):
             return "a window at symbolic offsets is not generated for Triton"

@@ -327,10 +327,10 @@ def test_a_scatter_a_fusion_executor_stores_into_a_copy_stays_out_of_place():
 
 @pytest.mark.parametrize("saved", [False, True], ids=["through_k", "cache_saved"])
 def test_training_through_the_cache_matches_eager_gradients(saved):
-    """Gradients flow through the cache's update into k. Where the backward reads only q (d/dk),
-    the update is written in place; where it reads the updated cache (q requires grad: d/dq is
-    the cache), the forward keeps its copy, which a later update of the caller's cache must not
-    change."""
+    """Gradients flow through the cache's update into k, from the first call on. The cache's new
+    value requires grad (it holds k * 2), so, as in eager, the caller's cache takes it with its
+    history after the program's Function ran (a later step's gradient reaches k through it): a
+    result of the forward, never written in place, whether or not the backward reads it."""
     def fn(cache, k, q, pos):
         cache.index_copy_(2, pos, k * 2)
         return (cache * q).sum()
@@ -343,12 +343,11 @@ def test_training_through_the_cache_matches_eager_gradients(saved):
         pos = torch.tensor([step])
         got, want = jfn(cache, k, q, pos), fn(ec, ek, eq, pos)
         _same((got, cache), (want, ec))
-        if step:  # (the first call's result cannot be differentiated, with or without this pass: a known bug)
-            wrt, ewrt = ((k, q), (ek, eq)) if saved else ((k,), (ek,))
-            _same(torch.autograd.grad(got, wrt), torch.autograd.grad(want, ewrt))
+        wrt, ewrt = ((k, q), (ek, eq)) if saved else ((k,), (ek,))
+        _same(torch.autograd.grad(got, wrt), torch.autograd.grad(want, ewrt))
+        assert cache.requires_grad and ec.requires_grad
     _compiled_and_checked(jfn)
-    in_place = _written_in_place(_execution(jfn))
-    assert in_place == (set() if saved else {"cache"}), _execution(jfn).python()
+    assert _written_in_place(_execution(jfn)) == set(), _execution(jfn).python()
 
 
 def test_aliased_inputs_keep_their_copy_and_match_eager():
@@ -490,3 +489,25 @@ def test_llama_static_cache_decoding_gives_eagers_tokens_writing_the_cache_in_pl
     copied = {dst.name for dst, _ in trace.writeback} - _written_in_place(trace)
     assert all(dst.numel() == 1 for dst, _ in trace.writeback if dst.name in copied), copied
     assert sum(b.sym.name == "index_copy_" for b in trace.bound_symbols) == 2 * cfg.num_hidden_layers
+
+
+def test_a_cache_written_from_values_that_require_grad_carries_their_history_across_steps():
+    """As in eager, a cache that needs no gradient, written from values that do, requires grad
+    after the call and carries their history: a later step's loss reaches an earlier step's k
+    through it (the first call's result is differentiable too: its check runs on copies)."""
+    def fn(cache, k, q, pos):
+        cache.index_copy_(2, pos, k * 2)
+        return (cache * q).sum()
+
+    jfn = compiler.jit(fn, executors=["torch"])
+    cache, ec = torch.zeros(B, H, S, D), torch.zeros(B, H, S, D)
+    ks = [torch.randn(B, H, 1, D, requires_grad=True) for _ in range(3)]
+    eks = [k.detach().clone().requires_grad_() for k in ks]
+    q = torch.randn(B, H, S, D)
+    total = expected = 0
+    for step in range(3):
+        pos = torch.tensor([step])
+        total, expected = total + jfn(cache, ks[step], q, pos), expected + fn(ec, eks[step], q, pos)
+        assert cache.requires_grad and ec.requires_grad
+    _same(torch.autograd.grad(total, ks), torch.autograd.grad(expected, eks))
+    assert not jfn.last.eager_fallback

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 from torch.utils import _pytree as pytree
 
-from fusionlens.frontend import aliasing, intra_op, objects
+from fusionlens.frontend import aliasing, intra_op, objects, overlap
 from fusionlens.middle.autograd import torch_rules
 from fusionlens.ops.torch_ops.fallbacks import ShapeChanged
 from fusionlens.ir.program_calls import write_back
@@ -225,10 +225,11 @@ def differentiable_outputs(result) -> list[tuple[int, torch.Tensor]]:
 
 
 def _carries_gradient(t: torch.Tensor) -> bool:
-    """Not a view made under no_grad: it requires grad but has no grad_fn, and no gradient goes
-    through it (one whose base changed since raises when asked)."""
+    """Not a view made under no_grad of a tensor that requires grad: it requires grad too but has
+    no grad_fn, and no gradient goes through it (one whose base changed since raises when asked).
+    A view made a leaf that requires grad (`base[::2].requires_grad_()`) carries one."""
     try:
-        return t.requires_grad and (t._base is None or t.grad_fn is not None)
+        return t.requires_grad and (t._base is None or t.grad_fn is not None or not t._base.requires_grad)
     except RuntimeError:
         return False
 
@@ -346,15 +347,16 @@ def check_gradients(c, fn, args, kwargs, inputs: list[torch.Tensor], target,
     wrt = [inputs[i] for i in d.wrt]
     names = [c.acquired.inputs[i].name for i in d.wrt]
     state = [x for v, x in zip(c.acquired.inputs, inputs) if v.role is ValueRole.BUFFER or v.name in c.traced.mutated]
+    updated = [i for i, v in enumerate(c.acquired.inputs) if v.role is ValueRole.INPUT and v.name in c.traced.mutated]
     with restored(state), torch.random.fork_rng(devices=_cuda_devices(inputs)):  # each run from the same state
         torch.manual_seed(0)
-        run_on, wrt_compiled, _ = _own_copies(d, inputs, wrt, args, kwargs)
+        run_on, wrt_compiled, _ = _own_copies(d, inputs, wrt, args, kwargs, updated)
         outs = differentiable_outputs(c.fn(*run_on))
         cots = cotangents(outs)
         got = torch.autograd.grad([t for _, t in outs], wrt_compiled, cots, allow_unused=True) if outs else []
     with restored(state), torch.random.fork_rng(devices=_cuda_devices(inputs)):
         torch.manual_seed(0)
-        _, wrt_eager, (eager_args, eager_kwargs) = _own_copies(d, inputs, wrt, args, kwargs)
+        _, wrt_eager, (eager_args, eager_kwargs) = _own_copies(d, inputs, wrt, args, kwargs, updated)
         eager = dict(differentiable_outputs(fn(*eager_args, **eager_kwargs)))
         pairs = [(eager[i], g) for (i, _), g in zip(outs, cots) if i in eager]
         # eager's backward reads what its forward saved (batch_norm: the running statistics),
@@ -369,6 +371,7 @@ def check_gradients(c, fn, args, kwargs, inputs: list[torch.Tensor], target,
     if not any_rank(bool(differing)):
         return []
     with restored(state):  # on every rank where one needs it: the float64 call communicates too
+        _, _, (args, kwargs) = _own_copies(d, inputs, wrt, args, kwargs, updated)
         exact = float64_gradients(fn, args, kwargs, inputs, wrt, [i for i, _ in outs], cots)
     if not differing:
         return []
@@ -382,12 +385,15 @@ def check_gradients(c, fn, args, kwargs, inputs: list[torch.Tensor], target,
                        "there, not wrong", target.file, target.line, code=DiagnosticCode.ILL_CONDITIONED)]
 
 
-def _own_copies(d, inputs: list[torch.Tensor], wrt: list[torch.Tensor], args, kwargs):
+def _own_copies(d, inputs: list[torch.Tensor], wrt: list[torch.Tensor], args, kwargs, updated=()):
     """(inputs, what to differentiate for, (args, kwargs)) of one checking run: where the call
     updates a non-leaf input that requires grad in place (d.written), that run gets its own
     copy, a non-leaf made from a fresh leaf as the caller's is, the gradient taken at the fresh
-    leaf: the compiled and the eager run must not update the same tensor. (A leaf, updated
-    under no_grad, is state: `restored` puts it back between the runs.)"""
+    leaf: the compiled and the eager run must not update the same tensor. So does a user input
+    it updates (`updated`) that needs no gradient (a KV cache): eager's update under grad mode
+    would give the caller's tensor a graph, which the check's backward then frees, and the
+    call's result, whose graph reaches it, could not be differentiated. (A leaf that requires
+    grad, updated under no_grad, is state: `restored` puts it back between the runs.)"""
     swap: dict[int, torch.Tensor] = {}
     at: dict[int, torch.Tensor] = {}
     for i in d.written:
@@ -396,6 +402,10 @@ def _own_copies(d, inputs: list[torch.Tensor], wrt: list[torch.Tensor], args, kw
             continue
         base = x.detach().clone().requires_grad_(x.requires_grad)
         swap[id(x)], at[id(x)] = base.clone(), base
+    for i in updated:
+        x = inputs[i]
+        if id(x) not in swap and not x.requires_grad:
+            swap[id(x)] = overlap.exact_copy(x)
     if not swap:
         return inputs, wrt, (args, kwargs)
     own = lambda t: swap.get(id(t), t) if isinstance(t, torch.Tensor) else t  # noqa: E731

@@ -23,6 +23,7 @@ import contextlib
 import torch
 from torch.autograd.function import once_differentiable
 
+from fusionlens.frontend import overlap
 from fusionlens.ir.program_calls import write_back
 
 
@@ -93,8 +94,10 @@ def training_program(forward: Callable, backward: Callable, n_inputs: int, n_res
         outs = CompiledFunction.apply(*inputs)
         n = len(outs) - len(written)
         for x, new in zip(originals, outs[n:]):
-            with torch.no_grad() if x.is_leaf else contextlib.nullcontext():  # a leaf: updated under no_grad
-                write_back(x, new)  # a non-leaf: its new value and history are the update's, as in eager
+            # a leaf that requires grad: updated under no_grad (eager raises otherwise); any other
+            # tensor takes the update's value and history, as in eager
+            with torch.no_grad() if x.is_leaf and x.requires_grad else contextlib.nullcontext():
+                write_back(x, new)
         return build(*as_eager(outs[:n], given, inputs))
     return run
 
@@ -104,7 +107,10 @@ def _views_of_inputs(outs, given: tuple, passed: tuple, skip: set) -> list[tuple
     the Function took the caller's own tensor i (not a copy)."""
     storages: dict[tuple[int, torch.dtype], int] = {}
     for i, (x, p) in enumerate(zip(given, passed)):
-        if x is p and isinstance(x, torch.Tensor) and x.layout == torch.strided and x.untyped_storage().data_ptr():
+        # (not an input whose elements share memory, an expanded one: as_strided's backward would
+        # give each of its elements the gradient of the memory they share)
+        if x is p and isinstance(x, torch.Tensor) and x.layout == torch.strided and x.untyped_storage().data_ptr() \
+                and not overlap.overlaps(x):
             storages.setdefault((x.untyped_storage().data_ptr(), x.dtype), i)
     found = []
     for k, t in enumerate(outs):

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import torch
+
 from fusionlens.middle import passes
 from fusionlens.middle.autograd import prim_rules, remat, rules, simplify, torch_rules
 from fusionlens.ir.trace import (BoundSymbol, NameGen, OpTag, Trace, TraceContext, Value, external_inputs, tracing,
@@ -58,6 +60,11 @@ class Differentiated:
 
 def _differentiable(v: Value) -> bool:
     return v.dtype.is_floating_point or v.dtype.is_complex
+
+
+def _wider(a: torch.dtype, b: torch.dtype) -> bool:
+    """Whether floating dtype `a` holds every value of floating dtype `b` (float32 of bfloat16)."""
+    return a.is_floating_point and b.is_floating_point and a.itemsize > b.itemsize
 
 
 def _has_rule(b) -> bool:
@@ -143,15 +150,16 @@ def _vjp(b, cots: list, needs: set) -> list:
 
 def differentiate(trace: Trace, requires_grad: list) -> Differentiated:
     """`requires_grad[i]`: whether trace input i gets a gradient."""
-    # an input that requires grad updated in place: its final value is a result too, so a
-    # non-leaf's new value carries its gradient (runtime copies it in with autograd on)
-    written = [(i, src) for dst, src in trace.writeback if requires_grad[(i := trace.inputs.index(dst))]]
     needs = {v.name for v, r in zip(trace.inputs, requires_grad) if r and _differentiable(v)}
     taken = {v.name for v in trace.inputs}
     names = NameGen("t", passes.max_index(trace) + 1, taken)
     forward: list = []
     _expand(trace.bound_symbols, needs, forward, trace.frozen, names)
-
+    # an input updated in place whose final value requires grad (it did, or a KV cache written
+    # from values that do): that value is a result too, so the caller's tensor takes its
+    # gradient's history, as in eager (runtime copies it in with autograd on)
+    written = [(i, src) for dst, src in trace.writeback
+               if requires_grad[(i := trace.inputs.index(dst))] or src.name in needs]
     results = values_in(trace.output) + [src for _, src in written]
     differentiable = [v.name in needs for v in results]
     cot_gen = NameGen("g", 0, taken)  # g0, g1, ... unless an input is named so
@@ -161,7 +169,9 @@ def differentiate(trace: Trace, requires_grad: list) -> Differentiated:
     backward: list = []
 
     def accumulate(v: Value, g: Value) -> None:
-        if tuple(g.shape) != v.shape or g.dtype != v.dtype:
+        # a cotangent is of its value's dtype, or wider where a rule carries it so: FSDP2's
+        # reduce_dtype, a bfloat16 gathered parameter's gradient reduced and kept in float32
+        if tuple(g.shape) != v.shape or (g.dtype != v.dtype and not _wider(g.dtype, v.dtype)):
             raise Unsupported(f"internal: the cotangent of {v.name} is {g.type_str()}, not {v.type_str()}")
         grads[v.name] = g if v.name not in grads else P.add(grads[v.name], g)
 
@@ -213,13 +223,17 @@ def differentiate(trace: Trace, requires_grad: list) -> Differentiated:
         trace.writeback = [(dst, src) for dst, src in trace.writeback if dst.name not in updated]
     d = _split(trace, forward, backward, results, differentiable, cotangents, grad_inputs, saved, outs)
     d.recomputed, d.written = recomputed, [i for i, _ in written]
-    # an input returned, or its final value where it is updated in place (by the forward program or
-    # after the Function): the caller's tensor
-    final = {src.name: trace.inputs.index(dst) for dst, src in trace.writeback}
-    final |= {src.name: i for i, src in written} | {v.name: i for i, v in enumerate(trace.inputs)}
-    d.returned = [final.get(v.name) for v in values_in(trace.output)]
+    d.returned = _returned(trace, written)
     d.wrt = [i for i, v in enumerate(trace.inputs) if v.name in needs]
     return d
+
+
+def _returned(trace: Trace, written: list) -> list[int | None]:
+    """Per result the call builds: the input it is, or whose final value it is (updated in place
+    by the forward program or after the Function), whose caller's tensor is returned; else None."""
+    final = {src.name: trace.inputs.index(dst) for dst, src in trace.writeback}
+    final |= {src.name: i for i, src in written} | {v.name: i for i, v in enumerate(trace.inputs)}
+    return [final.get(v.name) for v in values_in(trace.output)]
 
 
 def _connected(bsyms, needs: set, results: list) -> set[str]:

@@ -37,6 +37,7 @@ from fusionlens.driver import checking, pipeline, targets
 from fusionlens import executors as executor_registry
 from fusionlens.frontend import tracer as frontend
 from fusionlens.executors import lowering
+from fusionlens.middle import reinplace
 from fusionlens.middle.contract import Decline, Layout
 from fusionlens.ir.interpret import run_ops
 from fusionlens.ir.trace import BoundSymbol, SymbolKind, Value, format_arg
@@ -244,7 +245,11 @@ def eager_source(m: _Material) -> str:
     """The prims namespace and `def eager(...)`: the region's ops as torch calls."""
     names = _Names(m.inputs)
     used, defs = {}, []
-    for b in m.bsyms:
+    # an in-place scatter (middle/reinplace.py) as its out-of-place prim: the same value, and the
+    # reference leaves its inputs as they were
+    out_of_place = {v: k for k, v in reinplace.PRIMS_IN_PLACE.items()}
+    bsyms = [reinplace.with_symbol(b, out_of_place[b.sym]) if b.sym in out_of_place else b for b in m.bsyms]
+    for b in bsyms:
         if not b.sym.name.startswith("prims.") or b.sym.kind is not SymbolKind.PRIM:
             root = b.sym.name.split(".")[0]
             if root not in ("torch", "operator", "math"):
@@ -258,7 +263,7 @@ def eager_source(m: _Material) -> str:
     out.append("prims = types.SimpleNamespace(\n" + "".join(f"    {k}={v},\n" for k, v in used.items()) + ")\n\n")
     out.append(f"def eager({', '.join(names.arg(v) for v in m.inputs)}):")
     last = None
-    for b in m.bsyms:
+    for b in bsyms:
         p = b.provenance
         if p is not None and (p.file, p.line) != last:
             last = (p.file, p.line)

@@ -255,14 +255,14 @@ def reinplace(trace: Trace, fusers=(), *, training: bool = False) -> Trace:
             rewrite.update({i: in_place_form(ops[i]) for i in chain})  # type: ignore[misc]
     if not rewrite or any(trace.extra_globals.get(s.name, s.impl) is not s.impl for s in rewrite.values()):
         return trace  # (a program global of that name already: none here is worth a rename)
-    new_ops = [_in_place(b, rewrite[i]) if i in rewrite else b for i, b in enumerate(ops)]
+    new_ops = [with_symbol(b, rewrite[i]) if i in rewrite else b for i, b in enumerate(ops)]
     out = trace.with_(trace.stage, new_ops)  # its write-backs kept: each src is its dst now, nothing to copy
     for sym in rewrite.values():
         out.extra_globals[sym.name] = sym.impl
     return out
 
 
-def _in_place(b: BoundSymbol, sym: Symbol) -> BoundSymbol:
-    """`b` as its in-place form: the same operands and result (the base itself), no note (a
-    note would report it as a fallback); its decomposition says what it computes."""
+def with_symbol(b: BoundSymbol, sym: Symbol) -> BoundSymbol:
+    """`b` as `sym` (its in-place form, or back): the same operands and result (the base itself),
+    no note (a note would report it as a fallback); its decomposition says what it computes."""
     return BoundSymbol(sym, b.args, b.kwargs, list(b.outputs), b.out_spec, b.provenance, list(b.subsymbols))

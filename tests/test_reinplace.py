@@ -511,3 +511,16 @@ def test_a_cache_written_from_values_that_require_grad_carries_their_history_acr
         assert cache.requires_grad and ec.requires_grad
     _same(torch.autograd.grad(total, ks), torch.autograd.grad(expected, eks))
     assert not jfn.last.eager_fallback
+
+
+def test_the_printed_program_says_a_write_back_into_itself_copies_nothing():
+    def fn(cache, k, pos):
+        cache.index_copy_(2, pos, k * 2)
+        return cache.sum()
+
+    jfn = compiler.jit(fn, executors=["torch"])
+    with torch.no_grad():
+        jfn(torch.zeros(B, H, S, D), torch.randn(B, H, 1, D), torch.tensor([1]))
+    printed = _execution(jfn).python()
+    assert "# cache was updated in place: nothing to copy" in printed and "written back" not in printed, printed
+

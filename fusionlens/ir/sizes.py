@@ -104,3 +104,26 @@ def evaluate(x, values: dict[str, int]):
         return hint(x)
     expr = x.node.expr
     return x.node.pytype(expr.xreplace({s: values[s.name] for s in expr.free_symbols}))
+
+
+def broadcast_shapes(*shapes) -> tuple:
+    """torch.broadcast_shapes without its first-call import of sympy (over a second)."""
+    ndim = max((len(s) for s in shapes), default=0)
+    out = [1] * ndim
+    for shape in shapes:
+        for i, size in enumerate(shape, ndim - len(shape)):
+            if size != 1:
+                if out[i] not in (1, size):
+                    raise RuntimeError(f"shapes {[tuple(s) for s in shapes]} do not broadcast")
+                out[i] = size
+    return tuple(out)
+
+
+def contiguous_strides(shape) -> tuple:
+    """The strides torch gives a contiguous tensor of `shape` (size-0 dims count as 1)."""
+    strides: list[int | torch.SymInt] = []
+    acc: int | torch.SymInt = 1
+    for s in reversed(shape):
+        strides.append(acc)
+        acc *= s if type(s) is torch.SymInt else max(int(s), 1)  # a symbol is >= 2 (0 and 1 are specialised)
+    return tuple(reversed(strides))

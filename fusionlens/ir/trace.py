@@ -76,29 +76,6 @@ class Value:
         return self.name
 
 
-def broadcast_shapes(*shapes) -> tuple:
-    """torch.broadcast_shapes without its first-call import of sympy (over a second)."""
-    ndim = max((len(s) for s in shapes), default=0)
-    out = [1] * ndim
-    for shape in shapes:
-        for i, size in enumerate(shape, ndim - len(shape)):
-            if size != 1:
-                if out[i] not in (1, size):
-                    raise RuntimeError(f"shapes {[tuple(s) for s in shapes]} do not broadcast")
-                out[i] = size
-    return tuple(out)
-
-
-def contiguous_strides(shape) -> tuple:
-    """The strides torch gives a contiguous tensor of `shape` (size-0 dims count as 1)."""
-    strides: list[int | torch.SymInt] = []
-    acc: int | torch.SymInt = 1
-    for s in reversed(shape):
-        strides.append(acc)
-        acc *= s if type(s) is torch.SymInt else max(int(s), 1)  # a symbol is >= 2 (0 and 1 are specialised)
-    return tuple(reversed(strides))
-
-
 def values_in(tree) -> list:
     """Every Value in a pytree of arguments, in order (with repeats): plain tuples, lists and
     dicts walked here (pytree's generic walk was a fifth of a compile), anything else by pytree."""
@@ -150,6 +127,7 @@ class OpTag(enum.StrEnum):
     MATMUL = "matmul"  # on tensor cores; float32 uses TF32 per torch's matmul precision
     CONVOLUTION = "convolution"  # on tensor cores through cuDNN (TF32 per cudnn.allow_tf32)
     COLLECTIVE = "collective"  # communicates with other ranks (torch.distributed): regions end at it
+    IN_PLACE = "in place"  # writes its result into its first operand and returns it (middle/reinplace.py)
 
 
 class Symbol:
@@ -553,8 +531,13 @@ class TracePrinter:
             if i in frees:
                 out.append(f"  del {', '.join(frees[i])}")
         written = {}
+        made_in_place = {o.name: b for b in t.bound_symbols for o in b.outputs if OpTag.IN_PLACE in b.sym.tags}
         for dst, src in t.writeback:
-            out.append(f"  write_back({dst.name}, {src.name})  # {dst.name} was updated in place: written back")
+            end = src  # a chain of ops that wrote into their first operand: the input itself
+            while end.name in made_in_place:
+                end = made_in_place[end.name].args[0]
+            how = "nothing to copy" if end.name == dst.name else "written back"
+            out.append(f"  write_back({dst.name}, {src.name})  # {dst.name} was updated in place: {how}")
             written[src.name] = dst
         # a result that is an updated input is that input, as in eager
         result = map_values(lambda x: written.get(x.name, x), t.output)

@@ -47,7 +47,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from fusionlens.ir.trace import BoundSymbol, Provenance, Value, contiguous_strides, distinct_lines
+from fusionlens.ir.sizes import contiguous_strides
+from fusionlens.ir.trace import BoundSymbol, Provenance, Value, distinct_lines
 
 
 @dataclass

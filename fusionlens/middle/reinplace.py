@@ -85,7 +85,8 @@ def strided_scatter_(a, src, offset, strides):
 
 
 def _symbol(fn, kind: SymbolKind) -> Symbol:
-    return Symbol(fn.__name__, fn, kind=kind, tags=(OpTag.SCATTER,) if kind is SymbolKind.PRIM else ())
+    return Symbol(fn.__name__, fn, kind=kind, tags=(OpTag.IN_PLACE, OpTag.SCATTER) if kind is SymbolKind.PRIM
+                  else (OpTag.IN_PLACE,))
 
 
 # the prims' in-place forms: fusion takes them as scatters (a Triton kernel stores the window into a)

@@ -13,7 +13,8 @@ import operator
 
 import torch
 
-from fusionlens.ir.trace import OpTag, Symbol, SymbolKind, broadcast_shapes
+from fusionlens.ir.sizes import broadcast_shapes
+from fusionlens.ir.trace import OpTag, Symbol, SymbolKind
 
 ALL: dict[str, Symbol] = {}  # short name ("add") -> Symbol, for tests and docs that enumerate prims
 

@@ -14,7 +14,8 @@ import torch
 from fusionlens.middle.contract import Layout
 from fusionlens.executors import symbolic
 from fusionlens.executors.nvfuser import squeeze
-from fusionlens.ir.trace import SymbolKind, Value, contiguous_strides, dtype_name
+from fusionlens.ir.sizes import contiguous_strides
+from fusionlens.ir.trace import SymbolKind, Value, dtype_name
 from fusionlens.ops import prims
 
 # torch dtype -> nvFuser DataType member

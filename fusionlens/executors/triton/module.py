@@ -15,7 +15,7 @@ from typing import Any
 
 from fusionlens.middle.contract import FusionGroup
 from fusionlens.executors import symbolic
-from fusionlens.ir.trace import contiguous_strides
+from fusionlens.ir.sizes import contiguous_strides
 from fusionlens.middle.reinplace import IN_PLACE_SCATTERS, STRIDED_SCATTER_
 
 from . import tuning

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import math
 
-from fusionlens.ir.trace import Value, contiguous_strides
+from fusionlens.ir.sizes import contiguous_strides
+from fusionlens.ir.trace import Value
 from fusionlens.ops import prims
 from fusionlens.middle.reinplace import SCATTER_, STRIDED_SCATTER_
 

@@ -23,7 +23,7 @@ import torch
 
 from fusionlens.middle.contract import Decline, FusionGroup, Layout, check_layouts
 from fusionlens.executors import base, symbolic
-from fusionlens.ir.trace import contiguous_strides
+from fusionlens.ir.sizes import contiguous_strides
 
 from .analysis import _Analysis
 from .launch import bind

@@ -9,7 +9,8 @@ import functools
 import torch
 from torch.utils._pytree import tree_leaves as pytree_leaves
 
-from fusionlens.ir.trace import Symbol, Value, broadcast_shapes
+from fusionlens.ir.sizes import broadcast_shapes
+from fusionlens.ir.trace import Symbol, Value
 from fusionlens.ir.sizes import same_shape
 from fusionlens.ops import prims
 from fusionlens.ops.torch_ops.registry import NoDecomposition

@@ -7,7 +7,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from fusionlens.ir.trace import Value, broadcast_shapes
+from fusionlens.ir.sizes import broadcast_shapes
+from fusionlens.ir.trace import Value
 from fusionlens.ops import prims
 from fusionlens.ops.torch_ops.common import broadcast_to_shape
 from fusionlens.ops.torch_ops.losses import _reduce_loss, _reduction

@@ -17,7 +17,7 @@ from fusionlens.ops.torch_ops.reductions import sum
 from fusionlens.ops.torch_ops.registry import NoDecomposition, _pack_varargs, functional_form, library, register
 from fusionlens.ops.torch_ops.shapes import (_slice_dim, cat, expand, narrow, permute, repeat, reshape, split,
                                              squeeze, take_dim, transpose, unbind, unsqueeze)
-from fusionlens.ir.trace import broadcast_shapes
+from fusionlens.ir.sizes import broadcast_shapes
 
 
 @register(torch.flip, torch.Tensor.flip, adapters={torch.Tensor.flip: _pack_varargs})

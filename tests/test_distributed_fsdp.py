@@ -1,7 +1,9 @@
 """FSDP2 (fully_shard) on 2 gloo ranks: compiler.jit of a module sharded per block and at the
 root, in training (3 SGD steps) and inference, against eager FSDP2 on the same model and data;
 the all-gathers (issued one block ahead) and reduce-scatters in the programs at the blocks'
-lines; what it cannot compile run eagerly, saying why. The checks run in the ranks
+lines; a MixedPrecisionPolicy (bfloat16 params, float32 reduce, output_dtype) compiled natively,
+its casts in the program and the collectives' bytes those of its dtypes; what it cannot compile
+run eagerly, saying why. The checks run in the ranks
 (tests/distributed/fsdp_checks.py); this test launches them with torch.distributed.run and
 fails with the ranks' output."""
 
@@ -28,7 +30,9 @@ def test_fsdp2_modules_compile_and_match_eager_fsdp2_on_two_ranks():
     output = run.stdout + run.stderr
     assert run.returncode == 0, output[-6000:]
     for check in ("check_per_block_training", "check_root_training", "check_inference",
+                  "check_mixed_precision_trains_like_eager_fsdp2",
                   "check_root_parameters_a_block_called_twice_and_buffers",
-                  "check_unsupported_runs_eagerly_and_says_why", "check_one_rank_failing_its_check_runs_every_rank_eagerly",
+                  "check_unsupported_runs_eagerly_and_says_why",
+                  "check_one_rank_failing_its_check_runs_every_rank_eagerly",
                   "check_reshard_after_forward_gathers_again_in_the_backward"):
         assert output.count(f"{check} ok") == 2, output[-6000:]

@@ -5,8 +5,10 @@ A rule is (forward op, cotangents of its outputs) -> [(input Value, its cotangen
 the backward's ops (collectives among them) under the forward op's line. One rule serves every
 issued collective (distributed/symbols.py), reading how its gradient passes from its `grad`
 argument; the wait hands its cotangent on; FSDP2's copy-in and tensor parallel's f have their
-own. Two rewrites of the backward are registered with remat: reduce-scatters issued as early as
-their input allows (`issue_early`), and FSDP2's re-gather of resharded units (`fsdp_regather`).
+own. Under FSDP2's MixedPrecisionPolicy the all-gather's rule reduces in its `reduce_dtype` and
+the copy-in's lands the result in its `grad_dtype`. Two rewrites of the backward are registered
+with remat: reduce-scatters issued as early as their input allows (`issue_early`), and FSDP2's
+re-gather of resharded units (`fsdp_regather`).
 """
 
 from __future__ import annotations
@@ -36,6 +38,12 @@ def issued(b: BoundSymbol, cots: list[Value | None]) -> list[tuple[Value, Value]
     x, group = b.args[0], b.args[1]
     if grad is S.Grad.IDENTITY:
         return [(x, g)]
+    # FSDP2's MixedPrecisionPolicy: the gradient cast to reduce_dtype before it is reduced, so the
+    # reduce-scatter moves reduce_dtype's bytes; its result, the cotangent of a buffer gathered in
+    # param_dtype, stays in reduce_dtype (a wider cotangent: the copy-in's rule lands it)
+    dtype = b.kwargs.get("reduce_dtype")
+    if dtype is not None and dtype != g.dtype:
+        g = P.convert_element_type(g, dtype)
     return [(x, S.REDUCE_SCATTER(g, group, op=fsdp.REDUCE_OP))]
 
 
@@ -49,12 +57,16 @@ def waited(b: BoundSymbol, cots: list[Value | None]) -> list[tuple[Value, Value]
 
 def fsdp_copy_in(b: BoundSymbol, cots: list[Value | None]) -> list[tuple[Value, Value]]:
     """The padded shards flattened into one buffer: the reduce-scatter of the buffer's gradient
-    waited for, then each shard's part of it, its padding cut off."""
+    waited for, cast to `grad_dtype` where a MixedPrecisionPolicy reduced it in another (FSDP2
+    lands it in the parameters' own dtype), then each shard's part of it, its padding cut off."""
     (g,) = cots
     if g is None:
         return []
     shards, padded = b.args
     reduced, pairs, offset = S.WAIT(g), [], 0
+    landing = b.kwargs.get("grad_dtype")  # where the shards were cast (param_dtype), their casts' rules land it
+    if landing is not None and landing != reduced.dtype and landing.itemsize >= shards[0].dtype.itemsize:
+        reduced = P.convert_element_type(reduced, landing)
     for shard, rows in zip(shards, padded):
         numel = rows * math.prod(shard.shape[1:])
         grad = P.reshape(P.slice(reduced, [offset], [offset + numel]), (rows, *shard.shape[1:]))
@@ -72,21 +84,39 @@ def _regathered(b: BoundSymbol) -> bool:
     return b.sym is S.ALL_GATHER and bool(b.kwargs.get("regather"))
 
 
+def _moved_early(backward: list[BoundSymbol]) -> set[int]:
+    """The reduce-scatters, and the casts to reduce_dtype that only they read (`issued`'s)."""
+    moved = {id(b) for b in backward if b.sym is S.REDUCE_SCATTER}
+    readers: dict[str, list[BoundSymbol]] = {}
+    for b in backward:
+        for v in b.inputs():
+            readers.setdefault(v.name, []).append(b)
+    for b in backward:
+        read_by = readers.get(b.outputs[0].name, []) if b.sym is P.convert_element_type else []
+        if read_by and all(r.sym is S.REDUCE_SCATTER for r in read_by):
+            moved.add(id(b))
+    return moved
+
+
 def issue_early(forward: list[BoundSymbol], backward: list[BoundSymbol],
                 inputs: set[str]) -> tuple[list[BoundSymbol], list[str]]:
-    """(the backward with each reduce-scatter moved up to right after the op that completes its
-    input, nothing more recomputed). An all-gather's rule issues it where autograd reaches the
-    all-gather, a unit ahead of where the unit's gradient is complete (the gather was
-    prefetched); FSDP2 reduce-scatters a unit's gradient as soon as its backward is done, so that
-    it overlaps the next unit's."""
+    """(the backward with each reduce-scatter, and its cast to reduce_dtype, moved up to right
+    after the op that completes its input, nothing more recomputed). An all-gather's rule
+    issues it where autograd reaches the all-gather, a unit ahead of where the unit's gradient
+    is complete (the gather was prefetched); FSDP2 reduce-scatters a unit's gradient as soon as
+    its backward is done, so that it overlaps the next unit's."""
     if not any(b.sym is S.REDUCE_SCATTER for b in backward):
         return backward, []
-    made = {o.name: i for i, b in enumerate(backward) for o in b.outputs}
+    moved = _moved_early(backward)
+    made = {o.name: i for i, b in enumerate(backward) if id(b) not in moved for o in b.outputs}
+    anchor: dict[str, int] = {}  # a moved op's output -> the op it now follows
     after: dict[int, list[BoundSymbol]] = {}
     rest = []
     for i, b in enumerate(backward):
-        if b.sym is S.REDUCE_SCATTER:
-            after.setdefault(max((made.get(v.name, -1) for v in b.inputs()), default=-1), []).append(b)
+        if id(b) in moved:
+            at = max((made.get(v.name, anchor.get(v.name, -1)) for v in b.inputs()), default=-1)
+            anchor.update((o.name, at) for o in b.outputs)
+            after.setdefault(at, []).append(b)  # in their order: a cast before its reduce-scatter
         else:
             rest.append((i, b))
     out = list(after.get(-1, []))
@@ -96,7 +126,8 @@ def issue_early(forward: list[BoundSymbol], backward: list[BoundSymbol],
 
 
 _GATHER = (fsdp.COPY_IN, S.ALL_GATHER, S.WAIT)
-_MAX_COPY_OUT = 64  # ops from the shards to one gathered parameter at most (copy-in, gather, wait, views)
+_CASTS = (fsdp.TO, P.convert_element_type)  # a MixedPrecisionPolicy's casts of the shards to param_dtype
+_MAX_COPY_OUT = 64  # ops from the shards to one gathered parameter at most (casts, copy-in, gather, wait, views)
 
 
 def _gathered_from_shards(v: Value, producer: dict[str, BoundSymbol],
@@ -119,7 +150,7 @@ def _gathered_from_shards(v: Value, producer: dict[str, BoundSymbol],
             if gather is None or not _regathered(gather) or (wait is not None and wait is not b):
                 return None
             wait = b
-        elif b.sym not in _GATHER and not (b.sym.kind is SymbolKind.PRIM and OpTag.SHAPE in b.sym.tags):
+        elif b.sym not in _GATHER + _CASTS and not (b.sym.kind is SymbolKind.PRIM and OpTag.SHAPE in b.sym.tags):
             return None
         ops[id(b)] = b
         todo.extend(b.inputs())
@@ -132,8 +163,9 @@ def fsdp_regather(forward: list[BoundSymbol], backward: list[BoundSymbol],
     longer saves). FSDP2 frees a unit's unsharded parameters after its forward and all-gathers
     them again for its backward, prefetching one unit ahead: here the values the backward reads
     that are a resharded unit's gathered parameters (or views of them) are made again from its
-    shards (inputs, which FSDP holds anyway): the copy-in and all-gather issued right after the
-    previous unit's wait in backward order (the first at the backward's start), the wait and
+    shards (inputs, which FSDP holds anyway): the shards' casts to param_dtype (a
+    MixedPrecisionPolicy's), the copy-in and all-gather issued right after the previous unit's
+    wait in backward order (the first at the backward's start), the wait and
     the copy-out right before the first op that reads them. A reshard_after_forward=False unit
     (its all-gather has no `regather`) keeps its gathered parameters saved."""
     if not any(_regathered(b) for b in forward):
@@ -156,9 +188,11 @@ def fsdp_regather(forward: list[BoundSymbol], backward: list[BoundSymbol],
                 first.setdefault(unit_of[x.name], i)
     ranked = sorted(units, key=lambda u: first[u])
 
+    def issues(b: BoundSymbol) -> bool:  # the shards' casts, the copy-in and the all-gather
+        return b.sym in (fsdp.COPY_IN, S.ALL_GATHER) or (b.sym in _CASTS and all(v.name in inputs for v in b.inputs()))
+
     def part(u: int, issue: bool) -> list[BoundSymbol]:
-        return sorted((b for b in units[u].values() if (b.sym in (fsdp.COPY_IN, S.ALL_GATHER)) == issue),
-                      key=lambda b: order[id(b)])
+        return sorted((b for b in units[u].values() if issues(b) == issue), key=lambda b: order[id(b)])
     before: dict[int, list[BoundSymbol]] = {0: part(ranked[0], True)}
     for k, u in enumerate(ranked):
         ahead = part(ranked[k + 1], True) if k + 1 < len(ranked) else []

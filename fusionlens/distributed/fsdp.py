@@ -19,8 +19,13 @@ overlaps the previous unit's compute; each reduce-scatter is issued where its un
 gradient is made and waited for at the end of the backward. A unit FSDP2 reshards after
 forward (its default, but at the root) is gathered again in the backward, one unit ahead,
 instead of having its gathered parameters saved (distributed/autograd_rules.py
-`fsdp_regather`). What FusionLens cannot
-reproduce (`unsupported`) runs eagerly under FSDP's own hooks, with the reason.
+`fsdp_regather`). A MixedPrecisionPolicy is compiled as FSDP2 runs it: the shards cast to
+param_dtype before the copy-in (`.to` ops at the unit's line: the all-gather moves param_dtype's
+bytes), the gradient cast to reduce_dtype before the reduce-scatter and the result to the
+parameters' own dtype after its wait (the all-gather's `reduce_dtype`, the copy-in's
+`grad_dtype`), a unit's floating inputs cast to param_dtype and its outputs to output_dtype
+(module hooks, as FSDP2's). What FusionLens cannot reproduce (`unsupported`) runs eagerly
+under FSDP's own hooks, with the reason.
 """
 
 from __future__ import annotations
@@ -36,20 +41,41 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+import torch.utils._pytree as pytree
 
 from fusionlens.distributed import symbols as S, vocabulary as V
 from fusionlens.distributed.staging import CompileTransform, ReportInputs
 from fusionlens.frontend import recorder
 from fusionlens.frontend.arguments import sanitize
 from fusionlens.ir.trace import BoundSymbol, OpTag, Symbol
+from fusionlens.ops.torch_ops import conversions
 
 REDUCE_OP = V.ReduceOp.AVG  # FSDP2's default gradient reduction for float32 and bfloat16 (ReduceOp.AVG)
 DTYPES = (torch.float32, torch.bfloat16)  # FSDP2 pre- and post-divides the others: not reproduced
+TO = conversions.to  # a MixedPrecisionPolicy's casts, recorded as the user's `.to` is
 
 
-def copy_in(shards: list[torch.Tensor], padded: list[int]) -> torch.Tensor:
+def mixed_precision(dtype: torch.dtype, mp: Any) -> tuple[torch.dtype | None, torch.dtype | None]:
+    """(param_dtype, reduce_dtype) of a `dtype` parameter under MixedPrecisionPolicy `mp`, as
+    FSDP2 clamps them: None where no cast is needed (a param_dtype that is the parameter's own
+    or a non-float parameter; a reduce_dtype that is the param_dtype)."""
+    param = None if mp.param_dtype == dtype or not dtype.is_floating_point else mp.param_dtype
+    reduce = None if mp.reduce_dtype == mp.param_dtype else mp.reduce_dtype
+    return param, reduce
+
+
+def _reduced_in(dtype: torch.dtype, mp: Any) -> torch.dtype:
+    """The dtype a `dtype` parameter's gradient is reduce-scattered in: reduce_dtype, else the
+    dtype the module computed it in (param_dtype, else its own)."""
+    param, reduce = mixed_precision(dtype, mp)
+    return reduce or param or dtype
+
+
+def copy_in(shards: list[torch.Tensor], padded: list[int], grad_dtype: torch.dtype | None = None) -> torch.Tensor:
     """The shards padded on dim 0 to their padded rows, flattened into one buffer (FSDP2's
-    all-gather input: uneven shards are padded, so every rank sends as many elements)."""
+    all-gather input: uneven shards are padded, so every rank sends as many elements).
+    `grad_dtype`: the dtype the reduce-scattered gradient lands in (the parameters' own, where
+    a MixedPrecisionPolicy gathers and reduces in others); its backward rule reads it."""
     flats = []
     for t, rows in zip(shards, padded):
         if t.shape[0] != rows:
@@ -58,7 +84,7 @@ def copy_in(shards: list[torch.Tensor], padded: list[int]) -> torch.Tensor:
     return torch.cat(flats) if len(flats) > 1 else flats[0]
 
 
-def _copy_in_meta(shards: list[torch.Tensor], padded: list[int]) -> torch.Tensor:
+def _copy_in_meta(shards: list[torch.Tensor], padded: list[int], grad_dtype: torch.dtype | None = None) -> torch.Tensor:
     return shards[0].new_empty((sum(rows * math.prod(t.shape[1:]) for t, rows in zip(shards, padded)),))
 
 
@@ -69,17 +95,20 @@ COPY_IN = Symbol("fsdp_copy_in", copy_in, tags=(OpTag.LIBRARY_CALL, OpTag.PROGRA
 
 
 class _Gathered(torch.autograd.Function):
-    """The all-gather as eager runs it (FSDP's meaning): the backward reduce-scatters the
-    gradient, the mean over the ranks."""
+    """The all-gather as eager runs it (FSDP's meaning): `flat` sent in `param_dtype` (None: its
+    own); the backward reduce-scatters the gradient in `reduce_dtype` (None: the gradient's),
+    the mean over the ranks, and hands it back in `flat`'s dtype (FSDP2's float32 master shards)."""
 
     @staticmethod
-    def forward(ctx: Any, flat: torch.Tensor, group: V.Group) -> torch.Tensor:
-        ctx.group = group
-        return S.wait(S.all_gather_into_tensor(flat, group))
+    def forward(ctx: Any, flat: torch.Tensor, group: V.Group, param_dtype: torch.dtype | None = None,
+                reduce_dtype: torch.dtype | None = None) -> torch.Tensor:
+        ctx.group, ctx.dtype, ctx.reduce_dtype = group, flat.dtype, reduce_dtype
+        return S.wait(S.all_gather_into_tensor(flat if param_dtype is None else flat.to(param_dtype), group))
 
     @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
-        return S.wait(S.reduce_scatter_tensor(grad, ctx.group, REDUCE_OP)), None
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None, None]:
+        sent = grad if ctx.reduce_dtype is None else grad.to(ctx.reduce_dtype)
+        return S.wait(S.reduce_scatter_tensor(sent, ctx.group, REDUCE_OP)).to(ctx.dtype), None, None, None
 
 
 # --- what the module's FSDP units are --------------------------------------------------------
@@ -96,6 +125,11 @@ class Unit:
     group_size: int
     group_name: str
     reshard: bool = False  # FSDP2's reshard_after_forward: the backward gathers the parameters again
+    # MixedPrecisionPolicy, as FSDP2 clamps it per parameter (FSDPParam.init_dtype_attrs): the
+    # dtype the shards are cast to and gathered in (None: their own), the dtype gradients are
+    # reduce-scattered in (None: the gathered dtype's)
+    param_dtype: torch.dtype | None = None
+    reduce_dtype: torch.dtype | None = None
     saved: list[tuple[torch.nn.Module, str, Any]] = field(default_factory=list)  # what the module held
 
 
@@ -145,8 +179,6 @@ def _settings_unsupported(group: Any) -> str | None:
 def _group_unsupported(group: Any) -> str | None:
     """What of a parameter group's FSDP2 configuration the compiled program does not reproduce."""
     mp = group.mp_policy
-    if mp.param_dtype is not None or mp.reduce_dtype is not None or mp.output_dtype is not None:
-        return "a MixedPrecisionPolicy (param_dtype, reduce_dtype or output_dtype)"
     if type(group.offload_policy).__name__ == "CPUOffloadPolicy":
         return "CPU offload (CPUOffloadPolicy)"
     if group.mesh_info.mesh.ndim != 1 or getattr(group.mesh_info, "replicate_mesh_dim", None) is not None:
@@ -158,8 +190,17 @@ def _group_unsupported(group: Any) -> str | None:
             return "a shard placement other than Shard(0) (shard_placement_fn)"
         if p.sharded_param.dtype not in DTYPES:
             return f"a {str(p.sharded_param.dtype).removeprefix('torch.')} parameter (FSDP2 pre-divides its gradient)"
+        if (reduced := _reduced_in(p.sharded_param.dtype, mp)) not in DTYPES:
+            return (f"a MixedPrecisionPolicy reducing gradients in {str(reduced).removeprefix('torch.')} (FSDP2 "
+                    "pre- and post-divides them; reduce_dtype=torch.float32 is compiled)")
+        computed = mixed_precision(p.sharded_param.dtype, mp)[0] or p.sharded_param.dtype
+        if reduced.itemsize < computed.itemsize:
+            return (f"a MixedPrecisionPolicy reducing gradients computed in {str(computed).removeprefix('torch.')} "
+                    f"in the narrower {str(reduced).removeprefix('torch.')}")
         if hasattr(p.sharded_param._local_tensor, "fsdp_pre_all_gather"):
             return "a tensor subclass with FSDP all-gather extensions (fsdp_pre_all_gather)"
+    if len({p.sharded_param.dtype for p in group.fsdp_params}) > 1:
+        return "parameters of different dtypes in one unit (FSDP2 gathers them as bytes)"
     return _settings_unsupported(group)
 
 
@@ -206,8 +247,11 @@ def _units(module: torch.nn.Module, taken: set[str]) -> list[Unit]:
                 taken.add(label)
                 kw.append(label)
             padded = [-(-p._orig_size[0] // world) for p in group.fsdp_params]
+            # a group's parameters are all float32 or all bfloat16 (_group_unsupported): one clamp
+            dtypes = mixed_precision(group.fsdp_params[0].sharded_param.dtype, group.mp_policy)
             units.append(Unit(state._modules[0], list(group.fsdp_params), kw, padded, world,
-                              group.mesh_info.shard_process_group.group_name, _reshards(group, state, root)))
+                              group.mesh_info.shard_process_group.group_name, _reshards(group, state, root),
+                              *dtypes))
     return units
 
 
@@ -271,33 +315,51 @@ class Sharded:
         local = [shards[n] for n in unit.names]
         tracer = recorder.current()
         if tracer is None or not tracer.records():
-            return _copy_out(unit, _Gathered.apply(copy_in(local, unit.padded), V.Group.named(unit.group_name)))
+            group = V.Group.named(unit.group_name)
+            return _copy_out(unit, _Gathered.apply(copy_in(local, unit.padded), group, unit.param_dtype,
+                                                   unit.reduce_dtype))
         return _copy_out(unit, self._traced_gather(tracer, unit, local))
 
     def _traced_gather(self, tracer: recorder.Recorder, unit: Unit, local: list[torch.Tensor]) -> torch.Tensor:
-        """The copy-in recorded after the previous units' (first in the program), the
-        all-gather just after the previous unit's wait (both read only the shards, inputs of
-        the program), and the wait here, before the unit's first use."""
+        """The shards' casts to param_dtype (a MixedPrecisionPolicy's) and the copy-in recorded
+        after the previous units' (first in the program), the all-gather just after the
+        previous unit's wait (all read only the shards, inputs of the program), and the wait
+        here, before the unit's first use."""
         group = V.Group.named(unit.group_name)
-        with tracer.unrecorded():  # run as eager runs them, recorded below as three symbols
-            flat = copy_in(local, unit.padded)
+        with tracer.unrecorded():  # run as eager runs them, recorded below as symbols
+            cast = local if unit.param_dtype is None else [t.to(unit.param_dtype) for t in local]
+            flat = copy_in(cast, unit.padded)
             gathered = _Gathered.apply(flat, group)
         where = tracer.where()
         tracer.program_global(COPY_IN.name, COPY_IN.impl)
         S.declare(tracer)
         shards = [tracer.value(t) for t in local]
-        tracer.emit(BoundSymbol(COPY_IN, (shards, list(unit.padded)), {}, [tracer.output(flat)], None, where),
+        if unit.param_dtype is not None:  # FSDP2's all-gather input: the shard in param_dtype
+            shards = [self._cast(tracer, v, t, where) for v, t in zip(shards, cast)]
+        mixed = unit.param_dtype is not None or unit.reduce_dtype is not None
+        # where the gradient lands: the parameters' own dtype (float32 master shards)
+        landing = {"grad_dtype": local[0].dtype} if mixed else {}
+        tracer.emit(BoundSymbol(COPY_IN, (shards, list(unit.padded)), landing, [tracer.output(flat)], None, where),
                     self._copy_in_at)
         self._copy_in_at += 1
         issued = tracer.pending(gathered)
-        # its backward reduce-scatters the gradient (Grad.REDUCE_SCATTER); `regather`: FSDP2 frees
-        # the gathered parameters after the unit's forward, the backward gathers them again
-        kw: dict[str, Any] = {"grad": S.Grad.REDUCE_SCATTER, **({"regather": True} if unit.reshard else {})}
+        # its backward reduce-scatters the gradient (Grad.REDUCE_SCATTER, in reduce_dtype where a
+        # MixedPrecisionPolicy sets one); `regather`: FSDP2 frees the gathered parameters after
+        # the unit's forward, the backward gathers them again
+        kw: dict[str, Any] = {"grad": S.Grad.REDUCE_SCATTER, **({"regather": True} if unit.reshard else {}),
+                              **({"reduce_dtype": unit.reduce_dtype} if unit.reduce_dtype is not None else {})}
         issue = BoundSymbol(S.ALL_GATHER, (tracer.value(flat), group), kw, [issued], None, where)
         tracer.emit(issue, None if self._prefetch_at is None else self._prefetch_at + 1)
         tracer.emit(BoundSymbol(S.WAIT, (issued,), {}, [tracer.output(gathered)], None, where))
         self._prefetch_at = len(tracer.ops())
         return gathered
+
+    def _cast(self, tracer: recorder.Recorder, shard: Any, cast: torch.Tensor, where: Any) -> Any:
+        """`shard.to(param_dtype)` recorded before the copy-in (as a user's `.to` is)."""
+        out = tracer.output(cast)
+        tracer.emit(BoundSymbol(TO, (shard, cast.dtype), {}, [out], None, where), self._copy_in_at)
+        self._copy_in_at += 1
+        return out
 
 
 def _copy_out(unit: Unit, gathered: torch.Tensor) -> list[torch.Tensor]:
@@ -339,10 +401,17 @@ def _gathering(sharded: Sharded, shards: dict[str, torch.Tensor]):
         return hook
 
     handles = []
+    policies = [(state._modules[0], state._mp_policy) for state in sharded.states]
     try:
+        for module, mp in policies:  # before the unit's gather, as FSDP2's pre-forward casts first
+            if mp.cast_forward_inputs and mp.param_dtype is not None:
+                handles.append(module.register_forward_pre_hook(_casting_inputs(mp.param_dtype), with_kwargs=True))
         for unit in sharded.units:
             handles.append(unit.module.register_forward_pre_hook(before(unit)))
             handles.append(unit.module.register_forward_hook(after(unit), always_call=True))
+        for module, mp in policies:  # after the unit's parameters are put back, as FSDP2's post-forward
+            if mp.output_dtype is not None:
+                handles.append(module.register_forward_hook(_casting_output(mp.output_dtype)))
         yield
     finally:
         for h in handles:
@@ -351,6 +420,28 @@ def _gathering(sharded: Sharded, shards: dict[str, torch.Tensor]):
             for m, name, held in unit.saved:
                 m._parameters[name] = held
             unit.saved = []
+
+
+def _cast_floats(tree: Any, dtype: torch.dtype) -> Any:
+    """Each floating tensor in `tree` not of `dtype` cast to it (FSDP2's _cast_fp_tensor); traced,
+    each cast is a `.to` at the unit's call line."""
+    def cast(x: Any) -> Any:
+        return x.to(dtype) if isinstance(x, torch.Tensor) and x.is_floating_point() and x.dtype != dtype else x
+    return pytree.tree_map(cast, tree)
+
+
+def _casting_inputs(dtype: torch.dtype) -> Callable:
+    """A MixedPrecisionPolicy's cast_forward_inputs: the unit's floating inputs in param_dtype."""
+    def hook(module, args, kwargs):
+        return _cast_floats((args, kwargs), dtype)
+    return hook
+
+
+def _casting_output(dtype: torch.dtype) -> Callable:
+    """A MixedPrecisionPolicy's output_dtype: the unit's floating outputs cast to it."""
+    def hook(module, args, output):
+        return _cast_floats(output, dtype)
+    return hook
 
 
 _HOOK_DICTS = ("_forward_pre_hooks", "_forward_pre_hooks_with_kwargs", "_forward_hooks",

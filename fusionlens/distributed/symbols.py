@@ -5,7 +5,8 @@ gathers and reduce-scatters, tensor parallel's f and g), printed the same in eve
 An issue's arguments are laid out alike: the tensor each rank sends, then its `Group`, then by
 keyword what the family adds: the reduce op, the gradient's path (`Grad`, which the one backward
 rule of distributed/autograd_rules.py reads), a broadcast's or reduce's root, an all-to-all's
-splits, an all-gather's `regather` (FSDP2's reshard after forward). What an issue returns is
+splits, an all-gather's `regather` (FSDP2's reshard after forward) and `reduce_dtype` (its
+MixedPrecisionPolicy's). What an issue returns is
 pending until `wait` takes it (the verifier checks it). Each runs as torch's functional
 collective (`torch.ops._c10d_functional`), so what runs between an issue and its wait overlaps
 it; `reduce`, which has none, communicates in its issue.
@@ -50,9 +51,10 @@ def all_reduce(x: torch.Tensor, group: Group, op: ReduceOp = ReduceOp.SUM, grad:
 
 
 def all_gather_into_tensor(x: torch.Tensor, group: Group, grad: Grad = Grad.NONE,
-                           regather: bool = False) -> torch.Tensor:
+                           regather: bool = False, reduce_dtype: torch.dtype | None = None) -> torch.Tensor:
     """The ranks' `x` stacked on dim 0. `regather`: the backward gathers it again rather than
-    keep the result (FSDP2's reshard after forward: autograd_rules.regather)."""
+    keep the result (FSDP2's reshard after forward: autograd_rules.regather); `reduce_dtype`:
+    the dtype its backward reduce-scatters the gradient in (FSDP2's MixedPrecisionPolicy)."""
     return _c10d().all_gather_into_tensor(_dense(x), group.size, group.name)
 
 

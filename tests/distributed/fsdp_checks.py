@@ -2,10 +2,12 @@
 --nproc_per_node 2 tests/distributed/fsdp_checks.py): compiler.jit of a module after FSDP2's
 fully_shard (per block and at the root) against eager FSDP2 on the same model and data, on
 every rank: outputs, `p.grad` (DTensors, their placements) and the parameters after each of
-3 SGD steps; the all-gathers and reduce-scatters in the programs at the blocks' call lines."""
+3 SGD steps; the all-gathers and reduce-scatters in the programs at the blocks' call lines; a
+MixedPrecisionPolicy's casts in the program and its collectives' bytes."""
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import warnings
@@ -60,24 +62,27 @@ def _local(t: torch.Tensor) -> torch.Tensor:
     return t.to_local() if hasattr(t, "to_local") else t
 
 
-def _close(a: torch.Tensor, b: torch.Tensor, what: str) -> None:
-    rtol, atol = TOLERANCE[b.dtype]
+def _close(a: torch.Tensor, b: torch.Tensor, what: str, low: torch.dtype | None = None) -> None:
+    """Within the tolerance of `b`'s dtype, or of `low`'s where the model computed in it (a
+    MixedPrecisionPolicy's param_dtype: the project's per-dtype tolerance, driver/checking.py)."""
+    rtol, atol = fusionlens.driver.checking.tolerance(low) if low is not None else TOLERANCE[b.dtype]
     torch.testing.assert_close(_local(a), _local(b), rtol=rtol, atol=atol,
                                msg=lambda m: f"rank {dist.get_rank()}: {what}: {m}")
 
 
-def _same_grads(compiled: Net, eager: Net, when: str) -> None:
+def _same_grads(compiled: Net, eager: Net, when: str, low: torch.dtype | None = None) -> None:
     for (name, a), b in zip(compiled.named_parameters(), eager.parameters()):
         assert type(a.grad) is type(b.grad), f"{name}.grad at {when}: {type(a.grad)} vs {type(b.grad)}"
         assert a.grad.placements == b.grad.placements, f"{name}.grad at {when}: {a.grad.placements}"
-        _close(a.grad, b.grad, f"the gradient of {name} at {when}")
+        assert a.grad.dtype == b.grad.dtype == a.dtype, f"{name}.grad at {when}: {a.grad.dtype} vs {b.grad.dtype}"
+        _close(a.grad, b.grad, f"the gradient of {name} at {when}", low)
 
 
-def train_like_eager(wrap: Callable[[Net], Net],
-                     batches: tuple[int, ...] = (5, 5, 5)) -> fusionlens.driver.jit_cache.JitFunction:
+def train_like_eager(wrap: Callable[[Net], Net], batches: tuple[int, ...] = (5, 5, 5),
+                     low: torch.dtype | None = None) -> fusionlens.driver.jit_cache.JitFunction:
     """The same training steps, eager FSDP2 and compiled: losses, gradients (DTensors) and the
     parameters after each SGD step must match (each rank trains on its own batch, of the
-    step's size)."""
+    step's size), within `low`'s tolerance where the model computes in `low`."""
     eager_model, compiled_model = wrap(_net()), wrap(_net())
     jfn = compiler.jit(compiled_model)
     eager_opt = torch.optim.SGD(eager_model.parameters(), lr=0.1)
@@ -85,17 +90,18 @@ def train_like_eager(wrap: Callable[[Net], Net],
     for step, size in enumerate(batches):
         torch.manual_seed(100 + 10 * dist.get_rank() + step)
         x = torch.randn(size, 8)
-        want, got = eager_model(x).square().mean(), jfn(x).square().mean()
-        _close(got, want, f"loss at step {step}")
+        want, got = eager_model(x).square().mean(), jfn(x).square().mean()  # TRAIN LINE
+        assert got.dtype == want.dtype, (got.dtype, want.dtype)
+        _close(got, want, f"loss at step {step}", low)
         want.backward()
         got.backward()
-        _same_grads(compiled_model, eager_model, f"step {step}")
+        _same_grads(compiled_model, eager_model, f"step {step}", low)
         eager_opt.step()
         compiled_opt.step()
         eager_opt.zero_grad()
         compiled_opt.zero_grad()
         for (name, a), b in zip(compiled_model.named_parameters(), eager_model.parameters()):
-            _close(a, b, f"{name} after step {step}")
+            _close(a, b, f"{name} after step {step}", low)
     return jfn
 
 
@@ -104,11 +110,11 @@ def _compiled_natively(jfn) -> None:
         [d.message for d in compiler.last_report(jfn).diagnostics]
 
 
-def _sent(*linears: tuple[int, int]) -> int:
+def _sent(*linears: tuple[int, int], itemsize: int = 4) -> int:
     """The bytes each rank all-gathers of these (rows, columns) Linears' weights and biases:
-    each shard padded to ceil(rows / world) rows, float32."""
+    each shard padded to ceil(rows / world) rows, float32 (or `itemsize` bytes an element)."""
     world = dist.get_world_size()
-    return sum(4 * -(-rows // world) * (cols + 1) for rows, cols in linears)
+    return sum(itemsize * -(-rows // world) * (cols + 1) for rows, cols in linears)
 
 
 def check_per_block_training():
@@ -241,18 +247,26 @@ def check_root_parameters_a_block_called_twice_and_buffers():
 
 
 def check_unsupported_runs_eagerly_and_says_why():
-    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16)
+    """A MixedPrecisionPolicy reducing in float16 (FSDP2 pre- and post-divides it) runs eagerly,
+    saying why, as does one reducing in a narrower dtype than the gradients are computed in;
+    compiler.compile compiles as jit does."""
+    policy = MixedPrecisionPolicy(param_dtype=torch.float16)
     eager_model, compiled_model = per_block(_net(), mp_policy=policy), per_block(_net(), mp_policy=policy)
     jfn = compiler.jit(compiled_model)
     x = torch.randn(4, 8)
     torch.testing.assert_close(jfn(x), eager_model(x))
     messages = [d.message for d in compiler.last_report(jfn).diagnostics]
-    assert any("MixedPrecisionPolicy" in m and "eagerly" in m for m in messages), messages
+    assert any("MixedPrecisionPolicy reducing gradients in float16" in m and "eagerly" in m for m in messages), messages
     report = compiler.compile(per_block(_net()), x)  # compiled as compiler.jit compiles it
-    assert report.status == "ok" and not report.fallbacks and not any("eagerly" in d.message for d in report.diagnostics)
+    assert report.status == "ok" and not report.fallbacks
+    assert not any("eagerly" in d.message for d in report.diagnostics), report.diagnostics
     gathers = [c.line for c in report.collectives if c.program == "forward" and c.op == "all_gather_into_tensor"]
     scatters = [c for c in report.collectives if c.op == "reduce_scatter_tensor"]
     assert gathers == [_line("FC1"), _line("FC2"), _line("HEAD")] and len(scatters) == 3, report.collectives
+    # float32 gradients reduced in bfloat16 (a cotangent narrower than its value): refused too
+    narrower = per_block(_net(), mp_policy=MixedPrecisionPolicy(reduce_dtype=torch.bfloat16))
+    assert "reducing gradients computed in float32 in the narrower bfloat16" in \
+        (fusionlens.distributed.fsdp.unsupported(narrower) or ""), fusionlens.distributed.fsdp.unsupported(narrower)
     # no gradient sync for a step: FSDP's own calls from then on, said once
     eager_model, compiled_model = per_block(_net()), per_block(_net())
     jfn = compiler.jit(compiled_model)
@@ -270,6 +284,64 @@ def check_unsupported_runs_eagerly_and_says_why():
     jfn(x).sum().backward()
     eager_model(x).sum().backward()
     _same_grads(compiled_model, eager_model, "after a step without gradient sync")
+
+
+BF16, FP32 = torch.bfloat16, torch.float32
+POLICIES = {  # name: (policy, the dtype the loss comes out in, the dtype gradients are reduce-scattered in)
+    "bf16 params, fp32 reduce": (MixedPrecisionPolicy(param_dtype=BF16, reduce_dtype=FP32), BF16, FP32),
+    "and fp32 outputs": (MixedPrecisionPolicy(param_dtype=BF16, reduce_dtype=FP32, output_dtype=FP32), FP32, FP32),
+    "bf16 params only": (MixedPrecisionPolicy(param_dtype=BF16), BF16, BF16),
+}
+
+
+def _cast_lines(jfn) -> list[tuple[int, torch.dtype]]:
+    """(line, dtype) of each cast of a program input (a shard, or the call's x) in the forward trace."""
+    trace = compiler.last_compiled(jfn).acquired
+    inputs = {v.name for v in trace.inputs}
+    return [(b.provenance.line, b.args[1]) for b in trace.bound_symbols
+            if b.sym.name == "torch.Tensor.to" and b.args[0].name in inputs]
+
+
+def _bytes(report, op: str, program: str) -> dict[int, int]:
+    """line -> bytes of each `op` collective of `program` in the report."""
+    return {c.line: c.bytes for c in report.collectives if c.op == op and c.program == program}
+
+
+def check_mixed_precision_trains_like_eager_fsdp2():
+    """fully_shard per layer and at the root with a MixedPrecisionPolicy, compiled natively:
+    losses, the float32 sharded gradients (DTensors) and the parameters after SGD steps match
+    eager FSDP2's with the same policy within bfloat16's tolerance; each unit's shards are cast
+    to bfloat16 in the program (at its line) and all-gathered as bfloat16 (half of float32's
+    bytes), its gradient reduce-scattered in reduce_dtype."""
+    world = dist.get_world_size()
+    for name, (policy, loss_dtype, reduced) in POLICIES.items():
+        wrap = functools.partial(per_block, mp_policy=policy)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            jfn = train_like_eager(wrap, batches=(5, 5) if name == "bf16 params, fp32 reduce" else (5,), low=BF16)
+        assert not [str(w.message) for w in caught if "FusionLens" in str(w.message)], (name, caught)
+        _compiled_natively(jfn)
+        report = compiler.last_report(jfn)
+        assert not report.fallbacks and not any("eagerly" in d.message for d in report.diagnostics), name
+        shapes = {"FC1": (16, 8), "FC2": (16, 16), "HEAD": (3, 16)}
+        gathers = _bytes(report, "all_gather_into_tensor", "forward")
+        assert gathers == {_line(m): _sent(shape, itemsize=2) for m, shape in shapes.items()}, (name, gathers)
+        again = _bytes(report, "all_gather_into_tensor", "backward")  # the resharded blocks' re-gathers
+        assert again == {_line(m): _sent(shapes[m], itemsize=2) for m in ("FC2", "HEAD")}, (name, again)
+        scatters = _bytes(report, "reduce_scatter_tensor", "backward")
+        assert scatters == {_line(m): world * _sent(shape, itemsize=reduced.itemsize) for m, shape in shapes.items()}, \
+            (name, scatters)
+        casts = _cast_lines(jfn)  # the 6 shards' casts at their blocks' lines, the root's input cast
+        assert sorted(casts) == sorted([(_line(m), BF16) for m in shapes for _ in range(2)]
+                                       + [(_line("TRAIN"), BF16)]), (name, casts)
+        out = jfn(torch.randn(5, 8))
+        assert out.dtype == loss_dtype and jfn.cache_info()["compiles"] == 1, name
+        out.float().square().mean().backward()
+        # reduced in float32, a gradient keeps bits a bfloat16 one lacks; reduced in bfloat16, none
+        grads = [p.grad.to_local() for p in jfn.sharded.module.parameters()]
+        assert grads and all(g.dtype == FP32 for g in grads), name
+        rounded = [bool((g != g.to(BF16).float()).any()) for g in grads]
+        assert any(rounded) if reduced is FP32 else not any(rounded), (name, rounded)
 
 
 def _eager_held(wrap: Callable[[Net], Net]) -> int:
@@ -353,7 +425,7 @@ def check_one_rank_failing_its_check_runs_every_rank_eagerly():
         assert dist.get_rank() == rank or any("another rank" in m for m in messages), (name, messages)
 
 
-CHECKS = [check_per_block_training, check_root_training, check_inference,
+CHECKS = [check_per_block_training, check_root_training, check_inference, check_mixed_precision_trains_like_eager_fsdp2,
           check_root_parameters_a_block_called_twice_and_buffers, check_unsupported_runs_eagerly_and_says_why,
           check_one_rank_failing_its_check_runs_every_rank_eagerly,
           check_reshard_after_forward_gathers_again_in_the_backward]

@@ -463,24 +463,25 @@ from train_gpt import GPT
 
 
 @compiler.example(train=True)
-def gpt4_loss_example():
-    model = GPT(GPTConfig(n_embd=64, n_head=4, block_size=32, dropout=0.0, use_sdpa=True), n_layer=4)
+def gpt6_loss_example():
+    model = GPT(GPTConfig(n_embd=64, n_head=4, block_size=32, dropout=0.0, use_sdpa=True), n_layer=6)
     idx = torch.randint(0, 512, (2, 32))
     return model, (idx, torch.roll(idx, -1, dims=1))
 """
 
 
 def test_a_250_region_backward_is_readable_at_a_webviews_width(browser, tmp_path):
-    """A 4-layer GPT's training step: its backward's regions, grouped, at the width of an editor's
-    side panel (800 px): few nodes, none overlapping, labels drawn at 9 px or more."""
-    path = tmp_path / "gpt4.py"
+    """A 6-layer GPT's training step (its attention's backward one fused call a layer): its backward's
+    regions, grouped, at the width of an editor's side panel (800 px): few nodes, none overlapping,
+    labels drawn at 9 px or more."""
+    path = tmp_path / "gpt6.py"
     path.write_text(_BIG.format(examples=os.path.join(ROOT, "examples")), encoding="utf-8")
     with torch.random.fork_rng():
-        report = compile_target(str(path), "gpt4_loss_example", benchmark=False)
+        report = compile_target(str(path), "gpt6_loss_example", benchmark=False)
     assert report.status == "ok", report.error
     assert len(report.programs[1].regions) >= 250
     os.makedirs(OUT, exist_ok=True)
-    file = os.path.join(OUT, "gpt4_loss_example.html")
+    file = os.path.join(OUT, "gpt6_loss_example.html")
     html_report.write(report, file)
     page = browser.new_page(viewport={"width": 800, "height": 900})
     try:

@@ -815,9 +815,10 @@ def _issued(sym, x: Value, **kwargs):
 
 @pytest.mark.parametrize("grad", ["none", "identity", "reduce_scatter"])
 def test_one_rule_serves_every_issued_collective_as_its_grad_says(grad):
-    """No gradient (a functional collective, dist.*), the cotangent unchanged (tensor parallel's g),
-    or reduce-scattered back, the mean over the ranks (FSDP2's all-gather); the wait hands its
-    cotangent to what it waited for."""
+    """No gradient (a functional collective, dist.*: where a cotangent reaches one, Unsupported at
+    its line, training runs eagerly as eager's autograd differentiates it), the cotangent unchanged
+    (tensor parallel's g), or reduce-scattered back, the mean over the ranks (FSDP2's all-gather);
+    the wait hands its cotangent to what it waited for."""
     from fusionlens.distributed import autograd_rules, symbols as S
     from fusionlens.distributed.vocabulary import ReduceOp
 
@@ -828,11 +829,14 @@ def test_one_rule_serves_every_issued_collective_as_its_grad_says(grad):
     assert autograd_rules.RULES[S.WAIT](BoundSymbol(S.WAIT, (issue.outputs[0],), {}, [x]), [g]) == [
         (issue.outputs[0], g)]
     assert autograd_rules.RULES[sym](issue, [None]) == []
+    if grad == "none":
+        with tracing(ctx), pytest.raises(transform.Unsupported, match="collective of the user's code") as raised:
+            autograd_rules.RULES[sym](issue, [g])
+        assert raised.value.where is issue.provenance
+        return
     with tracing(ctx):
         pairs = autograd_rules.RULES[sym](issue, [g])
-    if grad == "none":
-        assert pairs == []
-    elif grad == "identity":
+    if grad == "identity":
         assert pairs == [(x, g)]
     else:
         scatter = ctx.bound_symbols[-1]

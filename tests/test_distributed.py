@@ -30,5 +30,6 @@ def test_ddp_and_user_collectives_match_eager_on_two_ranks():
     for check in ("check_ddp", "check_ddp_all_reduces_overlap_the_backward", "check_ddp_no_sync_accumulates_like_eager",
                   "check_ddp_ranks_that_disagree_on_the_check_still_meet", "check_ddp_reducer_path_where_not_mirrored",
                   "check_user_collectives", "check_user_collectives_agree_when_one_rank_fails",
-                  "check_functional_collectives_wait_at_first_use"):  # FSDP2: its own file
+                  "check_functional_collectives_wait_at_first_use", "check_user_collectives_of_every_kind",
+                  "check_a_gradient_through_a_user_collective_is_eagers"):  # FSDP2: its own file
         assert output.count(f"{check} ok") == 2, output[-6000:]

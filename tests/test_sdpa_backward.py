@@ -311,3 +311,82 @@ def test_transformers_training_step_matches_eager(build, attn):
         assert fwd.count(FUSED) == 2 and bwd.count(FUSED_BACKWARD) == 2, fwd
     else:
         assert FUSED not in fwd
+
+
+# --- the note at the user's line where the fused kernel does not apply -------------------------
+
+def _dropout(q, k, v):
+    return F.scaled_dot_product_attention(q, k, v, dropout_p=0.2)  # DROPOUT LINE
+
+
+def _broadcast_batch(q, k, v):
+    return F.scaled_dot_product_attention(q, k, v)  # BROADCAST LINE
+
+
+def _line_of(marker: str) -> int:
+    return next(i for i, text in enumerate(open(__file__), 1) if f"# {marker} LINE" in text)
+
+
+def _attention_notes(fn, args):
+    """The report's attention-backward diagnostics of a training compile of fn(*args) through jit,
+    after one step checked against eager on fresh inputs."""
+    jfn = fusionlens.jit(fn)
+    torch.manual_seed(3)
+    got = torch.autograd.grad(jfn(*args), args, torch.ones(args[0].shape[:-1] + (args[2].shape[-1],)))
+    torch.manual_seed(3)
+    want = torch.autograd.grad(fn(*args), args, torch.ones(args[0].shape[:-1] + (args[2].shape[-1],)))
+    for g, w in zip(got, want):
+        assert checking.grad_mismatch(g, w) is None, checking.grad_mismatch(g, w)
+    assert not jfn.last.eager_fallback
+    return [d for d in fusionlens.last_report(jfn).diagnostics if d.code == "attention-backward"]
+
+
+@pytest.mark.parametrize("name", ["dropout", "broadcast batch"])
+def test_a_backward_without_the_fused_kernel_is_said_at_the_users_line(name):
+    """Dropout and a broadcast batch: an information note at the SDPA call's line naming the
+    [B, H, L, S] tensors the backward holds and why the fused kernel does not apply."""
+    fn, marker, why = {"dropout": (_dropout, "DROPOUT", "takes no dropout (dropout_p=0.2)"),
+                       "broadcast batch": (_broadcast_batch, "BROADCAST", "the batch or heads broadcast")}[name]
+    q = _t(B, H, L, E)
+    k, v = (_t(B, H, S, E), _t(B, H, S, E)) if name == "dropout" else (_t(1, H, S, E), _t(1, H, S, E))
+    (note,) = _attention_notes(fn, [q, k, v])
+    assert note.severity == "information" and note.line == _line_of(marker), note
+    assert note.file.endswith("test_sdpa_backward.py"), note
+    assert f"[{B}, {H}, {L}, {S}]" in note.message and why in note.message, note.message
+    verb = "reads" if name == "dropout" else "recomputes"
+    assert f"backward {verb} the" in note.message, note.message
+
+
+def test_the_notes_reasons_for_the_math_rule():
+    """Each reason the math rule serves is named (the compile alone: the gradients are
+    test_where_the_kernel_does_not_apply_the_math_rule_is_right's)."""
+    reasons = {"3-d": "not 4-d", "unequal head dims": "the head dims differ",
+               "mask requires grad": "the mask requires grad", "heads broadcast, no gqa": "batch or heads broadcast"}
+    for name, why in reasons.items():
+        fn, make = FALLBACK_CASES[name]
+        c = _compile(fn, make(torch.float32))
+        messages = [n.message for n in c.notes if n.code == "attention-backward"]
+        assert len(messages) == 1 and why in messages[0], (name, messages)
+    fn, make = FUSED_CASES["causal"]
+    with sdpa_kernel([SDPBackend.MATH]):
+        c = _compile(fn, make(torch.float32))
+    (message,) = [n.message for n in c.notes if n.code == "attention-backward"]
+    assert "the flash backend is off" in message, message
+    # GQA (2 key heads for 4 query heads) with a mask that requires grad: the query's heads
+    def gqa(q, k, v, m):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=m, enable_gqa=True)
+    c = _compile(gqa, (*_qkv(torch.float32, kv_heads=2), _t(L, S)))
+    (message,) = [n.message for n in c.notes if n.code == "attention-backward"]
+    assert f"[{B}, {H}, {L}, {S}]" in message and "the mask requires grad" in message, message
+
+
+@pytest.mark.parametrize("name", list(FUSED_CASES))
+def test_the_fused_kernel_gets_no_note(name):
+    fn, make = FUSED_CASES[name]
+    c = _compile(fn, make(torch.float32))
+    assert not [n.message for n in c.notes if n.code == "attention-backward"], name
+    inference = torch.no_grad()
+    with inference:  # no training, no note either
+        c = pipeline.compile_program(_broadcast_batch, (_t(B, H, L, E), _t(1, H, S, E), _t(1, H, S, E)), {},
+                                     CompileOptions(executors=("torch",)))
+    assert not [n for n in c.notes if n.code == "attention-backward"]

@@ -18,6 +18,7 @@ import math
 from fusionlens.distributed import fsdp, symbols as S, tensor_parallel, vocabulary as V
 from fusionlens.middle.autograd import remat, rules
 from fusionlens.middle.autograd.torch_rules import Rule
+from fusionlens.middle.autograd.transform import Unsupported
 from fusionlens.ir.trace import BoundSymbol, OpTag, Symbol, SymbolKind, Value, external_inputs
 from fusionlens.ops import prims as P
 
@@ -26,15 +27,23 @@ from fusionlens.ops import prims as P
 
 def issued(b: BoundSymbol, cots: list[Value | None]) -> list[tuple[Value, Value]]:
     """Every issued collective's rule, as its `grad` argument says: no gradient (Grad.NONE: a
-    functional collective, dist.*, a backward's own), the cotangent to each rank's part unchanged
-    (Grad.IDENTITY: tensor parallel's g, whose result is replicated), or the mean over the ranks
-    reduce-scattered back to the buffer each rank sent (Grad.REDUCE_SCATTER: FSDP2's all-gather;
-    `issue_early` moves the reduce-scatter up to where the gradient is complete, and the
-    copy-in's rule, last in the backward, waits for it)."""
+    functional collective, dist.*, a backward's own; where a cotangent reaches such a collective
+    of the user's code, Unsupported: training runs eagerly, as eager's autograd differentiates
+    it), the cotangent to each rank's part unchanged (Grad.IDENTITY: tensor parallel's g, whose
+    result is replicated), or the mean over the ranks reduce-scattered back to the buffer each
+    rank sent (Grad.REDUCE_SCATTER: FSDP2's all-gather; `issue_early` moves the reduce-scatter up
+    to where the gradient is complete, and the copy-in's rule, last in the backward, waits for it)."""
     (g,) = cots
     grad = b.kwargs.get("grad", S.Grad.NONE)
-    if g is None or grad is S.Grad.NONE:
+    if g is None:
         return []
+    if grad is S.Grad.NONE:  # a collective of the user's code whose value reaches a result that requires grad
+        raise Unsupported(
+            f"a gradient reaches {b.sym.name} (a collective of the user's code), which eager's autograd "
+            "differentiates in its own way: an in-place torch.distributed collective passes the gradient to "
+            "the tensor's value before the call (torch warns it has no autograd kernel), one into an output "
+            "passes none or as its backend implements it, a functional collective by its adjoint collective; "
+            "FusionLens gives none of these (it would give zeros)", b.provenance)
     x, group = b.args[0], b.args[1]
     if grad is S.Grad.IDENTITY:
         return [(x, g)]

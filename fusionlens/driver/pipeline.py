@@ -255,6 +255,7 @@ def compile_program(fn, args, kwargs, options: CompileOptions | None = None,
         notes.append(why)
         eager_only = eager_only or why.message
     if differentiated is not None:
+        notes += differentiated.notes  # the autograd transform's (an SDPA's backward without the fused kernel)
         forward(differentiated.joint)
         forward(differentiated.forward)
     programs = [_lower(forward, differentiated.forward if differentiated else optimised, chosen, device, "R", "P")]

@@ -397,6 +397,7 @@ class DiagnosticCode(enum.StrEnum):
     ROOFLINE = "roofline"  # what the rooflines are computed for
     BENCHMARK = "benchmark"  # a timing could not be taken
     RANDOM = "random"  # a random op: compared by shape, or run eagerly
+    ATTENTION_BACKWARD = "attention-backward"  # SDPA's backward holds [B, H, L, S]: why no fused kernel
     OTHER = "other"
 
 

@@ -310,11 +310,51 @@ def check_functional_collectives_wait_at_first_use():
     assert exp and exp <= set(summed.overlapped_by) and not gathered.overlapped_by, report.collectives
 
 
+def _reduced_in_place(w, v):
+    t = w * 2
+    dist.all_reduce(t)  # GRAD LINE
+    return (t * v).sum()
+
+
+def _exchanged(w, v):
+    out = torch.empty(4)
+    dist.all_to_all_single(out, w * 2)  # GRAD LINE
+    return (out * v).sum()
+
+
+def _functional_reduced(w, v):
+    return (funcol.all_reduce(w * 2, "sum", dist.group.WORLD) * v).sum()  # GRAD LINE
+
+
+def check_a_gradient_through_a_user_collective_is_eagers():
+    """A parameter reaching the loss only through a collective of the user's code: eager's autograd
+    passes the gradient through an in-place dist.all_reduce as if it were not there (it has no
+    autograd kernel), none through dist.all_to_all_single into a fresh output (w.grad None), and
+    funcol.all_reduce's adjoint all-reduce. FusionLens gives none of these (it gave zeros):
+    training runs eagerly, saying so at the collective's line; .grad None or values as eager's."""
+    lines = [i for i, text in enumerate(open(__file__), 1) if "# GRAD LINE" in text]
+    for fn, line in zip((_reduced_in_place, _exchanged, _functional_reduced), lines):
+        torch.manual_seed(300 + dist.get_rank())
+        w, v = torch.randn(4, requires_grad=True), torch.randn(4, requires_grad=True)
+        cw, cv = w.detach().clone().requires_grad_(), v.detach().clone().requires_grad_()
+        jfn = compiler.jit(fn)
+        fn(w, v).backward()
+        jfn(cw, cv).backward()
+        for name, got, want in (("w", cw.grad, w.grad), ("v", cv.grad, v.grad)):
+            assert (got is None) == (want is None), (fn.__name__, name, got, want)
+            if want is not None:
+                _close(got, want, f"{fn.__name__}: the gradient of {name}")
+        notes = [d for d in compiler.last_report(jfn).diagnostics if d.code == "training-eager"]
+        assert any(d.line == line and "collective of the user's code" in d.message for d in notes), \
+            (fn.__name__, [(d.line, d.message) for d in compiler.last_report(jfn).diagnostics])
+
+
 CHECKS = [check_ddp, check_ddp_all_reduces_overlap_the_backward, check_ddp_no_sync_accumulates_like_eager,
           check_ddp_ranks_that_disagree_on_the_check_still_meet, check_ddp_reducer_path_where_not_mirrored,
           check_user_collectives, check_user_collectives_of_every_kind,
           check_user_collectives_agree_when_one_rank_fails,
-          check_functional_collectives_wait_at_first_use]  # FSDP2: fsdp_checks.py
+          check_functional_collectives_wait_at_first_use,
+          check_a_gradient_through_a_user_collective_is_eagers]  # FSDP2: fsdp_checks.py
 
 
 if __name__ == "__main__":

@@ -425,10 +425,54 @@ def check_one_rank_failing_its_check_runs_every_rank_eagerly():
         assert dist.get_rank() == rank or any("another rank" in m for m in messages), (name, messages)
 
 
+class Spare(Net):
+    """Net with a unit the call runs only when asked (`spare`)."""
+
+    def __init__(self):
+        super().__init__()
+        self.spare = torch.nn.Linear(16, 16)
+
+    def forward(self, x, spare=False):
+        x = torch.nn.functional.gelu(self.fc1(x))
+        return self.head(self.spare(x) if spare else torch.tanh(self.fc2(x)))
+
+
+def check_a_unit_the_call_never_runs_keeps_grad_none():
+    """A unit the call skips: its parameters' .grad stays None, as eager FSDP2 leaves it (not
+    zeros), so AdamW skips them (its decay and moments would move a parameter with a zero
+    gradient); skipped, run, skipped: grads (None or not, values) and parameters after each step
+    equal eager FSDP2's."""
+    def build() -> Spare:
+        torch.manual_seed(0)
+        return per_block(Spare())
+    eager_model, compiled_model = build(), build()
+    jfn = compiler.jit(compiled_model)
+    eager_opt, compiled_opt = (torch.optim.AdamW(m.parameters(), lr=0.1, weight_decay=0.1)
+                               for m in (eager_model, compiled_model))
+    for step, spare in enumerate((False, True, False)):
+        torch.manual_seed(200 + 10 * dist.get_rank() + step)
+        x = torch.randn(5, 8)
+        eager_model(x, spare=spare).square().mean().backward()
+        jfn(x, spare=spare).square().mean().backward()
+        for (name, a), b in zip(compiled_model.named_parameters(), eager_model.parameters()):
+            skipped = name.startswith("spare." if not spare else "fc2.")
+            assert (a.grad is None, b.grad is None) == (skipped, skipped), (name, step, a.grad, b.grad)
+            if b.grad is not None:
+                assert a.grad.placements == b.grad.placements, (name, a.grad.placements)
+                _close(a.grad, b.grad, f"the gradient of {name} at step {step}")
+        eager_opt.step()
+        compiled_opt.step()
+        eager_opt.zero_grad()
+        compiled_opt.zero_grad()
+        for (name, a), b in zip(compiled_model.named_parameters(), eager_model.parameters()):
+            _close(a, b, f"{name} after step {step}")
+    _compiled_natively(jfn)
+
+
 CHECKS = [check_per_block_training, check_root_training, check_inference, check_mixed_precision_trains_like_eager_fsdp2,
           check_root_parameters_a_block_called_twice_and_buffers, check_unsupported_runs_eagerly_and_says_why,
           check_one_rank_failing_its_check_runs_every_rank_eagerly,
-          check_reshard_after_forward_gathers_again_in_the_backward]
+          check_reshard_after_forward_gathers_again_in_the_backward, check_a_unit_the_call_never_runs_keeps_grad_none]
 
 
 if __name__ == "__main__":

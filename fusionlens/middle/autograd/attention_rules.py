@@ -16,6 +16,10 @@ device's properties; no GPU to check them against). With dropout the forward run
 math path does, its mask drawn in the open (`_sdpa_explicit`): the CPU kernel takes no dropout
 (eager's dispatcher sends it to the math path), and a GPU kernel's Philox draws are not
 replayed here.
+
+`backward_note` says so at the SDPA call's line where a training forward does not run the fused
+kernel: the [B, H, L, S] tensors its backward holds, and why the kernel does not apply (the
+report's `attention-backward` information diagnostic, the editor's hover).
 """
 
 from __future__ import annotations
@@ -64,6 +68,13 @@ def _gqa_grad(g: Value, like: Value) -> Value:
     return P.sum(grouped, (len(lead) + 1,))
 
 
+def _default_scale(query: Value) -> float:
+    """1/sqrt(E), as torch's; where E is 0 (an empty head dim: fuzz backward 161, 32629) the scores
+    are zeros whatever the scale (eager's math path scales the empty q and k by its root), so 1,
+    not 1/0 (raised) nor inf (0 * inf is NaN)."""
+    return 1.0 / math.sqrt(query.shape[-1]) if query.shape[-1] != 0 else 1.0
+
+
 def _masked(scores: Value, attn_mask, is_causal: bool) -> Value:
     """Attention scores with the causal mask (-inf above the diagonal, aligned top-left as
     torch's) and `attn_mask` (boolean: -inf where False; float: added) applied."""
@@ -91,20 +102,28 @@ def _sdpa(b, cots, query, key, value, attn_mask, dropout_p, is_causal, scale, en
     heads = query.shape[-3] if enable_gqa else None
     k_, v_ = (_gqa(t, heads) if heads else t for t in (key, value))
     batch = _broadcast(query.shape[:-2], k_.shape[:-2], v_.shape[:-2])
+    if any(n != 1 and n != m for t in (query, k_, v_) for n, m in zip(reversed(t.shape[:-2]), reversed(batch))):
+        raise NoRule("batch dims that do not broadcast (eager returns an empty head dim's result unchecked)")
     q, k, v = (_cast(_batched(t, batch), compute) for t in (query, k_, v_))
     g = _cast(cots[0], compute)
-    scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
+    scale = _default_scale(query) if scale is None else scale
     scores = _masked(P.mul(L.matmul(q, _t(k)), scale), attn_mask, is_causal)
     p = N.softmax(scores, -1)
+    kept = tuple(range(scores.ndim - 1))
+    if attn_mask is not None and scores.shape[-1] != 0:  # a row the mask hides whole: zeros, as torch's
+        # _safe_softmax (fuzz backward 25027)
+        hidden = P.eq(P.amax(scores, (scores.ndim - 1,)), -math.inf)
+        p = P.where(P.broadcast_in_dim(hidden, scores.shape, kept), 0.0, p)
     gv = L.matmul(_t(p), g)
     gp = L.matmul(g, _t(v))
-    kept = tuple(range(scores.ndim - 1))
     gs = P.mul(p, P.sub(gp, P.broadcast_in_dim(P.sum(P.mul(gp, p), (scores.ndim - 1,)), scores.shape, kept)))
     gq = P.mul(L.matmul(gs, k), scale)
     gk = P.mul(L.matmul(_t(gs), q), scale)
     # back to each input's own shape and dtype: summed over broadcast batch dims and query groups
     gq = _cast(reduce_to(gq, query.shape), query.dtype)
-    gk, gv = (_cast(_gqa_grad(reduce_to(gt, t_.shape), t), t.dtype) for gt, t_, t in ((gk, k_, key), (gv, v_, value)))
+    # (groups only with enable_gqa: a 2-d key has no heads dim to group: fuzz backward 25005)
+    gk, gv = (_cast(_gqa_grad(reduce_to(gt, t_.shape), t) if heads else reduce_to(gt, t.shape), t.dtype)
+              for gt, t_, t in ((gk, k_, key), (gv, v_, value)))
     gmask = None
     if attn_mask is not None and attn_mask.dtype.is_floating_point:
         gmask = _cast(reduce_to(gs, attn_mask.shape), attn_mask.dtype)
@@ -148,7 +167,7 @@ def _sdpa_explicit(b, needs):
         return None
     if enable_gqa:
         key, value = _gqa(key, query.shape[-3]), _gqa(value, query.shape[-3])
-    scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
+    scale = _default_scale(query) if scale is None else scale
     if scale > 0:  # as torch's math path: q and k scaled by sqrt(scale) each
         scores = L.matmul(P.mul(query, math.sqrt(scale)), _t(P.mul(key, math.sqrt(scale))))
     else:
@@ -159,3 +178,61 @@ def _sdpa_explicit(b, needs):
 
 EXPLICIT[L.sdpa] = _sdpa_explicit
 READS_NEEDS.add(_sdpa_explicit)
+
+
+# --- what the user is told where the fused kernel does not apply -----------------------------
+
+_SDPA_NAME = "torch.nn.functional.scaled_dot_product_attention"
+
+
+def _why_not_flash(query, key, value, attn_mask, enable_gqa, mask_needs_grad: bool) -> str:
+    """Why eager's dispatcher does not pick the fused CPU kernel for these operands (without
+    dropout), in the order torch's checks (sdp_utils_cpp) read them."""
+    devices = {str(t.device) for t in (query, key, value, attn_mask) if _value(t)}
+    if devices != {"cpu"}:
+        return (f"the operands are on {', '.join(sorted(devices))} (FusionLens picks none of a GPU's flash, "
+                "memory-efficient or cuDNN kernels: the math rule serves every device but the CPU)")
+    if not torch.backends.cuda.flash_sdp_enabled():
+        return ("the flash backend is off (torch.nn.attention.sdpa_kernel without FLASH_ATTENTION, or "
+                "enable_flash_sdp(False))")
+    if not all(_value(t) and t.ndim == 4 for t in (query, key, value)):
+        return (f"the operands are not 4-d [batch, heads, length, head dim] (query {list(query.shape)}, "
+                f"key {list(key.shape)})")
+    heads_shared = enable_gqa and query.shape[1] % key.shape[1] == 0
+    if any(t.shape[0] != query.shape[0] or (t.shape[1] != query.shape[1] and not heads_shared) for t in (key, value)):
+        return (f"the batch or heads broadcast (query {list(query.shape)}, key {list(key.shape)}, value "
+                f"{list(value.shape)}): the fused kernel takes equal batch and head dims")
+    if not (query.shape[-1] == key.shape[-1] == value.shape[-1]):
+        return f"the head dims differ (query {query.shape[-1]}, key {key.shape[-1]}, value {value.shape[-1]})"
+    if mask_needs_grad:
+        return "the mask requires grad (its gradient is the scores')"
+    return "torch's dispatcher (_fused_sdp_choice) picks the math path for these operands"
+
+
+def backward_note(b, needs: set) -> str | None:
+    """What the user is told at an SDPA call a training forward differentiates without the fused
+    CPU kernel (dropout, or the math rule): the [B, H, L, S] tensors its backward holds and why
+    the kernel does not apply; None for any other op, or where the fused kernel runs."""
+    if b.sym.name != _SDPA_NAME:
+        return None
+    try:
+        a = inspect.signature(_sdpa_signature).bind(*b.args, **b.kwargs)
+    except TypeError:
+        return None
+    a.apply_defaults()
+    query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa = a.arguments.values()
+    if not all(_value(t) for t in (query, key, value)) or query.ndim < 2:
+        return None
+    # [B, H, L, S]: the query's heads where key and value are shared by groups of them (GQA)
+    scores = list(_broadcast(key.shape[:-2], query.shape[:-2])) + [query.shape[-2], key.shape[-2]]
+    if dropout_p:
+        return (f"scaled_dot_product_attention's backward reads the {scores} attention probabilities and "
+                "dropout mask its forward saved (torch's math path, run in the open): the fused CPU kernel, "
+                f"which saves only the output and logsumexp, takes no dropout (dropout_p={dropout_p})")
+    mask_needs_grad = _value(attn_mask) and attn_mask.name in needs
+    if A.flash_cpu_applies(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa, mask_needs_grad):
+        return None
+    why = _why_not_flash(query, key, value, attn_mask, enable_gqa, mask_needs_grad)
+    return (f"scaled_dot_product_attention's backward recomputes the {scores} attention scores and "
+            "probabilities from q and k (the math rule; float32 for 16-bit inputs): the fused CPU kernel, "
+            f"which saves only the output and logsumexp, does not apply: {why}")

@@ -15,7 +15,9 @@ decomposition gets the generic rule (its torch call differentiated by torch.auto
 backward). An op tagged NON_DIFFERENTIABLE passes no gradient. An op tagged RANDOM with no
 rule cannot be replayed, and an input that requires grad and is updated in place is not
 functionalised: both raise Unsupported (jit then runs the signature eagerly and the report
-says why at the op's line).
+says why at the op's line). `Differentiated.notes` is what the user is told at an op's line
+(an SDPA whose backward holds its [B, H, L, S] scores: attention_rules.backward_note); the
+pipeline adds them to the compile's notes.
 """
 
 from __future__ import annotations
@@ -25,12 +27,14 @@ from dataclasses import dataclass, field
 import torch
 
 from fusionlens.middle import passes
-from fusionlens.middle.autograd import prim_rules, remat, rules, simplify, torch_rules
+from fusionlens.frontend.notes import Note, Severity
+from fusionlens.middle.autograd import attention_rules, prim_rules, remat, rules, simplify, torch_rules
 from fusionlens.ir.trace import (BoundSymbol, NameGen, OpTag, Trace, TraceContext, Value, external_inputs, tracing,
                                  values_in)
 from fusionlens.ops import prims as P
 from fusionlens.ir.provenance import Provenance
 from fusionlens.ir.vocabulary import Stage, ValueRole
+from fusionlens.report.schema import DiagnosticCode
 
 
 class Unsupported(Exception):
@@ -56,6 +60,8 @@ class Differentiated:
     wrt: list[int] = field(default_factory=list)
     # per result the call builds: the input it is (eager returns the caller's tensor), else None
     returned: list[int | None] = field(default_factory=list)
+    # what the user is told at an op's line (an SDPA whose backward holds its [B, H, L, S] scores)
+    notes: list[Note] = field(default_factory=list)
 
 
 def _differentiable(v: Value) -> bool:
@@ -225,7 +231,16 @@ def differentiate(trace: Trace, requires_grad: list) -> Differentiated:
     d.recomputed, d.written = recomputed, [i for i, _ in written]
     d.returned = _returned(trace, written)
     d.wrt = [i for i, v in enumerate(trace.inputs) if v.name in needs]
+    d.notes = _notes(trace.bound_symbols, needs)
     return d
+
+
+def _notes(bsyms, needs: set) -> list[Note]:
+    """What the user is told at the lines of ops that get a gradient: an SDPA whose backward
+    holds its [B, H, L, S] scores, and why the fused kernel does not apply (attention_rules)."""
+    return [Note(Severity.INFORMATION, message, b.provenance, DiagnosticCode.ATTENTION_BACKWARD)
+            for b in bsyms if any(v.name in needs for v in b.inputs())
+            and (message := attention_rules.backward_note(b, needs)) is not None]
 
 
 def _returned(trace: Trace, written: list) -> list[int | None]:

@@ -227,8 +227,12 @@ class JitFunction:
                 if len(self.aliased) >= self.max_entries:
                     self.aliased.clear()
                 self.aliased[(key, entry.aliases.value)] = entry
+            # (not a checked training call's: the check's float64 run swapped its leaves' data, so
+            # the traced result's graph ends at accumulators the leaves no longer have: fuzz
+            # backward 25047, gradients None; it runs again, eagerly)
+            checked_training = entry.compiled.differentiated is not None and entry.compiled.eager_only is None
             if entry.eager_fallback and entry.compiled.traced.eager_output is not None and \
-                    not entry.compiled.traced.rerun:
+                    not entry.compiled.traced.rerun and not checked_training:
                 self.last = entry  # tracing was this call, run eagerly: do not run the code twice
                 result = entry.compiled.traced.as_the_call()
                 entry.compiled.traced.release()

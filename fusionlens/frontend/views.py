@@ -120,6 +120,8 @@ class Views:
     generation: dict[int, int] = field(default_factory=dict)  # id(tensor) -> how often its elements changed
     updated: set[int] = field(default_factory=set)  # ids of the bases the trace updated in place
     by_strides: set[int] = field(default_factory=set)  # ids of results of reshapes that view or copy by strides
+    reshaped: set[int] = field(default_factory=set)  # the storages such a reshape read (an update of one shows in
+    # its result or not, as the strides have it: fuzz default 27597, t1.flatten() then t1.addcmul_)
     stride_dependent: tuple[str, Provenance | None] | None = None  # (why, where) of the first update through one
     snapshots: dict[int, torch.Tensor] = field(default_factory=dict)  # id(parameter) -> its values before the call
     # the in-place op being recorded: (its tensor, the tensor's Value before, its name, where)
@@ -232,6 +234,7 @@ class Views:
         if func in _BY_STRIDES and (known is None or known.role is ValueRole.INPUT and
                                     func is not torch.Tensor.contiguous):
             self.by_strides.update(id(o) for o in outs)
+            self.reshaped.add(first.untyped_storage()._cdata)
         for i, o in enumerate(outs):
             if o.layout != torch.strided or any(o is x for x in tensors):
                 continue
@@ -250,6 +253,9 @@ class Views:
         self._bump(t)
         if self.by_strides and self.stride_dependent is None and self._by_strides(t):
             self.stride_dependent = (f"in-place {name} of the result of a reshape, which is a view of its input or "
+                                     "a copy as the strides of a non-contiguous input have it", where)
+        elif self.stride_dependent is None and t.untyped_storage()._cdata in self.reshaped:
+            self.stride_dependent = (f"in-place {name} of a tensor reshaped before, whose reshape is a view of it or "
                                      "a copy as the strides of a non-contiguous input have it", where)
         child, value, before = t, new, old
         while (link := self.links.get(id(child))) is not None:

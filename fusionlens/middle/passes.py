@@ -44,7 +44,12 @@ def decompose(trace: Trace) -> Trace:
     dropped = {o.name for b in trace.bound_symbols for o in b.outputs} - made  # the aliases
     if not dropped:  # most programs: one pass
         return done
-    viewed = _viewed(trace, done, handed)
+    # and what a library call takes, which it may update in place (batch_norm's running statistics:
+    # fuzz default 208, x0.roll(1, -1) of one element is x0 here, and the call updated x0)
+    made_by = {o.name: b for b in trace.bound_symbols for o in b.outputs}
+    called = {v.name for b in done.bound_symbols if not b.subsymbols and b.sym.kind is not SymbolKind.PRIM
+              and b.outputs and b.outputs[0].name in made_by for v in made_by[b.outputs[0].name].inputs()}
+    viewed = _viewed(trace, done, handed | called)
     return _decompose(trace, viewed) if viewed & dropped - handed else done
 
 
@@ -141,7 +146,10 @@ def _expose(exposed: set[str], done: list[BoundSymbol]) -> None:
     """Add to `exposed` the outputs in `done` that may share memory with a value in it (an
     input's, or one the program hands out): a view's (shape prims only) or a torch call's."""
     for b in done:
-        view = not b.subsymbols or all(OpTag.SHAPE in s.sym.tags for s in flatten([b]))
+        # (x[i] of a 0-d integer tensor i gathers here but is a view in the torch call the torch
+        # executor runs: fuzz default 35235, x.flatten()[x.flatten().argmax()].sum())
+        view = not b.subsymbols or all(OpTag.SHAPE in s.sym.tags for s in flatten([b])) \
+            or b.sym.name == "operator.getitem"
         if view and any(v.name in exposed for v in b.inputs()):
             exposed.update(o.name for o in b.outputs)
 
@@ -161,12 +169,23 @@ def flatten(bsyms) -> list:
     return out
 
 
+def _may_update(b: BoundSymbol) -> bool:
+    """Whether op `b` is a torch call left whole because it could not be decomposed (its note says
+    why), which may update what it takes in place (batch_norm's running statistics); FusionLens's
+    own calls (a collective, FSDP's copy-in) and decomposed ops never do."""
+    return bool(b.note) and not b.subsymbols and b.sym.kind is SymbolKind.TORCH
+
+
 def dce(trace: Trace) -> Trace:
-    """Drop ops none of whose outputs reach the trace's output."""
+    """Drop ops none of whose outputs reach the trace's output; but a torch call that could not
+    be decomposed and takes an input, or a value read after it, which it may update in place
+    (batch_norm's running statistics: fuzz default 26762, 33450), stays."""
     needed = {v.name for v in trace.results()}
+    inputs = {v.name for v in trace.inputs}
     kept = []
     for b in reversed(trace.bound_symbols):
-        if any(o.name in needed for o in b.outputs):
+        if any(o.name in needed for o in b.outputs) or _may_update(b) and any(
+                v.name in needed or v.name in inputs for v in b.inputs()):
             kept.append(b)
             needed.update(v.name for v in b.inputs())
     return trace.with_(trace.stage, list(reversed(kept)))
@@ -195,10 +214,19 @@ def cse(trace: Trace) -> Trace:
     repeated: set[str] = set()  # the symbols of two ops or more: only those can match
     for b in trace.bound_symbols:
         (repeated if b.sym.name in names else names).add(b.sym.name)
+    # a value a library call takes may be updated inside it (batch_norm's running statistics): not
+    # one with an identical value, which the call would update too (fuzz default 25057: torch.ones
+    # as the running variance and as the weight)
+    updatable = {v.name for b in trace.bound_symbols if _may_update(b) for v in b.inputs()}
+    # nor a value written back into an input, which is that input after the call: merged with an
+    # equal result, the result would be the caller's tensor (fuzz triton 25677: sigmoid(x) and x.sigmoid_())
+    updatable |= {src.name for _, src in trace.writeback}
     for b in trace.bound_symbols:
         b = b.replace(alias)
         key = _cse_key(b) if b.sym.name in repeated else None  # an op alone of its symbol matches none
         first = seen.get(key) if key is not None else None
+        if first is not None and any(o.name in updatable for o in (*first.outputs, *b.outputs)):
+            first = None
         if first is not None and len(first.outputs) == len(b.outputs):
             alias.update({o.name: f for o, f in zip(b.outputs, first.outputs)})
             continue

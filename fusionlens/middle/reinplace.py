@@ -20,7 +20,9 @@ cannot prove the rewrite safe:
 - the old value of each base (and every value that may share its memory: a view of it made
   before the scatter, found by following every op not known to make a fresh tensor) is read by
   no op after the scatter, nor returned, nor written back elsewhere; no other operand of the
-  scatter shares its memory (the source of `x[:, 0] = x[:, 1]`);
+  scatter shares its memory (the source of `x[:, 0] = x[:, 1]`); nor is a value made from it
+  before the write (elementwise, or by an op the write does not wait for) used after it: fusion
+  may compute that value again there, from the written memory (regroup.py's recompute);
 - inputs that share memory with one another (aliasing.py's synthetic base) are left alone;
 - no op after the first write may stop the program with ShapeChanged (jit then runs the call
   eagerly on the caller's tensors, which must not have been written yet);
@@ -165,6 +167,13 @@ def fresh(b: BoundSymbol) -> bool:
     return bool(b.sym.tags & {OpTag.MATMUL, OpTag.CONVOLUTION})  # a library call of one of these: a new result
 
 
+def _elementwise(b: BoundSymbol) -> bool:
+    leaves = [b] if b.sym.kind is SymbolKind.PRIM else list(passes.flatten(b.subsymbols))
+    return bool(leaves) and all(leaf.sym.kind is SymbolKind.PRIM and (
+        OpTag.ELEMENTWISE in leaf.sym.tags or OpTag.SHAPE in leaf.sym.tags or leaf.sym is P.broadcast_in_dim)
+        for leaf in leaves)
+
+
 class _Uses:
     """Who reads each value of a trace, found once: the pass asks about every write-back's
     chain without walking the trace again (a 32-layer model has 64 cache writes)."""
@@ -189,6 +198,33 @@ class _Uses:
                     names.update(new)
                     todo += new
         return names
+
+    def ancestors(self, i: int) -> set[int]:
+        """The indices of the ops whose results op i reads, directly or not."""
+        out: set[int] = set()
+        todo = [i]
+        while todo:
+            for v in self.ops[todo.pop()].inputs():
+                j = self.made_at.get(v.name)
+                if j is not None and j not in out:
+                    out.add(j)
+                    todo.append(j)
+        return out
+
+    def derived(self, names: set[str], upto: int, skip: set[int]) -> set[str]:
+        """`names` and the values ops[:upto] (but those at `skip`) compute from them that fusion
+        may compute again after op `upto`, reading the old memory there: through any op the write
+        does not wait for (a region placed after it), and through the elementwise ops it does wait
+        for (regroup.py recomputes such a chain in a later region: fuzz triton 25323)."""
+        before = self.ancestors(upto)
+        out, todo = set(names), list(names)
+        while todo:
+            for j in self.readers.get(todo.pop(), ()):
+                if j < upto and j not in skip and (j not in before or _elementwise(self.ops[j])):
+                    new = [o.name for o in self.ops[j].outputs if o.name not in out]
+                    out.update(new)
+                    todo += new
+        return out
 
     def read_after(self, names: set[str], i: int) -> bool:
         return any(j > i for n in names for j in self.readers.get(n, ()))
@@ -236,6 +272,9 @@ def _why_not(trace: Trace, uses: _Uses, chain: list[int], dst: Value, fusers, tr
             return "the value before the write is returned or written back"
         if uses.read_after(old, i):
             return "the value before the write is read after it"
+        made = uses.derived(old, i, set(chain))
+        if at_end & made or uses.read_after(made, i):
+            return "a value made from the one before the write is used after it (fusion may compute it there)"
     if training and at_end & uses.sharing(uses.ops[chain[-1]].outputs[0].name, len(uses.ops)):
         return "the updated tensor is a result or saved for the backward"
     return None

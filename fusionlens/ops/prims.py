@@ -246,7 +246,9 @@ scatter_add = _prim("scatter_add", lambda a, index, src, dim: a.scatter_add(dim,
 
 def _window(a, shape, offset, strides):
     """The strided window of a's row-major elements, a view where a is contiguous."""
-    flat = a.reshape(-1)
+    # (a copy where not: reshape(-1) of an expanded `a` is a view of stride 0, whose numbers are
+    # no addresses: fuzz backward 32056, a cotangent broadcast from a 0-d one)
+    flat = (a if a.is_contiguous() else a.contiguous()).view(-1)
     return torch.as_strided(flat, tuple(shape), tuple(strides), flat.storage_offset() + offset)
 
 

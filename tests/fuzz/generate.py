@@ -13,11 +13,10 @@ import warnings
 from collections.abc import Callable
 
 import torch
-import torch.nn.functional as F
 
 from tests.fuzz import ops
 from tests.fuzz.modes import Mode
-from tests.fuzz.program import CONTIGUOUS, EXPANDED, STEP, TRANSPOSED, InputSpec, Line, Program
+from tests.fuzz.program import CONTIGUOUS, EXPANDED, STEP, TRANSPOSED, InputSpec, Line, Program, program_scope
 
 SIZES = [1, 2, 3, 4, 5, 8]
 LARGEST = 1e4  # a float value this large is not kept: float16 overflows a few ops later
@@ -53,7 +52,7 @@ class Builder:
 
     def add(self, code: str, family: str, statement: bool) -> bool:
         """Run `code` eagerly; keep it as the program's next line if it runs."""
-        scope = {"torch": torch, "F": F, **self.env}
+        scope = {**program_scope(), **self.env}
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
@@ -122,8 +121,11 @@ def _inputs(rng: random.Random, mode: Mode) -> list[InputSpec]:
         dtype = rng.choices(dtypes, weights)[0]
         layouts = [CONTIGUOUS] * 6 + ([TRANSPOSED] * 2 if len(shape) >= 2 else []) + ([STEP] * 2 if shape else []) \
             + ([EXPANDED] if shape and shape[0] > 1 else [])
-        grad = mode.grad and dtype in ("float32", "float16", "bfloat16")
+        # (backward: after the first, some need no gradient: a buffer, a cache the program writes into)
+        grad = mode.grad and dtype in ("float32", "float16", "bfloat16") and (k == 0 or rng.random() < 0.7)
         specs.append(InputSpec(f"x{k}", tuple(shape), dtype, rng.choice(layouts), grad))
+    if rng.random() < 0.1:  # a step counter (a BatchNorm's num_batches_tracked)
+        specs.append(InputSpec(f"x{len(specs)}", (), "count"))
     return specs
 
 
@@ -132,6 +134,8 @@ def _outputs(b: Builder, grad: bool) -> tuple[str, ...]:
     outs = [made[-1]]
     if len(made) > 1 and b.rng.random() < 0.35:
         outs.append(b.rng.choice(made[:-1]))
+    if b.rng.random() < 0.15:  # an input itself (eager returns the caller's tensor, updated if written)
+        outs.append(b.rng.choice([s for s in b.order if s in b.inputs]))
     if grad and not any(b.t(o).requires_grad for o in outs):
         differentiable = [n for n in made if b.t(n).requires_grad]
         if differentiable:

@@ -8,7 +8,9 @@ of the inputs that require grad must match eager's within fusionlens/driver/chec
 of their dtype; a floating result that does not passes when it is as close to a float64 run
 of the same call as eager's own result is (`checking.as_accurate_as_eager`, dynamo's rule).
 A discrete result (integers, booleans) that differs from eager passes where it equals the
-float64 run's. A call where eager raises skips the program. Where the jit's own check
+float64 run's. A result that is an input (or shares one's memory) in eager must be so here, and
+one that is new in eager must be new here (`tie`); an input the call updated from values that
+require grad carries their history, judged as a further result. A call where eager raises skips the program. Where the jit's own check
 rejected the program (the call ran eagerly), the compiled program is run directly and
 judged too: a wrong program is a defect even when the check hides it, and so is a right
 one the check rejects.
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -69,6 +71,22 @@ class Observed:
     positions: list[int]  # the results that require grad
     cotangents: list[torch.Tensor]
     grads: list[torch.Tensor | None]
+    # per result: ("is", i) where it is input i itself, ("view", i) where it shares input i's memory
+    ties: list[tuple[str, int] | None] = field(default_factory=list)
+
+
+def tie(t, args: list[torch.Tensor]) -> tuple[str, int] | None:
+    """Whether result `t` is one of the call's inputs, or shares one's memory (a view of it)."""
+    if not isinstance(t, torch.Tensor):
+        return None
+    for i, a in enumerate(args):
+        if t is a:
+            return ("is", i)
+    ptr = t.untyped_storage().data_ptr() if t.layout == torch.strided and t.numel() else 0
+    for i, a in enumerate(args):
+        if ptr and a.layout == torch.strided and a.untyped_storage().data_ptr() == ptr:
+            return ("view", i)
+    return None
 
 
 def observe(fn: Callable, args: list[torch.Tensor], grad: bool, call: int,
@@ -77,8 +95,12 @@ def observe(fn: Callable, args: list[torch.Tensor], grad: bool, call: int,
         warnings.simplefilter("ignore")
         result = fn(*args)
         outs = list(result) if isinstance(result, (tuple, list)) else [result]
-        diff = [(i, o) for i, o in enumerate(outs) if isinstance(o, torch.Tensor) and o.requires_grad]
-        wrt = [a for a in args if a.requires_grad]
+        ties = [tie(o, args) for o in outs]
+        # an input updated in place from values that require grad carries their history: judged
+        # as a result after the results (args are leaves: one that required grad was not written)
+        written = [a for a in args if a.grad_fn is not None and not any(a is o for o in outs)]
+        diff = [(i, o) for i, o in enumerate(outs + written) if isinstance(o, torch.Tensor) and o.requires_grad]
+        wrt = [a for a in args if a.requires_grad and a.grad_fn is None]
         grads: list[torch.Tensor | None] = []
         if cots is not None and [c.shape for c in cots] != [o.shape for _, o in diff]:
             grad = False  # not eager's differentiable results: `problems` says so
@@ -87,7 +109,7 @@ def observe(fn: Callable, args: list[torch.Tensor], grad: bool, call: int,
             grads = list(torch.autograd.grad([o for _, o in diff], wrt, cots, allow_unused=True))
     detach = lambda t: t.detach() if isinstance(t, torch.Tensor) else t
     return Observed([detach(o) for o in outs], [a.detach() for a in args], [i for i, _ in diff],
-                    list(cots or []), [detach(g) for g in grads])
+                    list(cots or []), [detach(g) for g in grads], ties)
 
 
 def float64_run(fn: Callable, args: list[torch.Tensor], grad: bool, call: int,
@@ -98,7 +120,7 @@ def float64_run(fn: Callable, args: list[torch.Tensor], grad: bool, call: int,
         with checking.in_float64(args):
             seen = observe(fn, args, grad, call, [c.double() for c in expected.cotangents])
             return Observed(seen.outputs, [a.detach().clone() for a in args], seen.positions, seen.cotangents,
-                            seen.grads)
+                            seen.grads, seen.ties)
     except Exception:  # noqa: BLE001 - no second opinion for a program that fixes its own dtypes
         return None
 
@@ -132,11 +154,20 @@ def _at(seen: Observed | None, part: str, i: int) -> torch.Tensor | None:
     return values[i] if i < len(values) else None
 
 
-def problems(got: Observed, expected: Observed, exact: Callable[[], Observed | None]) -> tuple[str, str] | None:
+def problems(got: Observed, expected: Observed, exact: Callable[[], Observed | None],
+             ties: bool = True) -> tuple[str, str] | None:
     """(category, what differs) for the first thing `got` gets wrong, or None. `exact` runs
-    the float64 call, only when a comparison needs it."""
+    the float64 call, only when a comparison needs it. `ties`: a result that is an input, or a
+    view of one, in eager must be so here too (and no other result may be)."""
     if len(got.outputs) != len(expected.outputs):
         return WRONG, f"{len(got.outputs)} results, eager returns {len(expected.outputs)}"
+    for k, (a, e) in enumerate(zip(got.ties, expected.ties) if ties else ()):
+        # (the input itself and a view of it are alike here; where eager's is a view, a new
+        # tensor of its values passes: a view of an input the call updates, or one at a
+        # data-dependent offset, x[i] of a 0-d tensor i, is not one yet: docs/fuzzing.md)
+        if a != e and (a is None or e is None or a[1] != e[1]) and not (e and e[0] == "view" and a is None):
+            word = lambda t: f"input {t[1]}" + (" itself" if t[0] == "is" else "'s view") if t else "a new tensor"  # noqa: E731
+            return WRONG, f"result {k} is {word(a)}, eager's is {word(e)}"
     if got.positions != expected.positions:
         return WRONG_GRAD, f"results {got.positions} require grad, eager's {expected.positions}"
     parts = [("outputs", "result {}", WRONG), ("inputs", "input {}, updated in place,", WRONG),
@@ -198,7 +229,7 @@ def check(fn: Callable, make_inputs: Callable[[int], list[torch.Tensor]], execut
             raw = lambda *args, c=c: c.fn(*args, *c.constants)
             try:
                 found = problems(observe(raw, make_inputs(call), grad, call, expected.cotangents or None),
-                                 expected, exact)
+                                 expected, exact, ties=False)
             except Exception as e:  # noqa: BLE001 - it raises on this call (ShapeChanged, say): still rejected
                 found = (CAUGHT, f"the compiled program raises {describe(e)}")
             if found:

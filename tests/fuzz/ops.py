@@ -81,6 +81,32 @@ INPLACE = ["{t}.add_({u})", "{t}.mul_(0.5)", "{t}.sub_(1)", "{t}.clamp_(min=0)",
            "{t}.addcmul_({u}, {u}, value=0.5)", "{t}.lerp_({u}, 0.5)", "{t}.abs_()", "{t}[..., :1] = 2",
            "{t}.mul_(0.1)"]
 
+# written into a value (an input, mostly: a KV cache) at a window of dim {d}: {u} is the window's
+# values, {t}'s shape but for dim {d}, where it is no longer (StaticCache's index_copy_, `cache[:, :n] = k`)
+CACHE = ["{t}.index_copy_({d}, torch.arange({u}.shape[{d}]), {u})",
+         "{t}.index_copy_({d}, torch.arange({u}.shape[{d}]) + ({t}.shape[{d}] - {u}.shape[{d}]), {u})",
+         "{t}.index_copy_({d}, torch.tensor([{t}.shape[{d}] - 1]), {u}.narrow({d}, 0, 1))",
+         "{t}.narrow({d}, 0, {u}.shape[{d}]).copy_({u})",
+         "{t}.narrow({d}, {t}.shape[{d}] - {u}.shape[{d}], {u}.shape[{d}]).add_({u})",
+         "{t}.select({d}, -1).copy_({u}.select({d}, 0))"]
+
+# q, k, v: one rank, k and v of one shape but the last dim, q and k of one last dim; [None] makes
+# the 4-d operands torch's CPU flash kernel takes (attention_rules.py: its training backward)
+ATTENTION = ["F.scaled_dot_product_attention({q}, {k}, {v})",
+             "F.scaled_dot_product_attention({q}, {k}, {v}, is_causal=True)",
+             "F.scaled_dot_product_attention({q}[None], {k}[None], {v}[None])",
+             "F.scaled_dot_product_attention({q}[None], {k}[None], {v}[None], is_causal=True, scale=0.5)",
+             "F.scaled_dot_product_attention({q}, {k}, {v}, attn_mask={m})",
+             "F.scaled_dot_product_attention({q}[None], {k}[None], {v}[None], attn_mask=torch.ones({q}.shape[-2], "
+             "{k}.shape[-2], dtype=torch.bool).tril())",
+             "F.scaled_dot_product_attention({q}.unsqueeze(1), {k}.unsqueeze(1), {v}.unsqueeze(1)).squeeze(1)"]
+
+# nn.BatchNorm1d(momentum=None) (program.PRELUDE's BN, BNA), its buffers the program's values: a
+# cumulative moving average whose factor 1 / num_batches_tracked is read as the program runs
+_STATS = '{{"running_mean": {m}, "running_var": {v}, "num_batches_tracked": {n}}}'
+MODULES = ["torch.func.functional_call(BN, " + _STATS + ", ({x},))",
+           "torch.func.functional_call(BNA, {{**" + _STATS + ', "weight": {w}, "bias": {w2}}}, ({x},))']
+
 
 def _dim(b: Builder, t: torch.Tensor, extra: int = 0) -> int:
     n = t.ndim + extra
@@ -100,6 +126,10 @@ def _together(shape: torch.Size, other: torch.Size) -> bool:
         return True
     except RuntimeError:
         return False
+
+
+def _apart(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return not a.numel() or not b.numel() or a.untyped_storage().data_ptr() != b.untyped_storage().data_ptr()
 
 
 def _order_dependent(u: torch.Tensor, t: torch.Tensor) -> bool:
@@ -199,8 +229,68 @@ def inplace(b: Builder) -> tuple[str, bool] | None:
     return b.rng.choice(INPLACE).format(t=t, u=u), True
 
 
+def cache(b: Builder) -> tuple[str, bool] | None:
+    # mostly an input (the caller's cache, updated in place), from values that may require grad
+    defined = b.rng.random() < 0.25
+    t = b.pick(lambda v: v.ndim >= 1, names=lambda n: (n not in b.inputs) == defined) or \
+        b.pick(lambda v: v.ndim >= 1)
+    if t is None:
+        return None
+    tt = b.t(t)
+    d = _dim(b, tt)
+    fits = lambda v: v.ndim == tt.ndim and v.dtype == tt.dtype and 0 < v.shape[d] <= tt.shape[d] and all(  # noqa: E731
+        s == o for i, (s, o) in enumerate(zip(v.shape, tt.shape)) if i != d % tt.ndim)
+    u = b.pick(lambda v: fits(v) and v.untyped_storage().data_ptr() != tt.untyped_storage().data_ptr(), avoid=t)
+    u = u or f"torch.sin({t}.narrow({d}, 0, 1) * 2)"
+    return b.rng.choice(CACHE).format(t=t, u=u, d=d), True
+
+
+def attention(b: Builder) -> tuple[str, bool] | None:
+    q = b.pick(lambda t: t.is_floating_point() and t.ndim >= 2)
+    if q is None:
+        return None
+    tq = b.t(q)
+    k = b.pick(lambda t: t.dtype == tq.dtype and t.ndim == tq.ndim and t.shape[-1] == tq.shape[-1], avoid=q) or q
+    tk = b.t(k)
+    v = b.pick(lambda t: t.dtype == tq.dtype and t.shape[:-1] == tk.shape[:-1], avoid=k) or k
+    scores = (*tq.shape[:-1], tk.shape[-2])
+    m = b.pick(lambda t: (t.dtype == torch.bool or t.dtype == tq.dtype) and _broadcasts(t.shape, torch.Size(scores)))
+    m = m or f"({q} @ {k}.mT > 0)"
+    return b.rng.choice(ATTENTION).format(q=q, k=k, v=v, m=m), False
+
+
+def module(b: Builder) -> tuple[str, bool] | None:
+    x = b.pick(lambda t: t.is_floating_point() and t.ndim in (2, 3))
+    if x is None:
+        return None
+    c = b.t(x).shape[1]
+    # the running statistics and the counter are buffers: no line has read them (the call updates
+    # them without bumping their version, so a gradient saved from one would see the update), and
+    # none shares memory with another operand (which eager's kernel would read as it writes)
+    read = {n for line in b.lines for n in line.reads()}
+    taken: list[torch.Tensor] = [b.t(x)]
+
+    def buffer(ok) -> str | None:
+        name = b.pick(lambda t: ok(t) and not t.requires_grad and all(_apart(t, u) for u in taken),
+                      names=lambda n: n not in read)
+        if name is not None:
+            taken.append(b.t(name))
+        return name
+
+    channel = lambda t: t.shape == (c,) and t.is_floating_point()  # noqa: E731
+    m = buffer(channel) or f"torch.zeros({x}.shape[1])"
+    v = buffer(channel) or f"torch.ones({x}.shape[1])"
+    n = buffer(lambda t: t.dtype == torch.int64 and t.ndim == 0) or "torch.tensor(0)"
+    # (not an expanded weight: torch's CPU batch_norm backward reads one as if it were contiguous,
+    # eager's own input gradient then garbage: fuzz backward 30030)
+    free = lambda t: channel(t) and 0 not in t.stride() and all(_apart(t, u) for u in taken[1:])  # noqa: E731
+    w = b.pick(free) or f"torch.ones({x}.shape[1])"
+    w2 = b.pick(free, avoid=w) or f"torch.zeros({x}.shape[1])"
+    return b.rng.choice(MODULES).format(x=x, m=m, v=v, n=n, w=w, w2=w2), False
+
+
 FAMILIES: dict[str, tuple[Family, float]] = {
     "pointwise": (pointwise, 3.0), "binary": (binary, 3.0), "reduction": (reduction, 2.0), "norm": (norm, 1.0),
     "view": (view, 2.0), "cat": (cat, 1.0), "matmul": (matmul, 1.0), "indexing": (indexing, 1.0),
-    "inplace": (inplace, 1.5),
+    "inplace": (inplace, 1.5), "cache": (cache, 0.6), "attention": (attention, 0.5), "module": (module, 0.4),
 }

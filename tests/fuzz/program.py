@@ -22,7 +22,13 @@ import torch
 import torch.nn.functional as F
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
-          "int64": torch.int64, "bool": torch.bool}
+          "int64": torch.int64, "bool": torch.bool, "count": torch.int64}  # count: a step counter, 0..4
+
+# The globals a program's lines may use besides torch and F: nn.BatchNorm1d with momentum=None (a
+# cumulative moving average), called through torch.func.functional_call with the program's values
+# as its buffers (and BNA's affine parameters), so one module fits any number of channels.
+PRELUDE = ("BN = torch.nn.BatchNorm1d(1, momentum=None, affine=False)\n"
+           "BNA = torch.nn.BatchNorm1d(1, momentum=None)\n")
 
 # How an input is laid out in memory. Each call of a program takes its inputs in `LAYOUTS[k][call]`:
 # the first and last call the input's own layout, the middle one another layout that keeps the
@@ -60,6 +66,8 @@ class InputSpec:
         dt = DTYPES[self.dtype]
         if dt == torch.bool:
             make = f"(torch.rand({tuple(base)}, generator=g) > 0.5)"
+        elif self.dtype == "count":
+            make = f"torch.randint(0, 5, {tuple(base)}, generator=g)"
         elif dt == torch.int64:
             make = f"torch.randint(-4, 5, {tuple(base)}, generator=g)"
         else:
@@ -127,8 +135,8 @@ class Program:
         text = self.source()
         path = _folder() / f"fuzz_{hashlib.sha1(text.encode()).hexdigest()[:16]}.py"
         if not path.exists():
-            path.write_text(f"import torch\nimport torch.nn.functional as F\n\n\n{text}")
-        scope = {"torch": torch, "F": F}
+            path.write_text(f"import torch\nimport torch.nn.functional as F\n\n{PRELUDE}\n\n{text}")
+        scope: dict = {}
         exec(compile(path.read_text(), str(path), "exec"), scope)  # noqa: S102 - our own generated text
         return scope["program"]
 
@@ -142,6 +150,14 @@ class Program:
         g = torch.Generator().manual_seed(self.value_seed + call)
         scope = {"torch": torch, "g": g, "device": device}
         return [eval(s.source(call), scope) for s in self.inputs]  # noqa: S307 - our own generated text
+
+
+@functools.cache
+def program_scope() -> dict:
+    """torch, F and PRELUDE's globals: what the generator runs a candidate line with."""
+    scope = {"torch": torch, "F": F}
+    exec(PRELUDE, scope)  # noqa: S102 - our own text
+    return scope
 
 
 @functools.cache

@@ -12,7 +12,7 @@ import inspect
 from tests.fuzz import judge
 from tests.fuzz.judge import CALLS, Verdict
 from tests.fuzz.modes import SIZE_SHIFTS, Mode
-from tests.fuzz.program import Program
+from tests.fuzz.program import PRELUDE, Program
 
 FUTURE = "from __future__ import annotations\n"
 
@@ -40,7 +40,7 @@ import torch
 import torch.nn.functional as F
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-
+{PRELUDE}
 
 {program.source()}
 

@@ -120,14 +120,22 @@ def _sdpa(b, cots, query, key, value, attn_mask, dropout_p, is_causal, scale, en
     gq = P.mul(L.matmul(gs, k), scale)
     gk = P.mul(L.matmul(_t(gs), q), scale)
     # back to each input's own shape and dtype: summed over broadcast batch dims and query groups
-    gq = _cast(reduce_to(gq, query.shape), query.dtype)
+    gq = reduce_to(gq, query.shape)
     # (groups only with enable_gqa: a 2-d key has no heads dim to group: fuzz backward 25005)
-    gk, gv = (_cast(_gqa_grad(reduce_to(gt, t_.shape), t) if heads else reduce_to(gt, t.shape), t.dtype)
+    gk, gv = (_gqa_grad(reduce_to(gt, t_.shape), t) if heads else reduce_to(gt, t.shape)
               for gt, t_, t in ((gk, k_, key), (gv, v_, value)))
+    # operands that are one value (q = k = v = x) get their gradients summed before the one
+    # rounding to its dtype, not each rounded and the roundings summed (fuzz backward 253, bf16)
+    summed: dict[str, list] = {}
+    for t, gt in ((query, gq), (key, gk), (value, gv)):
+        if t.name in summed:
+            summed[t.name][1] = P.add(summed[t.name][1], gt)
+        else:
+            summed[t.name] = [t, gt]
     gmask = None
     if attn_mask is not None and attn_mask.dtype.is_floating_point:
         gmask = _cast(reduce_to(gs, attn_mask.shape), attn_mask.dtype)
-    return _pairs((query, gq), (key, gk), (value, gv), (attn_mask, gmask))
+    return _pairs(*((t, _cast(gt, t.dtype)) for t, gt in summed.values()), (attn_mask, gmask))
 
 
 # --- the fused kernel: its output and logsumexp saved, its backward one call ----------------

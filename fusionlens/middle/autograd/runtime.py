@@ -38,13 +38,16 @@ def training_program(forward: Callable, backward: Callable, n_inputs: int, n_res
     written = written or []
     frozen = [i for i, d in enumerate(differentiable) if not d]
     inputs_returned = [(k, i) for k, i in enumerate(returned or []) if i is not None]
-    views: list | None = None  # (result, input) of the results that are views of an input: found once
+    skip = {k for k, _ in inputs_returned} | set(frozen)
+    itself: dict[int, int] = {}  # the last forward's results that were its input object (x.contiguous())
 
     class CompiledFunction(torch.autograd.Function):
         @staticmethod
         def forward(ctx, *inputs):
             outs = forward(*inputs)
             results, saved = outs[:n_results], outs[n_results:]
+            itself.clear()
+            itself.update({k: i for k, r in enumerate(results) for i, x in enumerate(inputs) if r is x})
             ctx.save_for_backward(*saved)
             ctx.mark_non_differentiable(*(results[i] for i in frozen))
             return tuple(results)
@@ -66,14 +69,17 @@ def training_program(forward: Callable, backward: Callable, n_inputs: int, n_res
     def as_eager(outs, given: tuple, passed: tuple) -> tuple:
         """The call's tensors as eager returns them (the module's docstring); `passed` are the
         tensors the Function took (a copy where an input is written after it ran)."""
-        nonlocal views
-        if views is None:  # which results are views is the program's: the same every call
-            # (a view eager's autograd does not track, made under no_grad, stays the Function's)
-            views = _views_of_inputs(outs, given, passed, {k for k, _ in inputs_returned} | set(frozen))
-        if not inputs_returned and not views:
+        # found each call, not once: whether a reshape is a view depends on the input's strides,
+        # which the jit does not key on (a view eager's autograd does not track, made under
+        # no_grad, stays the Function's)
+        # a torch call that returns its input (x.contiguous(), x.float() of float32): the caller's
+        # tensor, as the program's own returned inputs (fuzz backward 25240)
+        same = [(k, i) for k, i in itself.items() if k not in skip and passed[i] is given[i]]
+        views = _views_of_inputs(outs, given, passed, skip | {k for k, _ in same})
+        if not inputs_returned and not views and not same:
             return outs
         outs = list(outs)
-        for k, i in inputs_returned:
+        for k, i in inputs_returned + same:
             outs[k] = given[i]
         for k, i in views:
             t = outs[k]

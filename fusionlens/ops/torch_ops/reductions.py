@@ -134,6 +134,9 @@ def stabiliser(input, dim) -> Value:
 
 @register(torch.logsumexp, torch.Tensor.logsumexp)
 def logsumexp(input, dim, keepdim=False):
+    if not (input.dtype.is_floating_point or input.dtype.is_complex):  # as torch: an integer or bool input in
+        # the default float type
+        input = cast(input, torch.get_default_dtype())  # (fuzz triton 28851: abs of a bool raised)
     dims = _dims(input, dim)
     m = stabiliser(input, dims)
     m = where(eq(abs(m), math.inf), 0.0, m)  # as torch: rows of -inf give -inf, not nan

@@ -47,7 +47,7 @@ def decompose(trace: Trace) -> Trace:
     # and what a library call takes, which it may update in place (batch_norm's running statistics:
     # fuzz default 208, x0.roll(1, -1) of one element is x0 here, and the call updated x0)
     made_by = {o.name: b for b in trace.bound_symbols for o in b.outputs}
-    called = {v.name for b in done.bound_symbols if not b.subsymbols and b.sym.kind is not SymbolKind.PRIM
+    called = {v.name for b in done.bound_symbols if _may_update(b)
               and b.outputs and b.outputs[0].name in made_by for v in made_by[b.outputs[0].name].inputs()}
     viewed = _viewed(trace, done, handed | called)
     return _decompose(trace, viewed) if viewed & dropped - handed else done

@@ -542,6 +542,13 @@ def test_a_reduced_value_of_one_element_broadcast_along_any_dim_passes_verify(pr
     assert not jfn.last.eager_fallback
 
 
+def _gradients_alike(got, want, cotangent, x, x_eager):
+    """The compiled result's and eager's backward for one cotangent give x and x_eager the same gradient."""
+    (got * cotangent).sum().backward()
+    (want * cotangent).sum().backward()
+    torch.testing.assert_close(x.grad, x_eager.grad)
+
+
 def _fuzz_program_6299(x0, x1):
     t1 = torch.stack([x0, x0], 1)
     t3 = x1.flatten()
@@ -570,9 +577,7 @@ def test_an_expanded_leaf_input_gets_a_gradient_for_each_element_as_eager():
             (got,), (want,) = jfn(*args), program(*args_eager)
             torch.testing.assert_close(got, want)
             torch.testing.assert_close(x1, x1_eager)
-            (got * cotangent).sum().backward()
-            (want * cotangent).sum().backward()
-            torch.testing.assert_close(x0.grad, x0_eager.grad)
+            _gradients_alike(got, want, cotangent, x0, x0_eager)
         assert jfn.last.eager_fallback is not compiled
 
 
@@ -638,9 +643,7 @@ def test_copy_of_an_input_into_a_made_value_trains_as_eager():
         (got,), (want,) = jfn(x), _fuzz_program_7173(x_eager)
         torch.testing.assert_close(got, want)
         cotangent = torch.randn(2, 3, device=DEVICE)
-        (got * cotangent).sum().backward()
-        (want * cotangent).sum().backward()
-        torch.testing.assert_close(x.grad, x_eager.grad)
+        _gradients_alike(got, want, cotangent, x, x_eager)
     assert not jfn.last.eager_fallback
 
 
@@ -716,9 +719,7 @@ def test_an_input_updated_after_the_backward_saved_it_keeps_its_old_value_for_th
         torch.testing.assert_close(got, want)
         torch.testing.assert_close(x2, x2_eager)
         cotangent = torch.randn(2, 3, device=DEVICE)
-        (got * cotangent).sum().backward()
-        (want * cotangent).sum().backward()
-        torch.testing.assert_close(x0.grad, x0_eager.grad)
+        _gradients_alike(got, want, cotangent, x0, x0_eager)
     assert not jfn.last.eager_fallback
 
 

@@ -47,7 +47,7 @@ from fusionlens.distributed import symbols as S, vocabulary as V
 from fusionlens.distributed.staging import CompileTransform, ReportInputs
 from fusionlens.frontend import recorder
 from fusionlens.frontend.arguments import sanitize
-from fusionlens.ir.trace import BoundSymbol, OpTag, Symbol
+from fusionlens.ir.trace import BoundSymbol, OpTag, Symbol, dtype_name
 from fusionlens.ops.torch_ops import conversions
 
 REDUCE_OP = V.ReduceOp.AVG  # FSDP2's default gradient reduction for float32 and bfloat16 (ReduceOp.AVG)
@@ -189,14 +189,14 @@ def _group_unsupported(group: Any) -> str | None:
         if p.fsdp_placement.dim != 0:
             return "a shard placement other than Shard(0) (shard_placement_fn)"
         if p.sharded_param.dtype not in DTYPES:
-            return f"a {str(p.sharded_param.dtype).removeprefix('torch.')} parameter (FSDP2 pre-divides its gradient)"
+            return f"a {dtype_name(p.sharded_param.dtype)} parameter (FSDP2 pre-divides its gradient)"
         if (reduced := _reduced_in(p.sharded_param.dtype, mp)) not in DTYPES:
-            return (f"a MixedPrecisionPolicy reducing gradients in {str(reduced).removeprefix('torch.')} (FSDP2 "
+            return (f"a MixedPrecisionPolicy reducing gradients in {dtype_name(reduced)} (FSDP2 "
                     "pre- and post-divides them; reduce_dtype=torch.float32 is compiled)")
         computed = mixed_precision(p.sharded_param.dtype, mp)[0] or p.sharded_param.dtype
         if reduced.itemsize < computed.itemsize:
-            return (f"a MixedPrecisionPolicy reducing gradients computed in {str(computed).removeprefix('torch.')} "
-                    f"in the narrower {str(reduced).removeprefix('torch.')}")
+            return (f"a MixedPrecisionPolicy reducing gradients computed in {dtype_name(computed)} "
+                    f"in the narrower {dtype_name(reduced)}")
         if hasattr(p.sharded_param._local_tensor, "fsdp_pre_all_gather"):
             return "a tensor subclass with FSDP all-gather extensions (fsdp_pre_all_gather)"
     if len({p.sharded_param.dtype for p in group.fsdp_params}) > 1:

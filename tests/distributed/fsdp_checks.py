@@ -70,6 +70,15 @@ def _close(a: torch.Tensor, b: torch.Tensor, what: str, low: torch.dtype | None 
                                msg=lambda m: f"rank {dist.get_rank()}: {what}: {m}")
 
 
+def _stepped_alike(optimizers, compiled_model, eager_model, step: int, low: torch.dtype | None = None) -> None:
+    """Each optimizer steps and clears its gradients; the parameters after the step equal eager's."""
+    for opt in optimizers:
+        opt.step()
+        opt.zero_grad()
+    for (name, a), b in zip(compiled_model.named_parameters(), eager_model.parameters()):
+        _close(a, b, f"{name} after step {step}", low)
+
+
 def _same_grads(compiled: Net, eager: Net, when: str, low: torch.dtype | None = None) -> None:
     for (name, a), b in zip(compiled.named_parameters(), eager.parameters()):
         assert type(a.grad) is type(b.grad), f"{name}.grad at {when}: {type(a.grad)} vs {type(b.grad)}"
@@ -96,12 +105,7 @@ def train_like_eager(wrap: Callable[[Net], Net], batches: tuple[int, ...] = (5, 
         want.backward()
         got.backward()
         _same_grads(compiled_model, eager_model, f"step {step}", low)
-        eager_opt.step()
-        compiled_opt.step()
-        eager_opt.zero_grad()
-        compiled_opt.zero_grad()
-        for (name, a), b in zip(compiled_model.named_parameters(), eager_model.parameters()):
-            _close(a, b, f"{name} after step {step}", low)
+        _stepped_alike((eager_opt, compiled_opt), compiled_model, eager_model, step, low)
     return jfn
 
 
@@ -460,12 +464,7 @@ def check_a_unit_the_call_never_runs_keeps_grad_none():
             if b.grad is not None:
                 assert a.grad.placements == b.grad.placements, (name, a.grad.placements)
                 _close(a.grad, b.grad, f"the gradient of {name} at step {step}")
-        eager_opt.step()
-        compiled_opt.step()
-        eager_opt.zero_grad()
-        compiled_opt.zero_grad()
-        for (name, a), b in zip(compiled_model.named_parameters(), eager_model.parameters()):
-            _close(a, b, f"{name} after step {step}")
+        _stepped_alike((eager_opt, compiled_opt), compiled_model, eager_model, step)
     _compiled_natively(jfn)
 
 

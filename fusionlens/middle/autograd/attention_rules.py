@@ -154,19 +154,28 @@ def _flash_cpu(b, cots):
 RULES[A.flash_cpu] = _flash_cpu
 
 
-def _sdpa_explicit(b, needs):
-    """SDPA in a training forward: `sdpa_flash_cpu` where eager runs the fused CPU kernel (the
-    module's docstring); with dropout, torch's math path (scores, softmax, F.dropout, matmul),
-    eager's draws made in the open, saved, and differentiated (on a CPU the results are eager's);
-    else None (the op whole, its backward the math rule)."""
+def _operands(b) -> tuple | None:
+    """SDPA call `b`'s (query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa), bound
+    as torch binds them; None where they do not bind or q, k, v are not Values of 2 dims or more."""
     try:
         a = inspect.signature(_sdpa_signature).bind(*b.args, **b.kwargs)
     except TypeError:
         return None
     a.apply_defaults()
-    query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa = a.arguments.values()
-    if not all(_value(t) for t in (query, key, value)) or query.ndim < 2:
+    operands = tuple(a.arguments.values())
+    query, key, value = operands[:3]
+    return operands if all(_value(t) for t in (query, key, value)) and query.ndim >= 2 else None
+
+
+def _sdpa_explicit(b, needs):
+    """SDPA in a training forward: `sdpa_flash_cpu` where eager runs the fused CPU kernel (the
+    module's docstring); with dropout, torch's math path (scores, softmax, F.dropout, matmul),
+    eager's draws made in the open, saved, and differentiated (on a CPU the results are eager's);
+    else None (the op whole, its backward the math rule)."""
+    operands = _operands(b)
+    if operands is None:
         return None
+    query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa = operands
     if not dropout_p:
         mask_needs_grad = _value(attn_mask) and attn_mask.name in needs
         if A.flash_cpu_applies(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa,
@@ -223,14 +232,10 @@ def backward_note(b, needs: set) -> str | None:
     the kernel does not apply; None for any other op, or where the fused kernel runs."""
     if b.sym.name != _SDPA_NAME:
         return None
-    try:
-        a = inspect.signature(_sdpa_signature).bind(*b.args, **b.kwargs)
-    except TypeError:
+    operands = _operands(b)
+    if operands is None:
         return None
-    a.apply_defaults()
-    query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa = a.arguments.values()
-    if not all(_value(t) for t in (query, key, value)) or query.ndim < 2:
-        return None
+    query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa = operands
     # [B, H, L, S]: the query's heads where key and value are shared by groups of them (GQA)
     scores = list(_broadcast(key.shape[:-2], query.shape[:-2])) + [query.shape[-2], key.shape[-2]]
     if dropout_p:

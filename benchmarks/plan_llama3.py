@@ -38,13 +38,14 @@ def plan_row(gpus: int, tp: int, cp: int, pp: int, dp: int, seq: int, batch: int
 
 def main() -> None:
     print("| GPUs | TP x CP x PP x DP | sequence | predicted step s | predicted TFLOP/s a GPU | predicted MFU "
-          "| published TFLOP/s | published MFU | MFU error | fits (GiB) |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "| published TFLOP/s | published MFU | MFU error | fits (GiB) | largest temporary (GiB) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for gpus, tp, cp, pp, dp, seq, batch, tflops, mfu in ROWS:
         rep = plan_row(gpus, tp, cp, pp, dp, seq, batch)
         err = (rep.mfu - mfu) / mfu
         print(f"| {gpus} | {tp}x{cp}x{pp}x{dp} | {seq} | {rep.step_s:.2f} | {rep.tflops_per_gpu:.0f} | {rep.mfu:.1%} "
-              f"| {tflops} | {mfu:.0%} | {err:+.0%} | {rep.fits} ({rep.memory_gib.total:.0f}) |", flush=True)
+              f"| {tflops} | {mfu:.0%} | {err:+.0%} | {rep.fits} ({rep.memory_gib.total:.1f}) "
+              f"| {rep.memory_gib.transient:.2f} |", flush=True)
 
 
 if __name__ == "__main__":
